@@ -1,0 +1,351 @@
+package apiserver
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+
+	"github.com/minikit/minikit/store"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Allocations live in the store next to the objects, written in the same transaction
+// as the Service that owns them: a crash can never leave an IP or port owned twice
+// or owned by nobody. The value of an allocation key is the owning Service's key.
+const (
+	allocIPPrefix   = "/registry/_ranges/serviceips/"
+	allocPortPrefix = "/registry/_ranges/servicenodeports/"
+)
+
+var svcResource = lookup("", "v1", "services")
+
+// beforeWrite runs inside the write transaction of a create (old == nil) or update.
+func (s *Server) beforeWrite(tx store.Tx, res *resource, obj, old runtime.Object) error {
+	if svc, ok := obj.(*corev1.Service); ok {
+		var oldSvc *corev1.Service
+		if old != nil {
+			oldSvc = old.(*corev1.Service)
+		}
+		return s.allocateService(tx, svc, oldSvc)
+	}
+	return nil
+}
+
+// beforeDelete runs inside the transaction that deletes obj.
+func (s *Server) beforeDelete(tx store.Tx, res *resource, obj runtime.Object) error {
+	if svc, ok := obj.(*corev1.Service); ok {
+		owner := svcResource.key(svc.Namespace, svc.Name)
+		for _, ip := range serviceIPs(svc) {
+			release(tx, allocIPPrefix+ip, owner)
+		}
+		for _, p := range serviceNodePorts(svc) {
+			release(tx, allocPortPrefix+strconv.Itoa(int(p)), owner)
+		}
+	}
+	return nil
+}
+
+func release(tx store.Tx, key, owner string) {
+	if kv, ok := tx.Get(key); ok && string(kv.Value) == owner {
+		tx.Delete(key)
+	}
+}
+
+// keepAllocated carries allocated values over an update that omits them, as
+// Kubernetes does, so a PUT or apply without clusterIP or nodePort keeps them.
+func keepAllocated(svc, old *corev1.Service) {
+	dropTypeDependentFields(svc, old)
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || old.Spec.Type == corev1.ServiceTypeExternalName {
+		return
+	}
+	if svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) == 0 {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = old.Spec.ClusterIP, old.Spec.ClusterIPs
+	}
+	if needsNodePorts(svc) && needsNodePorts(old) {
+		for i := range svc.Spec.Ports {
+			p := &svc.Spec.Ports[i]
+			if p.NodePort != 0 {
+				continue
+			}
+			for _, op := range old.Spec.Ports {
+				if op.Port == p.Port && op.Protocol == p.Protocol && op.NodePort != 0 {
+					p.NodePort = op.NodePort
+				}
+			}
+		}
+	}
+	if svc.Spec.HealthCheckNodePort == 0 && needsHealthCheck(svc) {
+		svc.Spec.HealthCheckNodePort = old.Spec.HealthCheckNodePort
+	}
+}
+
+// dropTypeDependentFields clears values the old type allocated and the new type does
+// not use, when the client left them as they were (Kubernetes' dropTypeDependentFields).
+func dropTypeDependentFields(svc, old *corev1.Service) {
+	if svc.Spec.Type == old.Spec.Type {
+		return
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName && svc.Spec.ClusterIP == old.Spec.ClusterIP {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = nil, nil
+	}
+	if !needsNodePorts(svc) && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		for i := range svc.Spec.Ports {
+			p := &svc.Spec.Ports[i]
+			for _, op := range old.Spec.Ports {
+				if op.Port == p.Port && op.NodePort == p.NodePort {
+					p.NodePort = 0
+				}
+			}
+		}
+		if svc.Spec.ExternalTrafficPolicy == old.Spec.ExternalTrafficPolicy && len(svc.Spec.ExternalIPs) == 0 {
+			svc.Spec.ExternalTrafficPolicy = ""
+		}
+	}
+	if !needsHealthCheck(svc) && svc.Spec.HealthCheckNodePort == old.Spec.HealthCheckNodePort {
+		svc.Spec.HealthCheckNodePort = 0
+	}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer && svc.Spec.AllocateLoadBalancerNodePorts != nil &&
+		old.Spec.AllocateLoadBalancerNodePorts != nil && *svc.Spec.AllocateLoadBalancerNodePorts == *old.Spec.AllocateLoadBalancerNodePorts {
+		svc.Spec.AllocateLoadBalancerNodePorts = nil
+	}
+}
+
+func needsClusterIP(svc *corev1.Service) bool {
+	return svc.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.ClusterIP != corev1.ClusterIPNone
+}
+
+func needsNodePorts(svc *corev1.Service) bool {
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		return true
+	case corev1.ServiceTypeLoadBalancer:
+		return svc.Spec.AllocateLoadBalancerNodePorts == nil || *svc.Spec.AllocateLoadBalancerNodePorts
+	}
+	return false
+}
+
+func needsHealthCheck(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+func serviceIPs(svc *corev1.Service) []string {
+	var out []string
+	for _, ip := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
+		if ip != "" && ip != corev1.ClusterIPNone && !contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func serviceNodePorts(svc *corev1.Service) []int32 {
+	var out []int32
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 && !containsPort(out, p.NodePort) {
+			out = append(out, p.NodePort)
+		}
+	}
+	if svc.Spec.HealthCheckNodePort != 0 && !containsPort(out, svc.Spec.HealthCheckNodePort) {
+		out = append(out, svc.Spec.HealthCheckNodePort)
+	}
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func containsPort(s []int32, v int32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// allocateService assigns and records the Service's ClusterIP and NodePorts and
+// releases what it no longer uses. Conflicts are field errors, as in Kubernetes.
+func (s *Server) allocateService(tx store.Tx, svc, old *corev1.Service) error {
+	owner := svcResource.key(svc.Namespace, svc.Name)
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+
+	// Clear what the new type does not use.
+	if !needsNodePorts(svc) {
+		for i := range svc.Spec.Ports {
+			if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+				svc.Spec.Ports[i].NodePort = 0
+			}
+		}
+	}
+	if !needsHealthCheck(svc) {
+		svc.Spec.HealthCheckNodePort = 0
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = nil, nil
+	}
+
+	if needsClusterIP(svc) {
+		if svc.Spec.ClusterIP == "" {
+			ip, err := s.allocateIP(tx, svc, owner)
+			if err != nil {
+				return err
+			}
+			svc.Spec.ClusterIP = ip
+		} else if err := claim(tx, allocIPPrefix+svc.Spec.ClusterIP, owner); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("clusterIPs").Index(0), svc.Spec.ClusterIP,
+				"failed to allocate IP "+svc.Spec.ClusterIP+": provided IP is already allocated"))
+		}
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	}
+	for i := range svc.Spec.Ports {
+		p := &svc.Spec.Ports[i]
+		if !needsNodePorts(svc) && p.NodePort == 0 {
+			continue
+		}
+		path := spec.Child("ports").Index(i).Child("nodePort")
+		if p.NodePort == 0 {
+			// Two ports of one Service with the same number share a NodePort, as Kubernetes does for TCP+UDP.
+			if np := sameNumberNodePort(svc, i); np != 0 {
+				p.NodePort = np
+				continue
+			}
+			np, err := s.allocatePort(tx, owner)
+			if err != nil {
+				return err
+			}
+			p.NodePort = np
+		} else if err := claim(tx, allocPortPrefix+strconv.Itoa(int(p.NodePort)), owner); err != nil {
+			errs = append(errs, field.Invalid(path, p.NodePort, fmt.Sprintf("provided port is already allocated")))
+		}
+	}
+	if needsHealthCheck(svc) {
+		if svc.Spec.HealthCheckNodePort == 0 {
+			np, err := s.allocatePort(tx, owner)
+			if err != nil {
+				return err
+			}
+			svc.Spec.HealthCheckNodePort = np
+		} else if err := claim(tx, allocPortPrefix+strconv.Itoa(int(svc.Spec.HealthCheckNodePort)), owner); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("healthCheckNodePort"), svc.Spec.HealthCheckNodePort, "provided port is already allocated"))
+		}
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(svcResource.gvk().GroupKind(), svc.Name, errs)
+	}
+	if old != nil {
+		for _, ip := range serviceIPs(old) {
+			if !contains(serviceIPs(svc), ip) {
+				release(tx, allocIPPrefix+ip, owner)
+			}
+		}
+		for _, p := range serviceNodePorts(old) {
+			if !containsPort(serviceNodePorts(svc), p) {
+				release(tx, allocPortPrefix+strconv.Itoa(int(p)), owner)
+			}
+		}
+	}
+	return nil
+}
+
+func sameNumberNodePort(svc *corev1.Service, i int) int32 {
+	for j, q := range svc.Spec.Ports {
+		if j != i && q.Port == svc.Spec.Ports[i].Port && q.NodePort != 0 {
+			return q.NodePort
+		}
+	}
+	return 0
+}
+
+// claim records key as owned by owner, failing if someone else owns it.
+func claim(tx store.Tx, key, owner string) error {
+	if kv, ok := tx.Get(key); ok {
+		if string(kv.Value) == owner {
+			return nil
+		}
+		return fmt.Errorf("%s is owned by %s", key, kv.Value)
+	}
+	return tx.Put(key, []byte(owner))
+}
+
+// fixedClusterIPs are the addresses Kubernetes gives its own Services: the API at the
+// first address of the range, cluster DNS at the tenth.
+var fixedClusterIPs = map[string]int{"default/kubernetes": 1, "kube-system/kube-dns": 10}
+
+// allocateIP picks a free ClusterIP. Like Kubernetes (KEP-3070) the lowest band of
+// the range is kept for static addresses and dynamic ones come from above it first.
+func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service, owner string) (string, error) {
+	cidr := s.cfg.Validation.ServiceCIDR
+	base := cidr.Masked().Addr()
+	size := 1 << (base.BitLen() - cidr.Bits())
+	if size > 1<<24 {
+		size = 1 << 24
+	}
+	nth := func(n int) netip.Addr {
+		a := base.As4()
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		v += uint32(n)
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	if n, ok := fixedClusterIPs[svc.Namespace+"/"+svc.Name]; ok {
+		ip := nth(n).String()
+		if claim(tx, allocIPPrefix+ip, owner) == nil {
+			return ip, nil
+		}
+	}
+	band := min(max(16, size/16), 256)
+	if band >= size-2 {
+		band = 0
+	}
+	try := func(lo, hi int) (string, bool) {
+		if hi <= lo {
+			return "", false
+		}
+		start := lo + rand.IntN(hi-lo)
+		for i := 0; i < hi-lo; i++ {
+			n := lo + (start-lo+i)%(hi-lo)
+			ip := nth(n).String()
+			if _, taken := tx.Get(allocIPPrefix + ip); !taken {
+				tx.Put(allocIPPrefix+ip, []byte(owner))
+				return ip, true
+			}
+		}
+		return "", false
+	}
+	// Skip the network address and the broadcast address.
+	if ip, ok := try(max(band, 1), size-1); ok {
+		return ip, nil
+	}
+	if ip, ok := try(1, max(band, 1)); ok {
+		return ip, nil
+	}
+	return "", apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: range is full"))
+}
+
+func (s *Server) allocatePort(tx store.Tx, owner string) (int32, error) {
+	lo, hi := int(s.cfg.Validation.NodePortMin), int(s.cfg.Validation.NodePortMax)
+	n := hi - lo + 1
+	start := rand.IntN(n)
+	for i := 0; i < n; i++ {
+		p := lo + (start+i)%n
+		key := allocPortPrefix + strconv.Itoa(p)
+		if _, taken := tx.Get(key); !taken {
+			tx.Put(key, []byte(owner))
+			return int32(p), nil
+		}
+	}
+	return 0, apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: range is full"))
+}

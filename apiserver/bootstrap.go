@@ -1,0 +1,83 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+var errConflict = errors.New("the object has been modified; please apply your changes to the latest version and try again")
+
+// builtinNamespaces exist from the first start, as in every Kubernetes cluster.
+var builtinNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
+
+// bootstrap creates the built-in namespaces and the default/kubernetes Service and
+// its Endpoints, and resumes the finalization of namespaces left Terminating by a crash.
+func (s *Server) bootstrap() error {
+	for _, ns := range builtinNamespaces {
+		_, err := s.Create(nsResource, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating namespace %q: %w", ns, err)
+		}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default",
+			Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"}},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
+			Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(s.cfg.Port),
+		}}},
+	}
+	if _, err := s.Create(svcResource, "default", svc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating service default/kubernetes: %w", err)
+	}
+	if ip, err := netip.ParseAddr(s.cfg.AdvertiseAddress); err == nil && !ip.IsLoopback() && !ip.IsUnspecified() {
+		if err := s.ensureAPIEndpoints(); err != nil {
+			return err
+		}
+	}
+	kvs, _, err := s.store.List(nsResource.prefix(""))
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		var n corev1.Namespace
+		if decodeStored(kv.Value, &n) == nil && n.Status.Phase == corev1.NamespaceTerminating {
+			s.finalizeNamespace(n.Name)
+		}
+	}
+	return nil
+}
+
+// ensureAPIEndpoints points default/kubernetes at the API server, as the
+// kube-apiserver's endpoint reconciler does.
+func (s *Server) ensureAPIEndpoints() error {
+	epRes := lookup("", "v1", "endpoints")
+	want := []corev1.EndpointSubset{{
+		Addresses: []corev1.EndpointAddress{{IP: s.cfg.AdvertiseAddress}},
+		Ports:     []corev1.EndpointPort{{Name: "https", Port: s.cfg.Port, Protocol: corev1.ProtocolTCP}},
+	}}
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default",
+			Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
+		Subsets: want,
+	}
+	_, err := s.Create(epRes, "default", ep)
+	if apierrors.IsAlreadyExists(err) {
+		_, err = s.Update(epRes, "default", "kubernetes", "", func(cur runtime.Object) (runtime.Object, error) {
+			e := cur.(*corev1.Endpoints)
+			e.Subsets = want
+			e.ResourceVersion = ""
+			return e, nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("writing endpoints default/kubernetes: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package apiserver
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	sigsjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// maxBodyBytes bounds a request body, as kube-apiserver's 3 MiB limit does.
+const maxBodyBytes = 3 << 20
+
+// readBody reads a bounded request body and converts YAML to JSON.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading request body: %v", err))
+	}
+	if len(body) > maxBodyBytes {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", maxBodyBytes))
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/vnd.kubernetes.protobuf" {
+		return protobufToJSON(body)
+	}
+	if strings.Contains(ct, "yaml") {
+		j, err := yaml.YAMLToJSON(body)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: %v", err))
+		}
+		body = j
+	}
+	return body, nil
+}
+
+// protobufCodec decodes the protobuf bodies that client-go's typed clients (and so
+// some kubectl commands) send. Responses are always JSON, which those clients accept.
+var protobufCodec = protobuf.NewSerializer(clientscheme.Scheme, clientscheme.Scheme)
+
+func protobufToJSON(body []byte) ([]byte, error) {
+	obj, _, err := protobufCodec.Decode(body, nil, nil)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("decoding protobuf request body: %v", err))
+	}
+	gvks, _, err := clientscheme.Scheme.ObjectKinds(obj)
+	if err != nil || len(gvks) == 0 {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("unknown kind in protobuf request body: %v", err))
+	}
+	return encodeObject(obj, gvks[0])
+}
+
+// fieldValidation is the request's fieldValidation mode: Ignore, Warn (default) or Strict.
+func fieldValidation(r *http.Request) string {
+	switch v := r.URL.Query().Get("fieldValidation"); v {
+	case "Ignore", "Strict":
+		return v
+	}
+	return "Warn"
+}
+
+// decodeInto decodes JSON into obj, checking apiVersion and kind against want and
+// reporting unknown or duplicate fields per the fieldValidation mode. Warnings are
+// returned for the caller to send as Warning headers.
+func decodeInto(body []byte, obj runtime.Object, want schema.GroupVersionKind, mode string) (warnings []string, err error) {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(body, &tm); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding request body: %v", err))
+	}
+	if tm.Kind != "" && tm.Kind != want.Kind {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the kind of the object (%s) does not match the kind of the request (%s)", tm.Kind, want.Kind))
+	}
+	if tm.APIVersion != "" && tm.APIVersion != want.GroupVersion().String() {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, want.GroupVersion().String()))
+	}
+	strict, err := sigsjson.UnmarshalStrict(body, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding request body as %s: %v", want.Kind, err))
+	}
+	if len(strict) == 0 || mode == "Ignore" {
+		return nil, nil
+	}
+	var msgs []string
+	for _, e := range strict {
+		msgs = append(msgs, e.Error())
+	}
+	if mode == "Strict" {
+		return nil, apierrors.NewBadRequest("strict decoding error: " + strings.Join(msgs, ", "))
+	}
+	return msgs, nil
+}
+
+// decodeStored decodes an object read from the store (trusted, case-sensitive).
+func decodeStored(data []byte, obj runtime.Object) error {
+	return sigsjson.UnmarshalCaseSensitivePreserveInts(data, obj)
+}
+
+// encodeObject sets obj's TypeMeta and marshals it.
+func encodeObject(obj runtime.Object, gvk schema.GroupVersionKind) ([]byte, error) {
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return json.Marshal(obj)
+}
+
+// wantsYAML reports whether the client asked for YAML over JSON.
+func wantsYAML(r *http.Request) bool {
+	a := r.Header.Get("Accept")
+	return strings.Contains(a, "application/yaml") && !strings.Contains(a, "application/json")
+}
+
+// wantsTable reports whether the client asked for a meta.k8s.io Table.
+func wantsTable(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "as=Table")
+}
+
+// writeJSON writes a JSON (or YAML, if asked) body.
+func writeJSON(w http.ResponseWriter, r *http.Request, code int, body []byte) {
+	if r != nil && wantsYAML(r) {
+		if y, err := yaml.JSONToYAML(body); err == nil {
+			w.Header().Set("Content-Type", "application/yaml")
+			w.WriteHeader(code)
+			w.Write(y)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(body)
+	if len(body) == 0 || body[len(body)-1] != '\n' {
+		w.Write([]byte("\n"))
+	}
+}
+
+func writeValue(w http.ResponseWriter, r *http.Request, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, r, apierrors.NewInternalError(err), nil)
+		return
+	}
+	writeJSON(w, r, code, b)
+}
+
+// setResourceVersion rewrites metadata.resourceVersion in stored JSON without a full
+// decode, used where a deleted object is reported at the deleting revision.
+func withResourceVersion(obj runtime.Object, rev int64) {
+	metaOf(obj).SetResourceVersion(fmt.Sprint(rev))
+}
+
+func sortStrings(s []string) []string { sort.Strings(s); return s }
+
+// listJSON assembles a List body from stored items without re-encoding them.
+func listJSON(kind, apiVersion string, rev int64, items [][]byte) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":"%d"},"items":[`, kind, apiVersion, rev)
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(it)
+	}
+	b.WriteString("]}")
+	return b.Bytes()
+}

@@ -1,0 +1,174 @@
+package apiserver
+
+import (
+	"net/http"
+	"runtime"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+)
+
+// KubernetesVersion is the Kubernetes API level minikit speaks.
+const KubernetesVersion = "v1.32.0"
+
+func (s *Server) versionInfo() version.Info {
+	return version.Info{
+		Major: "1", Minor: "32", GitVersion: KubernetesVersion + "+minikit-" + s.cfg.Version,
+		GitCommit: s.cfg.Version, GitTreeState: "clean", BuildDate: "",
+		GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH,
+	}
+}
+
+func (s *Server) serveAPIVersions(w http.ResponseWriter, r *http.Request) error {
+	writeValue(w, r, http.StatusOK, metav1.APIVersions{
+		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
+		Versions: []string{"v1"},
+		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
+			{ClientCIDR: "0.0.0.0/0", ServerAddress: s.cfg.AdvertiseAddress},
+		},
+	})
+	return nil
+}
+
+// groups lists the non-legacy API groups in discovery order.
+func groups() []schema.GroupVersion {
+	var out []schema.GroupVersion
+	seen := map[schema.GroupVersion]bool{}
+	for _, r := range resources {
+		if r.gv.Group != "" && !seen[r.gv] {
+			seen[r.gv] = true
+			out = append(out, r.gv)
+		}
+	}
+	return out
+}
+
+func apiGroup(gv schema.GroupVersion) metav1.APIGroup {
+	v := metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}
+	return metav1.APIGroup{
+		TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
+		Name:     gv.Group, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v,
+	}
+}
+
+func (s *Server) serveAPIGroupList(w http.ResponseWriter, r *http.Request) error {
+	list := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
+	for _, gv := range groups() {
+		g := apiGroup(gv)
+		g.TypeMeta = metav1.TypeMeta{}
+		list.Groups = append(list.Groups, g)
+	}
+	writeValue(w, r, http.StatusOK, list)
+	return nil
+}
+
+func (s *Server) serveAPIGroup(w http.ResponseWriter, r *http.Request, group string) error {
+	for _, gv := range groups() {
+		if gv.Group == group {
+			writeValue(w, r, http.StatusOK, apiGroup(gv))
+			return nil
+		}
+	}
+	return notFoundPath()
+}
+
+var (
+	verbsFull   = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+	verbsStatus = metav1.Verbs{"get", "patch", "update"}
+)
+
+func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) error {
+	list := metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
+	for _, res := range resources {
+		if res.gv != gv {
+			continue
+		}
+		list.APIResources = append(list.APIResources, metav1.APIResource{
+			Name: res.name, SingularName: res.singular, Namespaced: res.namespaced, Kind: res.kind,
+			Verbs: verbsFull, ShortNames: res.shortNames, Categories: res.categories,
+		})
+		if res.status {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: res.name + "/status", Namespaced: res.namespaced, Kind: res.kind, Verbs: verbsStatus,
+			})
+		}
+		if res.scale {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: res.name + "/scale", Namespaced: res.namespaced, Group: scaleGVK.Group, Version: scaleGVK.Version,
+				Kind: scaleGVK.Kind, Verbs: verbsStatus,
+			})
+		}
+		if res.name == "namespaces" {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: "namespaces/finalize", Kind: "Namespace", Verbs: metav1.Verbs{"update"},
+			})
+		}
+	}
+	if len(list.APIResources) == 0 {
+		return notFoundPath()
+	}
+	writeValue(w, r, http.StatusOK, list)
+	return nil
+}
+
+// serveOpenAPI answers the OpenAPI v3 endpoints kubectl probes. minikit publishes no
+// schemas, only what clients need to know: every kind's PATCH accepts the
+// fieldValidation parameter, so kubectl validates on the server (which reports unknown
+// fields by name) and computes strategic merge patches from its compiled-in types,
+// which are ours too. OpenAPI v2 is absent, as kubectl tolerates.
+func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) error {
+	if path == "openapi/v3" {
+		paths := map[string]any{"api/v1": map[string]string{"serverRelativeURL": "/openapi/v3/api/v1?hash=" + openAPIHash}}
+		for _, gv := range groups() {
+			paths["apis/"+gv.String()] = map[string]string{"serverRelativeURL": "/openapi/v3/apis/" + gv.String() + "?hash=" + openAPIHash}
+		}
+		writeValue(w, r, http.StatusOK, map[string]any{"paths": paths})
+		return nil
+	}
+	rest, ok := strings.CutPrefix(path, "openapi/v3/")
+	if !ok {
+		return notFoundPath()
+	}
+	var gv schema.GroupVersion
+	switch parts := strings.Split(rest, "/"); {
+	case len(parts) == 2 && parts[0] == "api":
+		gv = schema.GroupVersion{Version: parts[1]}
+	case len(parts) == 3 && parts[0] == "apis":
+		gv = schema.GroupVersion{Group: parts[1], Version: parts[2]}
+	default:
+		return notFoundPath()
+	}
+	paths := map[string]any{}
+	for _, res := range resources {
+		if res.gv != gv {
+			continue
+		}
+		p := "/" + rest + "/"
+		if res.namespaced {
+			p += "namespaces/{namespace}/"
+		}
+		p += res.name + "/{name}"
+		paths[p] = map[string]any{"patch": map[string]any{
+			"x-kubernetes-group-version-kind": map[string]string{"group": gv.Group, "version": gv.Version, "kind": res.kind},
+			"parameters": []map[string]any{
+				{"name": "fieldValidation", "in": "query", "schema": map[string]string{"type": "string"}},
+				{"name": "dryRun", "in": "query", "schema": map[string]string{"type": "string"}},
+			},
+		}}
+	}
+	if len(paths) == 0 {
+		return notFoundPath()
+	}
+	w.Header().Set("Cache-Control", "no-cache")
+	writeValue(w, r, http.StatusOK, map[string]any{
+		"openapi": "3.0.0",
+		"info":    map[string]string{"title": "Kubernetes", "version": KubernetesVersion},
+		"paths":   paths,
+	})
+	return nil
+}
+
+// openAPIHash changes whenever the served OpenAPI documents change shape.
+const openAPIHash = "minikit1"

@@ -1,0 +1,225 @@
+package apiserver
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// resource describes one REST resource: where it lives in the URL space and the
+// store, its Go type, and the hooks that give it Kubernetes semantics.
+type resource struct {
+	gv         schema.GroupVersion
+	name       string // plural, as in the URL
+	singular   string
+	kind       string
+	namespaced bool
+	shortNames []string
+	categories []string
+	newObj     func() runtime.Object
+	status     bool // has a status subresource (spec and status written separately)
+	scale      bool // has the autoscaling/v1 scale subresource
+	generation bool // metadata.generation bumps when spec changes
+	// fields returns the fields this resource supports in fieldSelector, beyond
+	// metadata.name and metadata.namespace.
+	fields func(obj runtime.Object) fields.Set
+}
+
+func (r *resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }
+
+func (r *resource) gr() schema.GroupResource {
+	return schema.GroupResource{Group: r.gv.Group, Resource: r.name}
+}
+
+// group is the group name used in store keys ("core" for the legacy group).
+func (r *resource) storeGroup() string {
+	if r.gv.Group == "" {
+		return "core"
+	}
+	return r.gv.Group
+}
+
+// prefix is the store key prefix for the resource, optionally inside a namespace.
+func (r *resource) prefix(ns string) string {
+	p := "/registry/" + r.storeGroup() + "/" + r.name + "/"
+	if r.namespaced && ns != "" {
+		p += ns + "/"
+	}
+	return p
+}
+
+func (r *resource) key(ns, name string) string {
+	if r.namespaced {
+		return r.prefix(ns) + name
+	}
+	return r.prefix("") + name
+}
+
+// resources is every kind minikit serves, in discovery order.
+var resources = []*resource{
+	{gv: corev1.SchemeGroupVersion, name: "namespaces", singular: "namespace", kind: "Namespace", shortNames: []string{"ns"},
+		newObj: func() runtime.Object { return &corev1.Namespace{} }, status: true,
+		fields: func(o runtime.Object) fields.Set {
+			return fields.Set{"status.phase": string(o.(*corev1.Namespace).Status.Phase)}
+		}},
+	{gv: corev1.SchemeGroupVersion, name: "nodes", singular: "node", kind: "Node", shortNames: []string{"no"},
+		newObj: func() runtime.Object { return &corev1.Node{} }, status: true,
+		fields: func(o runtime.Object) fields.Set {
+			return fields.Set{"spec.unschedulable": fmt.Sprint(o.(*corev1.Node).Spec.Unschedulable)}
+		}},
+	{gv: corev1.SchemeGroupVersion, name: "pods", singular: "pod", kind: "Pod", namespaced: true, shortNames: []string{"po"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &corev1.Pod{} }, status: true,
+		fields: func(o runtime.Object) fields.Set {
+			p := o.(*corev1.Pod)
+			return fields.Set{
+				"spec.nodeName":            p.Spec.NodeName,
+				"spec.restartPolicy":       string(p.Spec.RestartPolicy),
+				"spec.schedulerName":       p.Spec.SchedulerName,
+				"spec.serviceAccountName":  p.Spec.ServiceAccountName,
+				"spec.hostNetwork":         fmt.Sprint(p.Spec.HostNetwork),
+				"status.phase":             string(p.Status.Phase),
+				"status.podIP":             p.Status.PodIP,
+				"status.nominatedNodeName": p.Status.NominatedNodeName,
+			}
+		}},
+	{gv: corev1.SchemeGroupVersion, name: "services", singular: "service", kind: "Service", namespaced: true, shortNames: []string{"svc"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &corev1.Service{} }, status: true,
+		fields: func(o runtime.Object) fields.Set {
+			s := o.(*corev1.Service)
+			return fields.Set{"spec.clusterIP": s.Spec.ClusterIP, "spec.type": string(s.Spec.Type)}
+		}},
+	{gv: corev1.SchemeGroupVersion, name: "endpoints", singular: "endpoints", kind: "Endpoints", namespaced: true, shortNames: []string{"ep"},
+		newObj: func() runtime.Object { return &corev1.Endpoints{} }},
+	{gv: corev1.SchemeGroupVersion, name: "secrets", singular: "secret", kind: "Secret", namespaced: true,
+		newObj: func() runtime.Object { return &corev1.Secret{} },
+		fields: func(o runtime.Object) fields.Set { return fields.Set{"type": string(o.(*corev1.Secret).Type)} }},
+	{gv: corev1.SchemeGroupVersion, name: "configmaps", singular: "configmap", kind: "ConfigMap", namespaced: true, shortNames: []string{"cm"},
+		newObj: func() runtime.Object { return &corev1.ConfigMap{} }},
+	{gv: corev1.SchemeGroupVersion, name: "events", singular: "event", kind: "Event", namespaced: true, shortNames: []string{"ev"},
+		newObj: func() runtime.Object { return &corev1.Event{} },
+		fields: func(o runtime.Object) fields.Set {
+			e := o.(*corev1.Event)
+			return fields.Set{
+				"involvedObject.kind":            e.InvolvedObject.Kind,
+				"involvedObject.namespace":       e.InvolvedObject.Namespace,
+				"involvedObject.name":            e.InvolvedObject.Name,
+				"involvedObject.uid":             string(e.InvolvedObject.UID),
+				"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
+				"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
+				"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
+				"reason":                         e.Reason,
+				"reportingComponent":             e.ReportingController,
+				"source":                         e.Source.Component,
+				"type":                           e.Type,
+			}
+		}},
+	{gv: appsv1.SchemeGroupVersion, name: "deployments", singular: "deployment", kind: "Deployment", namespaced: true, shortNames: []string{"deploy"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.Deployment{} }, status: true, scale: true, generation: true},
+	{gv: discoveryv1.SchemeGroupVersion, name: "endpointslices", singular: "endpointslice", kind: "EndpointSlice", namespaced: true,
+		newObj: func() runtime.Object { return &discoveryv1.EndpointSlice{} }},
+	{gv: networkingv1.SchemeGroupVersion, name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"},
+		newObj: func() runtime.Object { return &networkingv1.Ingress{} }, status: true, generation: true},
+	{gv: networkingv1.SchemeGroupVersion, name: "ingressclasses", singular: "ingressclass", kind: "IngressClass",
+		newObj: func() runtime.Object { return &networkingv1.IngressClass{} }},
+}
+
+// scaleGVK is the kind of the scale subresource.
+var scaleGVK = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
+
+// lookup finds a resource by group, version and plural name.
+func lookup(group, version, name string) *resource {
+	for _, r := range resources {
+		if r.gv.Group == group && r.gv.Version == version && r.name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func resourceFor(obj runtime.Object) *resource {
+	t := reflect.TypeOf(obj)
+	for _, r := range resources {
+		if reflect.TypeOf(r.newObj()) == t {
+			return r
+		}
+	}
+	return nil
+}
+
+// objectFields is the field set used to evaluate a fieldSelector on obj.
+func (r *resource) objectFields(obj runtime.Object) fields.Set {
+	m, _ := meta.Accessor(obj)
+	set := fields.Set{"metadata.name": m.GetName()}
+	if r.namespaced {
+		set["metadata.namespace"] = m.GetNamespace()
+	}
+	if r.fields != nil {
+		for k, v := range r.fields(obj) {
+			set[k] = v
+		}
+	}
+	return set
+}
+
+// checkFieldSelector rejects selectors on fields the resource does not index, with
+// the message Kubernetes gives.
+func (r *resource) checkFieldSelector(sel fields.Selector) error {
+	known := r.objectFields(r.newObj())
+	for _, req := range sel.Requirements() {
+		if _, ok := known[req.Field]; !ok {
+			return fmt.Errorf("%q is not a known field selector: only %q", req.Field, knownFields(known))
+		}
+	}
+	return nil
+}
+
+func knownFields(set fields.Set) string {
+	var keys []string
+	for k := range set {
+		keys = append(keys, k)
+	}
+	return strings.Join(sortStrings(keys), ", ")
+}
+
+// substruct returns the addressable struct field name of obj (Spec, Status), or an invalid Value.
+func substruct(obj runtime.Object, name string) reflect.Value {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer {
+		return reflect.Value{}
+	}
+	return v.Elem().FieldByName(name)
+}
+
+// copyField sets field name of dst from src (both the same type).
+func copyField(dst, src runtime.Object, name string) {
+	d, s := substruct(dst, name), substruct(src, name)
+	if d.IsValid() && s.IsValid() && d.CanSet() {
+		d.Set(s)
+	}
+}
+
+// resetField sets field name of obj to its zero value.
+func resetField(obj runtime.Object, name string) {
+	if f := substruct(obj, name); f.IsValid() && f.CanSet() {
+		f.Set(reflect.Zero(f.Type()))
+	}
+}
+
+func metaOf(obj runtime.Object) metav1.Object {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		panic(fmt.Sprintf("object %T has no metadata: %v", obj, err))
+	}
+	return m
+}

@@ -1,0 +1,268 @@
+// Package images owns minikit's built-in container images: Go re-implementations
+// of the images the Kubernetes documentation uses for networking examples
+// (serve_hostname, agnhost, nginx, nginxdemos/hello) plus minikit's own echo
+// server, so those manifests run unchanged on a machine without a container
+// runtime.
+//
+// The node agent asks Resolve how to start a container. A built-in image runs as
+// the minikit binary re-executed inside the pod's namespaces
+// (`minikit __image-run NAME ARGS...`), which calls Run; anything else runs as a
+// host command inside the pod. The images answer in their real formats (same
+// bodies, same flags, same log lines where it matters) because students compare
+// what they see with the docs. Their logs are the container's log: they are
+// written to the process's stdout and stderr in each image's own format, not
+// through minikit's slog.
+package images
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Spec is what the node agent knows of a container.
+type Spec struct {
+	Image   string
+	Command []string // container command (ENTRYPOINT override), may be empty
+	Args    []string // container args (CMD override), may be empty
+	Env     map[string]string
+}
+
+// Plan says how to run a container.
+type Plan struct {
+	// Builtin is true when the container runs as built-in image Name via Run.
+	Builtin bool
+	// Name is the canonical built-in image name (one of Names), empty for host commands.
+	Name string
+	// Argv is, for a built-in, the args to pass to Run; otherwise the command line to
+	// run from the host's filesystem.
+	Argv []string
+}
+
+// ExitError is returned by Run when the image itself decided to exit with Code, as
+// agnhost netexec does on /exit and /shutdown. The caller exits the process with it.
+type ExitError struct {
+	Code int
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("image exited with code %d", e.Code)
+}
+
+// builtin is one image implemented in this package.
+type builtin struct {
+	// name is the canonical reference, listed by Names; it matches itself.
+	name string
+	// repos are the repository paths (registry and "library/" removed) that select
+	// this image, with any tag unless variant says otherwise.
+	repos []string
+	// variant, when set, must accept the tag.
+	variant func(tag string) bool
+	// entrypoints are argv[0] values of a container command that mean "this image's
+	// own program", e.g. command: ["/agnhost", "netexec"].
+	entrypoints []string
+	// execsArgs is set for images whose entrypoint script runs its arguments as a
+	// command unless they start the image's program (nginx's docker-entrypoint.sh).
+	execsArgs bool
+	run       func(ctx context.Context, c *container, args []string) error
+}
+
+var nginxEntrypoints = []string{"nginx", "nginx-debug", "/usr/sbin/nginx", "/docker-entrypoint.sh"}
+
+func plainText(tag string) bool    { return tag == "plain-text" || strings.HasSuffix(tag, "-plain-text") }
+func notPlainText(tag string) bool { return !plainText(tag) }
+
+// builtins is ordered so that the first match wins (tag variants before the plain
+// repository).
+var builtins = []builtin{
+	{
+		name:        "registry.k8s.io/e2e-test-images/agnhost",
+		repos:       []string{"e2e-test-images/agnhost", "kubernetes-e2e-test-images/agnhost"},
+		entrypoints: []string{"/agnhost", "agnhost"},
+		run:         runAgnhost,
+	},
+	{
+		name:        "registry.k8s.io/serve_hostname",
+		repos:       []string{"serve_hostname", "google_containers/serve_hostname", "google-containers/serve_hostname", "minikit/serve-hostname"},
+		entrypoints: []string{"/serve_hostname", "serve_hostname"},
+		run: func(ctx context.Context, c *container, args []string) error {
+			return serveHostname(ctx, c, args, false)
+		},
+	},
+	{
+		name:        "registry.k8s.io/pause",
+		repos:       []string{"pause", "pause-amd64", "google_containers/pause", "google_containers/pause-amd64"},
+		entrypoints: []string{"/pause"},
+		run:         runPause,
+	},
+	{
+		name:        "nginx",
+		repos:       []string{"nginx"},
+		entrypoints: nginxEntrypoints,
+		execsArgs:   true,
+		run:         nginxWelcome(80),
+	},
+	{
+		name:        "nginxinc/nginx-unprivileged",
+		repos:       []string{"nginxinc/nginx-unprivileged"},
+		entrypoints: nginxEntrypoints,
+		execsArgs:   true,
+		run:         nginxWelcome(8080),
+	},
+	{
+		name:        "nginxdemos/hello:plain-text",
+		repos:       []string{"nginxdemos/hello"},
+		variant:     plainText,
+		entrypoints: nginxEntrypoints,
+		execsArgs:   true,
+		run:         nginxHello(helloSite{port: 80, plain: true}),
+	},
+	{
+		name:        "nginxdemos/hello",
+		repos:       []string{"nginxdemos/hello"},
+		variant:     notPlainText,
+		entrypoints: nginxEntrypoints,
+		execsArgs:   true,
+		run:         nginxHello(helloSite{port: 80, clientIP: true}),
+	},
+	{
+		name:        "nginxdemos/nginx-hello:plain-text",
+		repos:       []string{"nginxdemos/nginx-hello", "nginxdemos/hello-nonroot"},
+		variant:     plainText,
+		entrypoints: nginxEntrypoints,
+		execsArgs:   true,
+		run:         nginxHello(helloSite{port: 8080, plain: true}),
+	},
+	{
+		name:        "nginxdemos/nginx-hello",
+		repos:       []string{"nginxdemos/nginx-hello", "nginxdemos/hello-nonroot"},
+		variant:     notPlainText,
+		entrypoints: nginxEntrypoints,
+		execsArgs:   true,
+		run:         nginxHello(helloSite{port: 8080}),
+	},
+	{
+		name:  "minikit/echo",
+		repos: []string{"minikit/echo"},
+		run:   runEcho,
+	},
+}
+
+// shellImages are general-purpose images that minikit runs from the host's
+// filesystem; cmd is the image's default CMD (none has an ENTRYPOINT), used when
+// the container gives neither command nor args.
+var shellImages = map[string][]string{
+	"busybox": {"sh"},
+	"alpine":  {"/bin/sh"},
+	"ubuntu":  {"/bin/bash"},
+	"debian":  {"bash"},
+}
+
+// Names lists the built-in images by canonical name, for error messages and docs.
+func Names() []string {
+	names := make([]string, 0, len(builtins))
+	for _, b := range builtins {
+		names = append(names, b.name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Resolve says how to run a container, following Kubernetes' command/args rules:
+// a command replaces the image's entrypoint, args replace its default arguments.
+func Resolve(s Spec) (Plan, error) {
+	if s.Image == "" {
+		return Plan{}, errors.New("container has no image")
+	}
+	r := parseRef(s.Image)
+	if b, ok := lookup(r); ok {
+		switch {
+		case len(s.Command) > 0 && slices.Contains(b.entrypoints, s.Command[0]):
+			return Plan{Builtin: true, Name: b.name, Argv: slices.Concat(s.Command[1:], s.Args)}, nil
+		case len(s.Command) > 0:
+			return Plan{Argv: slices.Concat(s.Command, s.Args)}, nil
+		case b.execsArgs && len(s.Args) > 0 && !slices.Contains(b.entrypoints, s.Args[0]):
+			return Plan{Argv: slices.Clone(s.Args)}, nil
+		default:
+			return Plan{Builtin: true, Name: b.name, Argv: slices.Clone(s.Args)}, nil
+		}
+	}
+	if cmd, ok := shellImages[r.repo]; ok && len(s.Command) == 0 {
+		if len(s.Args) > 0 {
+			return Plan{Argv: slices.Clone(s.Args)}, nil
+		}
+		return Plan{Argv: slices.Clone(cmd)}, nil
+	}
+	if len(s.Command) > 0 {
+		return Plan{Argv: slices.Concat(s.Command, s.Args)}, nil
+	}
+	return Plan{}, fmt.Errorf("image %q is not a built-in image of minikit and has no command; built-in images: %s",
+		s.Image, strings.Join(Names(), ", "))
+}
+
+// Run runs built-in image name (a canonical name or any reference that resolves
+// to a built-in) with args until ctx is done, then shuts its servers down
+// gracefully and returns nil. It is called inside the pod's namespaces.
+//
+// env is the container's environment (nil means this process's). The pod name is
+// env POD_NAME or MY_POD_NAME if set, else the hostname (the pod has its own UTS
+// namespace); images that serve "the hostname" (serve_hostname, agnhost,
+// nginxdemos) answer the hostname itself, as the real ones do. MINIKIT_NODE_NAME
+// and MINIKIT_POD_NAMESPACE name the node and namespace. listenHost overrides the
+// host the servers listen on ("" means all addresses). ready, if not nil, is
+// called once every socket is listening.
+func Run(ctx context.Context, name string, args []string, env map[string]string, listenHost string, ready func()) error {
+	b, ok := lookup(parseRef(name))
+	if !ok {
+		return fmt.Errorf("image %q is not a built-in image of minikit; built-in images: %s", name, strings.Join(Names(), ", "))
+	}
+	if env == nil {
+		env = environ()
+	}
+	c := newContainer(b.name, env, listenHost, os.Stdout, os.Stderr)
+	c.ready = ready
+	return c.run(ctx, b, args)
+}
+
+func environ() map[string]string {
+	env := make(map[string]string)
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// ref is an image reference reduced to what selects an image here.
+type ref struct {
+	repo string // path without registry host and without docker's "library/"
+	tag  string
+}
+
+// parseRef follows the docker reference grammar loosely: a first path component
+// containing "." or ":" or equal to "localhost" is a registry host.
+func parseRef(image string) ref {
+	s, _, _ := strings.Cut(image, "@")
+	var r ref
+	if i := strings.LastIndexByte(s, ':'); i > strings.LastIndexByte(s, '/') {
+		s, r.tag = s[:i], s[i+1:]
+	}
+	if first, rest, ok := strings.Cut(s, "/"); ok && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		s = rest
+	}
+	r.repo = strings.TrimPrefix(s, "library/")
+	return r
+}
+
+func lookup(r ref) (builtin, bool) {
+	for _, b := range builtins {
+		if slices.Contains(b.repos, r.repo) && (b.variant == nil || b.variant(r.tag)) {
+			return b, true
+		}
+	}
+	return builtin{}, false
+}

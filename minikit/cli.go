@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minikit/minikit/cluster"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/kubectl/pkg/cmd/apply"
+	"k8s.io/kubectl/pkg/cmd/delete"
+	"k8s.io/kubectl/pkg/cmd/describe"
+	"k8s.io/kubectl/pkg/cmd/get"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "minikit",
+		Short:         "A mini-Kubernetes networking stack for labs, on real kernel objects",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	configFlags := genericclioptions.NewConfigFlags(true).WithDeprecatedPasswordFlag().WithDiscoveryBurst(300).WithDiscoveryQPS(50)
+	configFlags.AddFlags(root.PersistentFlags())
+	root.PersistentPreRun = func(cmd *cobra.Command, args []string) { defaultKubeconfig(configFlags) }
+	f := cmdutil.NewFactory(configFlags)
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+
+	root.AddCommand(newServerCommand(), newVersionCommand())
+	// The client commands are kubectl's own, so that minikit get/apply/describe/delete
+	// behave exactly as the kubectl a student will use on a real cluster.
+	for _, c := range []*cobra.Command{
+		apply.NewCmdApply("minikit", f, streams),
+		get.NewCmdGet("minikit", f, streams),
+		describe.NewCmdDescribe("minikit", f, streams),
+		delete.NewCmdDelete(f, streams),
+	} {
+		root.AddCommand(c)
+	}
+	return root
+}
+
+// defaultKubeconfig finds the API as kubectl does (--kubeconfig, then KUBECONFIG),
+// then falls back to the kubeconfig a local server wrote, then to ~/.kube/config.
+func defaultKubeconfig(flags *genericclioptions.ConfigFlags) {
+	if flags.KubeConfig != nil && *flags.KubeConfig != "" {
+		return
+	}
+	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
+		return
+	}
+	local := cluster.KubeconfigPath(cluster.DefaultDataDir)
+	if _, err := os.Stat(local); err == nil {
+		*flags.KubeConfig = local
+	}
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the minikit version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintf(cmd.OutOrStdout(), "minikit %s (Kubernetes API %s)\n", version, "v1.32")
+		},
+	}
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func newServerCommand() *cobra.Command {
+	var (
+		dataDir, listen, serviceCIDR, nodePorts, advertise, logLevel string
+		sans                                                         []string
+	)
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the API server, the controllers and this node's agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
+				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel)}
+			var err error
+			if cfg.ServiceCIDR, err = netip.ParsePrefix(serviceCIDR); err != nil {
+				return fmt.Errorf("parsing --service-cidr: %w", err)
+			}
+			if cfg.NodePortMin, cfg.NodePortMax, err = parsePortRange(nodePorts); err != nil {
+				return fmt.Errorf("parsing --service-node-port-range: %w", err)
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			srv, err := cluster.StartServer(cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "minikit server ready at %s\nkubeconfig: %s\n", srv.URL, srv.Kubeconfig)
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return srv.Stop(sctx)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&dataDir, "data-dir", cluster.DefaultDataDir, "directory for the store, credentials and kubeconfig")
+	fl.StringVar(&listen, "listen", "127.0.0.1:6443", "address of the API; any non-loopback address serves TLS with a bearer token")
+	fl.StringVar(&serviceCIDR, "service-cidr", "10.96.0.0/12", "range of ClusterIPs")
+	fl.StringVar(&nodePorts, "service-node-port-range", "30000-32767", "range of NodePorts")
+	fl.StringVar(&advertise, "advertise-address", "", "address other nodes and the kubernetes Service use to reach the API")
+	fl.StringSliceVar(&sans, "tls-san", nil, "extra names or addresses for the serving certificate")
+	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func parsePortRange(s string) (int32, int32, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("want LOW-HIGH, got %q", s)
+	}
+	a, err1 := strconv.Atoi(lo)
+	b, err2 := strconv.Atoi(hi)
+	if err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+		return 0, 0, fmt.Errorf("want LOW-HIGH within 1-65535, got %q", s)
+	}
+	return int32(a), int32(b), nil
+}
