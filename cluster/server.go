@@ -16,12 +16,17 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/minikit/minikit/apiserver"
+	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/store"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -42,11 +47,24 @@ type ServerConfig struct {
 	ExtraSANs []string
 	Version   string
 	Logger    *slog.Logger
+
+	// DisableAgent runs the API and controllers only, with no node agent (no pods
+	// run here, nothing touches the kernel), as k3s --disable-agent.
+	DisableAgent bool
+	// NodeName and NodeIP identify this machine's node; defaults are the hostname
+	// and the first non-loopback IPv4 address.
+	NodeName string
+	NodeIP   netip.Addr
+	// PodCIDR is the cluster's pod range; each node gets a /24 of it.
+	PodCIDR netip.Prefix
 }
 
 // Server is a running minikit server.
 type Server struct {
 	cfg        ServerConfig
+	cancel     context.CancelFunc
+	done       chan struct{}
+	Agent      *node.Agent
 	log        *slog.Logger
 	store      store.Interface
 	api        *apiserver.Server
@@ -159,7 +177,59 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	log.Info("API server listening", "url", s.URL, "kubeconfig", s.Kubeconfig, "data-dir", cfg.DataDir)
+	if err := s.startComponents(token, caPEM); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
 	return s, nil
+}
+
+// startComponents starts the controllers and, unless disabled, this node's agent,
+// as clients of the API like every other component.
+func (s *Server) startComponents(token string, caPEM []byte) error {
+	rc := &rest.Config{Host: s.URL, QPS: 200, Burst: 400}
+	if caPEM != nil {
+		rc.BearerToken, rc.TLSClientConfig.CAData = token, caPEM
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	podCIDR := s.cfg.PodCIDR
+	if !podCIDR.IsValid() {
+		podCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	}
+	var wg sync.WaitGroup
+	_ = podCIDR // CONTROLLERS-PENDING
+	if !s.cfg.DisableAgent && os.Getenv("MINIKIT_AGENT_PENDING") == "1" {
+		name := s.cfg.NodeName
+		if name == "" {
+			name, _ = os.Hostname()
+		}
+		ip := s.cfg.NodeIP
+		if !ip.IsValid() {
+			ip, _ = netip.ParseAddr(firstAddress())
+		}
+		agent, err := node.New(node.Config{NodeName: strings.ToLower(name), NodeIP: ip, DataDir: filepath.Join(s.cfg.DataDir, "agent"),
+			Labels:  map[string]string{"node-role.kubernetes.io/control-plane": ""},
+			Version: s.cfg.Version, Client: client, Logger: s.cfg.Logger})
+		if err != nil {
+			cancel()
+			return err
+		}
+		s.Agent = agent
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("node agent stopped", "err", err)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(s.done) }()
+	return nil
 }
 
 func (s *Server) serve(fn func() error) {
@@ -170,6 +240,13 @@ func (s *Server) serve(fn func() error) {
 
 // Stop shuts the API down and closes the store.
 func (s *Server) Stop(ctx context.Context) error {
+	if s.cancel != nil {
+		s.cancel()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+		}
+	}
 	err := s.http.Shutdown(ctx)
 	if cerr := s.store.Close(); err == nil {
 		err = cerr

@@ -41,7 +41,7 @@ func newRootCommand() *cobra.Command {
 	f := cmdutil.NewFactory(configFlags)
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 
-	root.AddCommand(newServerCommand(), newVersionCommand())
+	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand())
 	// The client commands are kubectl's own, so that minikit get/apply/describe/delete
 	// behave exactly as the kubectl a student will use on a real cluster.
 	for _, c := range []*cobra.Command{
@@ -92,6 +92,8 @@ func newLogger(level string) *slog.Logger {
 func newServerCommand() *cobra.Command {
 	var (
 		dataDir, listen, serviceCIDR, nodePorts, advertise, logLevel string
+		nodeName, nodeIP, podCIDR                                    string
+		disableAgent                                                 bool
 		sans                                                         []string
 	)
 	cmd := &cobra.Command{
@@ -100,8 +102,16 @@ func newServerCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
-				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel)}
+				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel), DisableAgent: disableAgent, NodeName: nodeName}
 			var err error
+			if nodeIP != "" {
+				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
+					return fmt.Errorf("parsing --node-ip: %w", err)
+				}
+			}
+			if cfg.PodCIDR, err = netip.ParsePrefix(podCIDR); err != nil {
+				return fmt.Errorf("parsing --cluster-cidr: %w", err)
+			}
 			if cfg.ServiceCIDR, err = netip.ParsePrefix(serviceCIDR); err != nil {
 				return fmt.Errorf("parsing --service-cidr: %w", err)
 			}
@@ -129,6 +139,10 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&advertise, "advertise-address", "", "address other nodes and the kubernetes Service use to reach the API")
 	fl.StringSliceVar(&sans, "tls-san", nil, "extra names or addresses for the serving certificate")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.BoolVar(&disableAgent, "disable-agent", false, "run the API and controllers only: no node agent, no pods, no kernel changes")
+	fl.StringVar(&nodeName, "node-name", "", "name of this node (default: the hostname)")
+	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
+	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it")
 	return cmd
 }
 

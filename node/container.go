@@ -1,0 +1,372 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minikit/minikit/images"
+	"github.com/minikit/minikit/sandbox"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var sigterm = syscall.SIGTERM
+
+// Restart back-off as the kubelet does it: 10s doubling to 5 minutes, reset after
+// a container ran for 10 minutes.
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+	backoffReset   = 10 * time.Minute
+)
+
+// containerState is the persisted part of a container.
+type containerState struct {
+	PID          int       `json:"pid"`
+	ProcStart    uint64    `json:"procStart"` // /proc/PID/stat starttime, to tell PID reuse
+	StartedAt    time.Time `json:"startedAt"`
+	RestartCount int32     `json:"restartCount"`
+	Image        string    `json:"image"`
+}
+
+// container is one running (or waiting) container process of a pod.
+type container struct {
+	w    *podWorker
+	name string
+
+	mu           sync.Mutex
+	pid          int
+	procStart    uint64
+	startedAt    time.Time
+	running      bool
+	exited       chan struct{}
+	restartCount int32
+	lastTerm     *corev1.ContainerStateTerminated
+	waitReason   string
+	waitMessage  string
+	backoff      time.Duration
+	nextStart    time.Time
+	stopping     bool
+	image        string
+
+	ready, started bool
+	probeCancel    context.CancelFunc
+	livenessFailed bool
+}
+
+func (c *container) persisted() *containerState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &containerState{PID: c.pid, ProcStart: c.procStart, StartedAt: c.startedAt, RestartCount: c.restartCount, Image: c.image}
+}
+
+// adoptContainer picks up a process a previous agent started, if it still runs.
+func adoptContainer(w *podWorker, name string, cs *containerState) *container {
+	c := &container{w: w, name: name, restartCount: cs.RestartCount, image: cs.Image}
+	if cs.PID > 0 && procStartTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
+		c.pid, c.procStart, c.startedAt, c.running = cs.PID, cs.ProcStart, cs.StartedAt, true
+		c.exited = make(chan struct{})
+		go c.watchAdopted()
+		w.logf("adopted running container", "container", name, "pid", cs.PID)
+	}
+	return c
+}
+
+// watchAdopted polls an adopted process (not our child, so it cannot be waited for).
+func (c *container) watchAdopted() {
+	for {
+		time.Sleep(500 * time.Millisecond)
+		c.mu.Lock()
+		pid, start, detached := c.pid, c.procStart, !c.running && c.exited == nil
+		c.mu.Unlock()
+		if detached {
+			return
+		}
+		if procStartTime(pid) != start {
+			// Exit code unknown: the process was reaped by init.
+			c.finished(-1, "Unknown")
+			return
+		}
+	}
+}
+
+// procStartTime reads a process's start time in clock ticks (0 if it is gone).
+func procStartTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+func (w *podWorker) logPath(name string) string {
+	return filepath.Join(w.dir(), "logs", name+".log")
+}
+
+// ensureContainers starts containers that should run and are due to.
+func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
+	for _, spec := range pod.Spec.Containers {
+		c := w.containers[spec.Name]
+		if c == nil {
+			c = &container{w: w, name: spec.Name}
+			w.containers[spec.Name] = c
+		}
+		c.mu.Lock()
+		running, lastTerm, due := c.running, c.lastTerm, time.Now().After(c.nextStart)
+		c.mu.Unlock()
+		if running {
+			c.ensureProbes(ctx, pod, spec)
+			continue
+		}
+		if lastTerm != nil && !shouldRestart(pod.Spec.RestartPolicy, lastTerm.ExitCode) {
+			continue
+		}
+		if !due {
+			c.mu.Lock()
+			c.waitReason, c.waitMessage = "CrashLoopBackOff",
+				fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", c.backoff, spec.Name, pod.Name, pod.Namespace, pod.UID)
+			wake := time.Until(c.nextStart)
+			c.mu.Unlock()
+			time.AfterFunc(wake, w.wake)
+			continue
+		}
+		if err := c.start(pod, spec); err != nil {
+			w.a.log.Warn("starting container", "pod", pod.Namespace+"/"+pod.Name, "container", spec.Name, "err", err)
+			continue
+		}
+		c.ensureProbes(ctx, pod, spec)
+		w.saveState()
+	}
+}
+
+func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true
+}
+
+// start runs the container's process inside the pod's namespaces.
+func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
+	plan, err := images.Resolve(images.Spec{Image: spec.Image, Command: spec.Command, Args: spec.Args})
+	if err != nil {
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "ErrImagePull", err.Error()
+		c.mu.Unlock()
+		return err
+	}
+	w := c.w
+	argv := plan.Argv
+	if plan.Builtin {
+		argv = append([]string{w.a.cfg.Executable, "__image-run", plan.Name}, plan.Argv...)
+	}
+	argv = sandbox.ExecArgv(sandbox.NetNSPath(w.state.NetNS), sandbox.PodUTSPath(w.state.NetNS), sandbox.PodMntPath(w.state.NetNS), argv)
+	if err := os.MkdirAll(filepath.Dir(w.logPath(c.name)), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(w.logPath(c.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening log of container %q: %w", c.name, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = containerEnv(pod, spec, w.a.cfg.NodeName, w.state.IP)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group, no parent-death signal: containers outlive an agent restart.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "RunContainerError", err.Error()
+		c.mu.Unlock()
+		return fmt.Errorf("starting container %q: %w", c.name, err)
+	}
+	c.mu.Lock()
+	c.pid, c.procStart, c.startedAt, c.running = cmd.Process.Pid, procStartTime(cmd.Process.Pid), time.Now(), true
+	c.exited = make(chan struct{})
+	c.waitReason, c.waitMessage, c.image = "", "", spec.Image
+	c.ready, c.started, c.livenessFailed = spec.ReadinessProbe == nil, spec.StartupProbe == nil, false
+	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+		}
+		c.finished(code, "")
+	}()
+	return nil
+}
+
+// finished records a container's exit and schedules its restart back-off.
+func (c *container) finished(code int, reason string) {
+	c.mu.Lock()
+	if !c.running {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if reason == "" {
+		reason = "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		if code == 137 && c.livenessFailed {
+			reason = "Error"
+		}
+	}
+	c.lastTerm = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason,
+		StartedAt: metav1.NewTime(c.startedAt.Truncate(time.Second)), FinishedAt: metav1.NewTime(now.Truncate(time.Second)),
+		ContainerID: containerID(c.w.uid, c.name, c.procStart)}
+	c.running, c.ready = false, false
+	if now.Sub(c.startedAt) > backoffReset {
+		c.backoff = 0
+	}
+	if !c.stopping {
+		c.restartCount++
+		switch {
+		case c.backoff == 0:
+			c.backoff = backoffInitial
+		case c.backoff < backoffMax:
+			c.backoff = min(2*c.backoff, backoffMax)
+		}
+		// The first restart is immediate, as the kubelet's first back-off step is short.
+		if c.restartCount == 1 {
+			c.nextStart = now
+		} else {
+			c.nextStart = now.Add(c.backoff)
+		}
+	}
+	close(c.exited)
+	cancel := c.probeCancel
+	c.probeCancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	c.w.wake()
+}
+
+func containerID(uid types.UID, name string, start uint64) string {
+	return "minikit://" + string(uid)[:8] + "-" + name + "-" + strconv.FormatUint(start, 10)
+}
+
+func (c *container) signal(sig syscall.Signal) {
+	c.mu.Lock()
+	pid, running := c.pid, c.running
+	c.mu.Unlock()
+	if running && pid > 0 {
+		syscall.Kill(-pid, sig)
+		syscall.Kill(pid, sig)
+	}
+}
+
+func (c *container) waitUntil(deadline time.Time) {
+	c.mu.Lock()
+	ch, running := c.exited, c.running
+	c.mu.Unlock()
+	if !running || ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(time.Until(deadline)):
+	}
+}
+
+// kill ends the container's process group at once.
+func (c *container) kill(why string) {
+	c.mu.Lock()
+	running, ch := c.running, c.exited
+	c.mu.Unlock()
+	if !running {
+		return
+	}
+	c.signal(syscall.SIGKILL)
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			c.w.a.log.Warn("container did not exit after SIGKILL", "container", c.name, "why", why)
+		}
+	}
+}
+
+// detach forgets the process without stopping it (the agent is stopping).
+func (c *container) detach() {
+	c.closeProbes()
+}
+
+func (c *container) closeProbes() {
+	c.mu.Lock()
+	cancel := c.probeCancel
+	c.probeCancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// containerEnv is the process environment: the container's env with the downward
+// API fields labs use, plus what built-in images read.
+func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP string) []string {
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOSTNAME=" + podHostname(pod),
+		"HOME=/root",
+		"MINIKIT_NODE_NAME=" + nodeName,
+		"MINIKIT_POD_NAMESPACE=" + pod.Namespace,
+		"MINIKIT_POD_NAME=" + pod.Name,
+		"POD_NAME=" + pod.Name,
+	}
+	for _, e := range spec.Env {
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.name":
+				v = pod.Name
+			case "metadata.namespace":
+				v = pod.Namespace
+			case "metadata.uid":
+				v = string(pod.UID)
+			case "spec.nodeName":
+				v = nodeName
+			case "spec.serviceAccountName":
+				v = pod.Spec.ServiceAccountName
+			case "status.podIP", "status.podIPs":
+				v = podIP
+			case "status.hostIP", "status.hostIPs":
+				v = pod.Status.HostIP
+			}
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env
+}

@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// PodNSDir holds the persistent UTS and mount namespaces of pods, one
+// directory per pod: PodNSDir/NAME/uts and PodNSDir/NAME/mnt.
+//
+// PodNSDir is a private bind mount of itself. A mount namespace file may
+// only be bind-mounted from a namespace older than the one it names (the
+// kernel's mnt_ns_loop check), and it must not propagate anywhere: on a
+// shared mount the bind would be copied into peer namespaces, possibly into
+// the very namespace it pins, which then can never be freed. util-linux's
+// unshare --mount=FILE documents the same recipe.
+const PodNSDir = "/run/minikit/ns"
+
+// PodUTSPath returns the UTS namespace file of the named pod.
+func PodUTSPath(name string) string { return filepath.Join(PodNSDir, name, "uts") }
+
+// PodMntPath returns the mount namespace file of the named pod.
+func PodMntPath(name string) string { return filepath.Join(PodNSDir, name, "mnt") }
+
+// PodNamespacesExist reports whether both of the pod's namespace files are
+// live namespaces.
+func PodNamespacesExist(name string) bool {
+	return validName(name) == nil && isNSFile(PodUTSPath(name)) && isNSFile(PodMntPath(name))
+}
+
+// CreatePodNamespaces creates the pod's persistent UTS namespace (hostname
+// set to hostname) and mount namespace, and pins them at PodUTSPath and
+// PodMntPath. The mount namespace is a copy of the node's with every mount
+// made private (nothing a pod mounts leaks out, and it is not disturbed by
+// the node's later mounts) and with the files at resolvConf and hosts
+// bind-mounted over /etc/resolv.conf and /etc/hosts, as `ip netns exec`
+// does with /etc/netns/NAME. Empty paths leave the node's file visible. The
+// per-pod files should be rewritten in place, not replaced by rename: the
+// bind mount holds the inode.
+//
+// If both namespaces already exist they are left as they are (call
+// DeletePodNamespaces first to change the hostname or files); half-created
+// leftovers are removed and recreated.
+func CreatePodNamespaces(name, hostname, resolvConf, hosts string) error {
+	if err := validName(name); err != nil {
+		return fmt.Errorf("creating namespaces of pod: %w", err)
+	}
+	if PodNamespacesExist(name) {
+		return nil
+	}
+	wrap := func(err error) error { return fmt.Errorf("creating namespaces of pod %q: %w", name, err) }
+	if err := DeletePodNamespaces(name); err != nil {
+		return err
+	}
+	if err := ensureMountPoint(PodNSDir, unix.MS_PRIVATE|unix.MS_REC); err != nil {
+		return wrap(err)
+	}
+	dir := filepath.Join(PodNSDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return wrap(err)
+	}
+	for _, p := range []string{PodUTSPath(name), PodMntPath(name)} {
+		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE, 0)
+		if err != nil {
+			return wrap(err)
+		}
+		f.Close()
+	}
+	if err := pinPodNamespaces(name, hostname, resolvConf, hosts); err != nil {
+		DeletePodNamespaces(name)
+		return wrap(err)
+	}
+	return nil
+}
+
+// pinPodNamespaces builds the namespaces on a throwaway thread and pins
+// them from the calling goroutine's thread, which is still in the node's
+// mount namespace: the bind mounts must land there, and mnt_ns_loop only
+// allows binding a mount namespace newer than the caller's.
+func pinPodNamespaces(name, hostname, resolvConf, hosts string) error {
+	type built struct {
+		tid int
+		err error
+	}
+	ready := make(chan built, 1)
+	release := make(chan struct{})
+	// The thread ends up in a private mount namespace with its own
+	// fs_struct and must never run other goroutines.
+	go lockedThread(func() bool {
+		ready <- built{tid: unix.Gettid(), err: buildPodNamespaces(hostname, resolvConf, hosts)}
+		<-release
+		return false
+	})
+	b := <-ready
+	defer close(release)
+	if b.err != nil {
+		return b.err
+	}
+	proc := "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(b.tid) + "/ns/"
+	if err := unix.Mount(proc+"uts", PodUTSPath(name), "none", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("pinning UTS namespace: %w", err)
+	}
+	if err := unix.Mount(proc+"mnt", PodMntPath(name), "none", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("pinning mount namespace: %w", err)
+	}
+	return nil
+}
+
+// buildPodNamespaces runs on a locked, throwaway thread. unshare of
+// CLONE_NEWNS is allowed on one thread of a multithreaded process (it
+// implies unsharing the thread's fs_struct); it is setns into a mount
+// namespace that is not, which is why processes enter through nsenter.
+func buildPodNamespaces(hostname, resolvConf, hosts string) error {
+	if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
+		return fmt.Errorf("unsharing UTS namespace: %w", err)
+	}
+	if err := unix.Sethostname([]byte(hostname)); err != nil {
+		return fmt.Errorf("setting hostname %q: %w", hostname, err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unsharing mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "none", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	for _, m := range []struct{ src, dst string }{{resolvConf, "/etc/resolv.conf"}, {hosts, "/etc/hosts"}} {
+		if m.src == "" {
+			continue
+		}
+		if err := unix.Mount(m.src, m.dst, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s over %s: %w", m.src, m.dst, err)
+		}
+	}
+	// The copy of PodNSDir would hold other pods' UTS namespaces alive and
+	// is of no use inside a pod.
+	if err := unix.Unmount(PodNSDir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("detaching %s: %w", PodNSDir, err)
+	}
+	return nil
+}
+
+// DeletePodNamespaces unpins and removes the pod's UTS and mount
+// namespaces. Missing pieces are not errors.
+func DeletePodNamespaces(name string) error {
+	if err := validName(name); err != nil {
+		return fmt.Errorf("deleting namespaces of pod: %w", err)
+	}
+	for _, p := range []string{PodUTSPath(name), PodMntPath(name)} {
+		if err := unmountAndRemove(p); err != nil {
+			return fmt.Errorf("deleting namespaces of pod %q: %w", name, err)
+		}
+	}
+	if err := os.Remove(filepath.Join(PodNSDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("deleting namespaces of pod %q: %w", name, err)
+	}
+	return nil
+}
+
+// Nsenter is the util-linux program ExecArgv runs.
+const Nsenter = "nsenter"
+
+// ExecArgv returns the argv that runs argv inside the given network, UTS
+// and mount namespace files (empty paths are skipped):
+//
+//	nsenter --net=P --uts=P --mount=P -- argv...
+//
+// Go cannot do this itself: setns(CLONE_NEWNS) fails with EINVAL in a
+// process whose threads share an fs_struct, which every Go process is.
+// nsenter is single-threaded C, opens all the files before entering any,
+// and then execs argv directly (no fork for these namespace types), so the
+// process started by exec.Cmd is the pod process itself and signals and
+// exit status go straight to it. Entering a mount namespace moves the
+// working directory to its root, so exec.Cmd.Dir does not carry over.
+func ExecArgv(netnsPath, utsPath, mntPath string, argv []string) []string {
+	out := []string{Nsenter}
+	if netnsPath != "" {
+		out = append(out, "--net="+netnsPath)
+	}
+	if utsPath != "" {
+		out = append(out, "--uts="+utsPath)
+	}
+	if mntPath != "" {
+		out = append(out, "--mount="+mntPath)
+	}
+	out = append(out, "--")
+	return append(out, argv...)
+}
