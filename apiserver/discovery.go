@@ -100,6 +100,11 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 				Kind: scaleGVK.Kind, Verbs: verbsStatus,
 			})
 		}
+		if res.name == "pods" {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"},
+			})
+		}
 		if res.name == "namespaces" {
 			list.APIResources = append(list.APIResources, metav1.APIResource{
 				Name: "namespaces/finalize", Kind: "Namespace", Verbs: metav1.Verbs{"update"},

@@ -43,6 +43,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, rq reques
 		}
 	case rq.sub == "scale":
 		return s.serveScale(w, r, rq)
+	case rq.sub == "log":
+		return s.servePodLog(w, r, rq)
 	default:
 		switch r.Method {
 		case http.MethodGet:
@@ -90,7 +92,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, res *resource, 
 	if wantsTable(r) && r.Method == http.MethodGet {
 		t, err := printers.Table(res.name, []runtime.Object{obj}, r.URL.Query().Get("includeObject"), s.now())
 		if err != nil {
-			return err
+			return apierrors.NewBadRequest(err.Error()) // an unknown includeObject
 		}
 		writeValue(w, r, code, t)
 		return nil
@@ -166,7 +168,7 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, rq request) e
 	if table {
 		t, err := printers.Table(rq.res.name, objs, r.URL.Query().Get("includeObject"), s.now())
 		if err != nil {
-			return err
+			return apierrors.NewBadRequest(err.Error()) // an unknown includeObject
 		}
 		t.ResourceVersion = strconv.FormatInt(rev, 10)
 		writeValue(w, r, http.StatusOK, t)
@@ -486,7 +488,12 @@ func applyPatch(pt types.PatchType, cur, patch []byte, schema runtime.Object) ([
 	case types.JSONPatchType:
 		var p jsonpatch.Patch
 		if p, err = jsonpatch.DecodePatch(patch); err == nil {
-			out, err = p.Apply(cur)
+			if out, err = p.Apply(cur); err != nil {
+				// A well-formed patch that does not apply (a failed test, a missing
+				// path) is 422, as kube-apiserver answers; a malformed one is 400.
+				return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", schemaGR, "",
+					fmt.Sprintf("applying %s patch: %v", pt, err), 0, false)
+			}
 		}
 	case types.MergePatchType:
 		out, err = jsonpatch.MergePatch(cur, patch)

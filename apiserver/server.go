@@ -37,6 +37,8 @@ type Config struct {
 	Port             int32
 	// Version is reported by /version.
 	Version string
+	// NodeToken authenticates the API server to node agents (pods/log).
+	NodeToken string
 }
 
 // Server serves the API. Create it with New.
@@ -195,6 +197,10 @@ func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 		}
 	case "finalize":
 		if rq.res.name != "namespaces" {
+			return rq, notFoundPath()
+		}
+	case "log":
+		if rq.res.name != "pods" {
 			return rq, notFoundPath()
 		}
 	default:

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/apiserver"
+	"github.com/minikit/minikit/controllers"
 	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/store"
@@ -147,6 +148,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if !loopback {
 		apiCfg.Token = token
 	}
+	apiCfg.NodeToken = token
 	api, err := apiserver.New(apiCfg)
 	if err != nil {
 		ln.Close()
@@ -201,8 +203,15 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if !podCIDR.IsValid() {
 		podCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	}
+	ctrl := controllers.New(client, s.cfg.Logger, controllers.Options{PodCIDR: podCIDR, NodeCIDRMaskSize: 24})
 	var wg sync.WaitGroup
-	_ = podCIDR // CONTROLLERS-PENDING
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := ctrl.Run(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("controllers stopped", "err", err)
+		}
+	}()
 	if !s.cfg.DisableAgent && os.Getenv("MINIKIT_AGENT_PENDING") == "1" {
 		name := s.cfg.NodeName
 		if name == "" {
@@ -214,7 +223,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		}
 		agent, err := node.New(node.Config{NodeName: strings.ToLower(name), NodeIP: ip, DataDir: filepath.Join(s.cfg.DataDir, "agent"),
 			Labels:  map[string]string{"node-role.kubernetes.io/control-plane": ""},
-			Version: s.cfg.Version, Client: client, Logger: s.cfg.Logger})
+			Version: s.cfg.Version, Client: client, Logger: s.cfg.Logger, Token: token})
 		if err != nil {
 			cancel()
 			return err

@@ -22,6 +22,7 @@ import (
 	"k8s.io/kubectl/pkg/cmd/delete"
 	"k8s.io/kubectl/pkg/cmd/describe"
 	"k8s.io/kubectl/pkg/cmd/get"
+	"k8s.io/kubectl/pkg/cmd/logs"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
@@ -41,7 +42,7 @@ func newRootCommand() *cobra.Command {
 	f := cmdutil.NewFactory(configFlags)
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 
-	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand())
+	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(f, streams), newDownCommand())
 	// The client commands are kubectl's own, so that minikit get/apply/describe/delete
 	// behave exactly as the kubectl a student will use on a real cluster.
 	for _, c := range []*cobra.Command{
@@ -49,6 +50,7 @@ func newRootCommand() *cobra.Command {
 		get.NewCmdGet("minikit", f, streams),
 		describe.NewCmdDescribe("minikit", f, streams),
 		delete.NewCmdDelete(f, streams),
+		logs.NewCmdLogs(f, streams),
 	} {
 		root.AddCommand(c)
 	}

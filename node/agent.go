@@ -26,6 +26,7 @@ import (
 
 	"github.com/minikit/minikit/sandbox"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,7 +37,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"golang.org/x/sys/unix"
 )
 
 // KubeletVersion is what the Node reports as its kubelet version.
@@ -66,6 +66,10 @@ type Config struct {
 	ResolvConf string
 	Client     kubernetes.Interface
 	Logger     *slog.Logger
+	// Token authenticates the API server's log requests; LogsAddr is where they are
+	// served (default NodeIP:10250). Without a token, no log endpoint is served.
+	Token    string
+	LogsAddr string
 }
 
 // Agent is a running node agent.
@@ -102,11 +106,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ResolvConf == "" {
 		cfg.ResolvConf = "/etc/resolv.conf"
 	}
-	sum := sha256.Sum256([]byte(cfg.NodeName))
 	return &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
-		prefix: "mk-" + hex.EncodeToString(sum[:2]) + "-",
+		prefix: sandboxPrefix(cfg.NodeName),
 	}, nil
 }
 
@@ -156,6 +159,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if err := a.adoptAndClean(ctx); err != nil {
 		a.log.Error("cleaning up sandboxes of deleted pods", "err", err)
+	}
+	if a.cfg.Token != "" {
+		addr := a.cfg.LogsAddr
+		if addr == "" && a.cfg.NodeIP.IsValid() {
+			addr = netip.AddrPortFrom(a.cfg.NodeIP, KubeletPort).String()
+		}
+		go func() {
+			if err := a.serveLogs(ctx, addr, a.cfg.Token); err != nil {
+				a.log.Error("serving container logs", "err", err)
+			}
+		}()
 	}
 	close(a.ready)
 	a.log.Info("node agent ready", "podCIDR", cidr, "nodeIP", a.cfg.NodeIP)
@@ -213,8 +227,17 @@ func (a *Agent) stopWorkers() {
 	}
 }
 
-// sandboxName is the pod's network namespace name: node-scoped, so nodes that share
+// SandboxName is the network namespace of a pod: node-scoped, so nodes that share
 // /run/netns (lab nodes on one machine) never touch each other's pods.
+func SandboxName(nodeName string, uid types.UID) string {
+	return sandboxPrefix(nodeName) + strings.ReplaceAll(string(uid), "-", "")[:10]
+}
+
+func sandboxPrefix(nodeName string) string {
+	sum := sha256.Sum256([]byte(nodeName))
+	return "mk-" + hex.EncodeToString(sum[:2]) + "-"
+}
+
 func (a *Agent) sandboxName(uid types.UID) string {
 	return a.prefix + strings.ReplaceAll(string(uid), "-", "")[:10]
 }

@@ -590,3 +590,27 @@ func (n *Node) deleteHostVeths(name string) error {
 	}
 	return nil
 }
+
+// DeleteBridge removes the node's bridge (used by `minikit down`); a missing
+// bridge is not an error.
+func (n *Node) DeleteBridge() error {
+	if err := validLinkName(n.Bridge); err != nil {
+		return err
+	}
+	hs, err := n.openHost()
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	l, err := hs.h.LinkByName(n.Bridge)
+	if isLinkNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("finding bridge %q: %w", n.Bridge, err)
+	}
+	if err := hs.h.LinkDel(l); err != nil {
+		return fmt.Errorf("deleting bridge %q: %w", n.Bridge, err)
+	}
+	return nil
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what minikit's demo and tests need on a Debian/Ubuntu machine (Go is assumed).
+set -euo pipefail
+need=()
+command -v iptables-restore >/dev/null || need+=(iptables)
+command -v ip >/dev/null || need+=(iproute2)
+command -v dig >/dev/null || need+=(dnsutils)
+command -v curl >/dev/null || need+=(curl)
+command -v nsenter >/dev/null || need+=(util-linux)
+command -v ping >/dev/null || need+=(iputils-ping)
+command -v kubectl >/dev/null || need+=(kubernetes-client)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  if ! apt-get install -y -qq "${need[@]}" >/dev/null; then
+    # kubernetes-client is not in every release; everything else is required.
+    apt-get install -y -qq "${need[@]/kubernetes-client}" >/dev/null
+  fi
+fi
+if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
+  export PATH=$PATH:/usr/local/go/bin
+fi
+command -v go >/dev/null || { echo "Go is required (https://go.dev/dl/)" >&2; exit 1; }

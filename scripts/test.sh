@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command: installs prerequisites, then runs every test tier (unit, root
+# tests in throwaway namespaces, end to end with the real binary and kubectl).
+# Must run as root. Fails if any test was skipped: a skipped end-to-end test
+# proves nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "run as root: sudo $0" >&2; exit 1; }
+./scripts/deps.sh
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+export CI=${CI:-true}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+go vet ./...
+go test -race -count=1 -timeout 40m -v ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
+status=${PIPESTATUS[0]}
+passed=$(grep -cE '^\s*--- PASS' "$log" || true)
+failed=$(grep -cE '^\s*--- FAIL' "$log" || true)
+skipped=$(grep -cE '^\s*--- SKIP' "$log" || true)
+if [ "$status" != 0 ] || [ "$failed" != 0 ]; then
+  grep -B2 -A30 -E '^\s*--- FAIL' "$log" | head -300 || true
+  status=1
+fi
+if [ "$skipped" != 0 ]; then
+  echo "skipped tests (not allowed: every tier must run here):"
+  grep -A3 -E '^\s*--- SKIP' "$log"
+  status=1
+fi
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+exit "$status"
