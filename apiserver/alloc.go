@@ -73,7 +73,8 @@ func keepAllocated(svc, old *corev1.Service) {
 				continue
 			}
 			for _, op := range old.Spec.Ports {
-				if op.Port == p.Port && op.Protocol == p.Protocol && op.NodePort != 0 {
+				// The update is not defaulted yet: an empty protocol is TCP.
+				if op.Port == p.Port && orTCP(op.Protocol) == orTCP(p.Protocol) && op.NodePort != 0 {
 					p.NodePort = op.NodePort
 				}
 			}
@@ -114,6 +115,13 @@ func dropTypeDependentFields(svc, old *corev1.Service) {
 		old.Spec.AllocateLoadBalancerNodePorts != nil && *svc.Spec.AllocateLoadBalancerNodePorts == *old.Spec.AllocateLoadBalancerNodePorts {
 		svc.Spec.AllocateLoadBalancerNodePorts = nil
 	}
+}
+
+func orTCP(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
 }
 
 func needsClusterIP(svc *corev1.Service) bool {
@@ -206,7 +214,8 @@ func (s *Server) allocateService(tx store.Tx, svc, old *corev1.Service) error {
 			}
 			svc.Spec.ClusterIP = ip
 		} else if err := claim(tx, allocIPPrefix+svc.Spec.ClusterIP, owner); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("clusterIPs").Index(0), svc.Spec.ClusterIP,
+			// Kubernetes names the whole list, not its first element.
+			errs = append(errs, field.Invalid(spec.Child("clusterIPs"), []string{svc.Spec.ClusterIP},
 				"failed to allocate IP "+svc.Spec.ClusterIP+": provided IP is already allocated"))
 		}
 		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}

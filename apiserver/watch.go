@@ -37,6 +37,12 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		return err
 	}
 	q := r.URL.Query()
+	if wantsTable(r) {
+		// Reject an unknown includeObject before the stream starts, as for a list.
+		if _, err := printers.Table(rq.res.name, nil, q.Get("includeObject"), s.now()); err != nil {
+			return apierrors.NewBadRequest(err.Error())
+		}
+	}
 	rvParam := q.Get("resourceVersion")
 	initial := rvParam == "" || rvParam == "0" || q.Get("sendInitialEvents") == "true"
 	var fromRev int64

@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/apiserver"
+	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/controllers"
 	"github.com/minikit/minikit/node"
-	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/store"
 
 	"k8s.io/client-go/kubernetes"
