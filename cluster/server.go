@@ -62,17 +62,19 @@ type ServerConfig struct {
 
 // Server is a running minikit server.
 type Server struct {
-	cfg        ServerConfig
-	cancel     context.CancelFunc
-	done       chan struct{}
-	Agent      *node.Agent
-	log        *slog.Logger
-	store      store.Interface
-	api        *apiserver.Server
-	http       *http.Server
-	listener   net.Listener
-	URL        string
-	Kubeconfig string
+	cfg    ServerConfig
+	cancel context.CancelFunc
+	done   chan struct{}
+	// cancelRequests ends long-running requests (watches, log streams) on Stop.
+	cancelRequests context.CancelFunc
+	Agent          *node.Agent
+	log            *slog.Logger
+	store          store.Interface
+	api            *apiserver.Server
+	http           *http.Server
+	listener       net.Listener
+	URL            string
+	Kubeconfig     string
 }
 
 // KubeconfigPath is where a server with this data dir writes its kubeconfig.
@@ -156,7 +158,9 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, store: st, api: api, listener: ln}
-	s.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
+	baseCtx, cancelBase := context.WithCancel(context.Background())
+	s.cancelRequests = cancelBase
+	s.http = &http.Server{Handler: api.Handler(), BaseContext: func(net.Listener) context.Context { return baseCtx }, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
 	urlHost := net.JoinHostPort(host, strconv.Itoa(port))
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		urlHost = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -212,7 +216,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 			s.log.Error("controllers stopped", "err", err)
 		}
 	}()
-	if !s.cfg.DisableAgent && os.Getenv("MINIKIT_AGENT_PENDING") == "1" {
+	if !s.cfg.DisableAgent {
 		name := s.cfg.NodeName
 		if name == "" {
 			name, _ = os.Hostname()
@@ -221,7 +225,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		if !ip.IsValid() {
 			ip, _ = netip.ParseAddr(firstAddress())
 		}
-		agent, err := node.New(node.Config{NodeName: strings.ToLower(name), NodeIP: ip, DataDir: filepath.Join(s.cfg.DataDir, "agent"),
+		agent, err := node.New(node.Config{NodeName: strings.ToLower(name), NodeIP: ip, DataDir: agentDir(s.cfg.DataDir),
 			Labels:  map[string]string{"node-role.kubernetes.io/control-plane": ""},
 			Version: s.cfg.Version, Client: client, Logger: s.cfg.Logger, Token: token})
 		if err != nil {
@@ -256,6 +260,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	s.cancelRequests()
 	err := s.http.Shutdown(ctx)
 	if cerr := s.store.Close(); err == nil {
 		err = cerr

@@ -42,7 +42,9 @@ func newRootCommand() *cobra.Command {
 	f := cmdutil.NewFactory(configFlags)
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 
-	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(f, streams), newDownCommand())
+	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(f, streams), newDownCommand(),
+		newAgentCommand(), newLabCommand())
+	root.AddCommand(newLabHelperCommands()...)
 	// The client commands are kubectl's own, so that minikit get/apply/describe/delete
 	// behave exactly as the kubectl a student will use on a real cluster.
 	for _, c := range []*cobra.Command{

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/sandbox"
 
 	"golang.org/x/sys/unix"
@@ -66,6 +67,9 @@ type Config struct {
 	ResolvConf string
 	Client     kubernetes.Interface
 	Logger     *slog.Logger
+	// ClusterCIDR is the whole pod network (default 10.244.0.0/16): traffic from it
+	// to elsewhere is masqueraded.
+	ClusterCIDR netip.Prefix
 	// Token authenticates the API server's log requests; LogsAddr is where they are
 	// served (default NodeIP:10250). Without a token, no log endpoint is served.
 	Token    string
@@ -81,6 +85,9 @@ type Agent struct {
 	net  *sandbox.Node
 	ipam *sandbox.IPAM
 	pods corelisters.PodLister
+
+	ipt                     iptables.Interface
+	masqApplied, masqJumped bool
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -102,6 +109,9 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("finding the minikit binary: %w", err)
 		}
 		cfg.Executable = exe
+	}
+	if !cfg.ClusterCIDR.IsValid() {
+		cfg.ClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	}
 	if cfg.ResolvConf == "" {
 		cfg.ResolvConf = "/etc/resolv.conf"
@@ -137,6 +147,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	go a.heartbeat(ctx)
+	if a.ipt, err = iptables.New(); err != nil {
+		a.log.Warn("no iptables: pods cannot reach outside the cluster network", "err", err)
+		a.ipt = nil
+	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.cfg.NodeName).String()
@@ -153,8 +167,25 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.podChanged(ctx, o)
 		},
 	})
+	nodeFactory := informers.NewSharedInformerFactory(a.client, 0)
+	nodeInf := nodeFactory.Core().V1().Nodes()
+	netSync := make(chan struct{}, 1)
+	kick := func(any) {
+		select {
+		case netSync <- struct{}{}:
+		default:
+		}
+	}
+	nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: kick, UpdateFunc: func(o, n any) {
+			if o.(*corev1.Node).Spec.PodCIDR != n.(*corev1.Node).Spec.PodCIDR || internalIP(o.(*corev1.Node)) != internalIP(n.(*corev1.Node)) {
+				kick(n)
+			}
+		}, DeleteFunc: kick,
+	})
 	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	nodeFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced, nodeInf.Informer().HasSynced) {
 		return ctx.Err()
 	}
 	if err := a.adoptAndClean(ctx); err != nil {
@@ -171,6 +202,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	a.syncNetwork(nodeInf.Lister())
 	close(a.ready)
 	a.log.Info("node agent ready", "podCIDR", cidr, "nodeIP", a.cfg.NodeIP)
 	t := time.NewTicker(resyncPeriod)
@@ -180,7 +212,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			a.stopWorkers()
 			return nil
+		case <-netSync:
+			a.syncNetwork(nodeInf.Lister())
 		case <-t.C:
+			a.syncNetwork(nodeInf.Lister())
 			if err := a.net.EnsureBridge(); err != nil {
 				a.log.Error("repairing cni0", "err", err)
 			}

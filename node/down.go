@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/sandbox"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -55,6 +56,15 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		log.Info("removed pod sandbox", "pod", w.state.Namespace+"/"+w.state.Name, "netns", w.state.NetNS)
 	}
 	os.Remove(filepath.Join(dataDir, "ipam.json"))
+	if _, err := a.net.SyncRoutes(nil); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	if ipt, err := iptables.New(); err == nil {
+		ipt.DeleteRule(iptables.TableNAT, "POSTROUTING", "-m", "comment", "--comment", "minikit pod masquerade", "-j", masqChain)
+		if err := ipt.DeleteChain(iptables.TableNAT, masqChain); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
 	if removeBridge {
 		if err := a.net.DeleteBridge(); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("deleting cni0: %w", err)

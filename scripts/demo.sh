@@ -49,7 +49,7 @@ in_node ip addr add 192.168.56.10/24 dev eth1
 in_node ip link set eth1 up
 
 step "starting minikit server inside $NODE"
-MINIKIT_AGENT_PENDING=1 in_node "$BIN" server --data-dir "$DIR/data" --listen 127.0.0.1:6443 \
+nsenter --net=/run/netns/"$NODE" "$BIN" server --data-dir "$DIR/data" --listen 127.0.0.1:6443 \
   --node-name node1 --node-ip 192.168.56.10 >"$DIR/server.log" 2>&1 &
 SERVER_PID=$!
 for i in $(seq 100); do [ -f "$DIR/data/kubeconfig" ] && k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.1; done

@@ -1,0 +1,165 @@
+// Package iptables is the only code in minikit that runs iptables, iptables-save and
+// iptables-restore. It acts on the network namespace of the calling process (a lab
+// node runs its minikit inside the node's namespace) and touches only chains that
+// minikit owns (KUBE-* and MINIKIT-*) plus the jump rules into them; it never
+// flushes a built-in chain.
+package iptables
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+
+	goipt "github.com/coreos/go-iptables/iptables"
+)
+
+// Table names.
+const (
+	TableNAT    = "nat"
+	TableFilter = "filter"
+	TableMangle = "mangle"
+)
+
+// Position says where EnsureRule puts a missing rule.
+type Position int
+
+// Rule positions.
+const (
+	Append Position = iota
+	Prepend
+)
+
+// Interface is what minikit's components need from iptables.
+type Interface interface {
+	// EnsureChain creates chain in table if missing.
+	EnsureChain(table, chain string) error
+	// EnsureRule adds the rule if an identical one is not there yet.
+	EnsureRule(pos Position, table, chain string, args ...string) (existed bool, err error)
+	// DeleteRule deletes the rule if present.
+	DeleteRule(table, chain string, args ...string) error
+	// ChainExists reports whether chain exists in table.
+	ChainExists(table, chain string) (bool, error)
+	// DeleteChain flushes and deletes one of minikit's chains, if present.
+	DeleteChain(table, chain string) error
+	// Restore feeds data to iptables-restore. With noFlush, only the chains named
+	// in data are rewritten; without it, every table in data is replaced whole.
+	Restore(data []byte, noFlush bool) error
+	// Save returns iptables-save output for table.
+	Save(table string) ([]byte, error)
+	// HasRandomFully reports whether MASQUERADE --random-fully is supported.
+	HasRandomFully() bool
+}
+
+// Owned reports whether a chain name is one minikit may create, flush or delete.
+func Owned(chain string) bool {
+	return strings.HasPrefix(chain, "KUBE-") || strings.HasPrefix(chain, "MINIKIT-")
+}
+
+type runner struct {
+	ipt *goipt.IPTables
+	mu  sync.Mutex // iptables-restore and -C/-I pairs are not atomic together
+}
+
+// New returns the real implementation for IPv4, using iptables' own lock.
+func New() (Interface, error) {
+	ipt, err := goipt.NewWithProtocol(goipt.ProtocolIPv4)
+	if err != nil {
+		return nil, fmt.Errorf("finding iptables: %w", err)
+	}
+	return &runner{ipt: ipt}, nil
+}
+
+func (r *runner) EnsureChain(table, chain string) error {
+	if !Owned(chain) {
+		return fmt.Errorf("refusing to create chain %q: not a minikit chain", chain)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok, err := r.ipt.ChainExists(table, chain)
+	if err != nil {
+		return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+	}
+	if ok {
+		return nil
+	}
+	if err := r.ipt.NewChain(table, chain); err != nil {
+		return fmt.Errorf("creating chain %s/%s: %w", table, chain, err)
+	}
+	return nil
+}
+
+func (r *runner) EnsureRule(pos Position, table, chain string, args ...string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok, err := r.ipt.Exists(table, chain, args...)
+	if err != nil {
+		return false, fmt.Errorf("checking rule in %s/%s: %w", table, chain, err)
+	}
+	if ok {
+		return true, nil
+	}
+	if pos == Prepend {
+		err = r.ipt.Insert(table, chain, 1, args...)
+	} else {
+		err = r.ipt.Append(table, chain, args...)
+	}
+	if err != nil {
+		return false, fmt.Errorf("adding rule to %s/%s: %w", table, chain, err)
+	}
+	return false, nil
+}
+
+func (r *runner) DeleteRule(table, chain string, args ...string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok, err := r.ipt.ChainExists(table, chain); err != nil || !ok {
+		return err
+	}
+	return r.ipt.DeleteIfExists(table, chain, args...)
+}
+
+func (r *runner) ChainExists(table, chain string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ipt.ChainExists(table, chain)
+}
+
+func (r *runner) DeleteChain(table, chain string) error {
+	if !Owned(chain) {
+		return fmt.Errorf("refusing to delete chain %q: not a minikit chain", chain)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ok, err := r.ipt.ChainExists(table, chain)
+	if err != nil || !ok {
+		return err
+	}
+	return r.ipt.ClearAndDeleteChain(table, chain)
+}
+
+func (r *runner) Restore(data []byte, noFlush bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	args := []string{"-w", "5"}
+	if noFlush {
+		args = append(args, "--noflush")
+	}
+	cmd := exec.Command("iptables-restore", args...)
+	cmd.Stdin = bytes.NewReader(data)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (r *runner) Save(table string) ([]byte, error) {
+	out, err := exec.Command("iptables-save", "-t", table).Output()
+	if err != nil {
+		return nil, fmt.Errorf("iptables-save -t %s: %w", table, err)
+	}
+	return out, nil
+}
+
+func (r *runner) HasRandomFully() bool { return r.ipt.HasRandomFully() }

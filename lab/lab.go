@@ -1,0 +1,423 @@
+// Package lab builds "a few VMs" out of network namespaces on one machine: node
+// namespaces joined by an underlay bridge that lives in a namespace of its own, a
+// client host and an external host, each running the real minikit binary. No lab
+// namespace has a route to the machine's uplink, and nothing is created in the root
+// namespace: the only thing a lab exposes there is a forwarder on 127.0.0.1 to the
+// API, so kubectl works from the user's shell.
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/minikit/minikit/sandbox"
+)
+
+// Config describes a lab.
+type Config struct {
+	Name   string       // prefix of every namespace, default "lab"
+	Nodes  int          // default 2
+	Dir    string       // state, data dirs, logs, kubeconfig
+	Binary string       // the minikit binary (default: this executable)
+	Subnet netip.Prefix // underlay, default 192.168.56.0/24 like a Vagrant private network
+	// APIPort is the loopback port of the forwarder in the root namespace (0 picks one).
+	APIPort int
+	Logger  *slog.Logger
+}
+
+// Host names of a lab besides its nodes.
+const (
+	Client   = "client"
+	External = "external"
+)
+
+// State is what a lab persists in Dir/lab.json so `lab down` works after a crash.
+type State struct {
+	Name       string            `json:"name"`
+	Nodes      int               `json:"nodes"`
+	Dir        string            `json:"dir"`
+	Subnet     string            `json:"subnet"`
+	Namespaces []string          `json:"namespaces"`
+	PIDs       map[string]int    `json:"pids"`
+	Addresses  map[string]string `json:"addresses"`
+	APIPort    int               `json:"apiPort"`
+}
+
+// Lab is a running lab.
+type Lab struct {
+	cfg   Config
+	state State
+	log   *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Name == "" {
+		c.Name = "lab"
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 2
+	}
+	if c.Nodes < 1 || c.Nodes > 50 {
+		return fmt.Errorf("a lab has 1 to 50 nodes, not %d", c.Nodes)
+	}
+	if len(c.Name) > 20 || strings.ContainsAny(c.Name, "/ .") {
+		return fmt.Errorf("lab name %q must be at most 20 characters without '/', '.' or spaces", c.Name)
+	}
+	if c.Dir == "" {
+		c.Dir = filepath.Join("/var/lib/minikit-lab", c.Name)
+	}
+	if c.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		c.Binary = exe
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = netip.MustParsePrefix("192.168.56.0/24")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// NS is the network namespace of a lab host ("node1", "client", "external").
+func NS(lab, host string) string { return lab + "-" + host }
+
+func nodeName(i int) string { return "node" + strconv.Itoa(i) }
+
+// hostAddr gives Vagrant-like addresses: nodes from .10, the client .100, the
+// external host .200.
+func hostAddr(subnet netip.Prefix, host string) netip.Addr {
+	var n int
+	switch {
+	case host == Client:
+		n = 100
+	case host == External:
+		n = 200
+	default:
+		i, _ := strconv.Atoi(strings.TrimPrefix(host, "node"))
+		n = 9 + i
+	}
+	a := subnet.Masked().Addr().As4()
+	a[3] += byte(n)
+	return netip.AddrFrom4(a)
+}
+
+// Addr is a host's underlay address.
+func (l *Lab) Addr(host string) netip.Addr { return hostAddr(l.cfg.Subnet, host) }
+
+// Hosts lists the lab's hosts: nodes first, then client and external.
+func (l *Lab) Hosts() []string {
+	var hs []string
+	for i := 1; i <= l.cfg.Nodes; i++ {
+		hs = append(hs, nodeName(i))
+	}
+	return append(hs, Client, External)
+}
+
+// Kubeconfig is the path of the kubeconfig that reaches the lab's API from the
+// root namespace (through the loopback forwarder).
+func (l *Lab) Kubeconfig() string { return filepath.Join(l.cfg.Dir, "kubeconfig") }
+
+// Dir is the lab's directory.
+func (l *Lab) Dir() string { return l.cfg.Dir }
+
+// Name is the lab's name.
+func (l *Lab) Name() string { return l.cfg.Name }
+
+func run(argv ...string) error {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Command returns a command that runs argv in a lab host's network namespace. It
+// keeps the machine's mount namespace (nsenter --net), so pod namespaces that node
+// processes create are visible to everyone.
+func (l *Lab) Command(host string, argv ...string) *exec.Cmd {
+	args := append([]string{"--net=" + sandbox.NetNSPath(NS(l.cfg.Name, host)), "--"}, argv...)
+	return exec.Command("nsenter", args...)
+}
+
+func (l *Lab) saveState() error {
+	b, _ := json.MarshalIndent(l.state, "", "  ")
+	return os.WriteFile(filepath.Join(l.cfg.Dir, "lab.json"), b, 0o600)
+}
+
+// Up builds the lab and starts minikit on its nodes; it returns once every node
+// is Ready. On failure it removes what it made.
+func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	for _, h := range []string{"net", Client, External, nodeName(1)} {
+		if sandbox.ExistsNamed(NS(cfg.Name, h)) {
+			return nil, fmt.Errorf("lab %q already exists (namespace %s); remove it with: minikit lab down --name %s", cfg.Name, NS(cfg.Name, h), cfg.Name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, "lab.json")); err == nil {
+		return nil, fmt.Errorf("lab %q already exists (%s); remove it with: minikit lab down --name %s --dir %s", cfg.Name, cfg.Dir, cfg.Name, cfg.Dir)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	l = &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
+		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
+			PIDs: map[string]int{}, Addresses: map[string]string{}}}
+	defer func() {
+		if err != nil {
+			l.Down()
+		}
+	}()
+	if err := l.buildNetwork(); err != nil {
+		return nil, err
+	}
+	if err := l.startNodes(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.startExternal(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// buildNetwork creates the namespaces, the underlay bridge (inside NAME-net) and a
+// veth per host, created inside NAME-net with its peer placed straight into the
+// host's namespace: no link ever exists in the root namespace.
+func (l *Lab) buildNetwork() error {
+	netNS := NS(l.cfg.Name, "net")
+	if err := l.addNS(netNS); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"ip", "-n", netNS, "link", "set", "lo", "up"},
+		{"ip", "-n", netNS, "link", "add", "br0", "type", "bridge"},
+		{"ip", "-n", netNS, "link", "set", "br0", "up"},
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return err
+		}
+	}
+	bits := strconv.Itoa(l.cfg.Subnet.Bits())
+	for _, h := range l.Hosts() {
+		ns := NS(l.cfg.Name, h)
+		if err := l.addNS(ns); err != nil {
+			return err
+		}
+		port := "p-" + h
+		addr := l.Addr(h)
+		l.state.Addresses[h] = addr.String()
+		steps := [][]string{
+			{"ip", "-n", ns, "link", "set", "lo", "up"},
+			{"ip", "-n", netNS, "link", "add", port, "type", "veth", "peer", "name", "eth1", "netns", ns},
+			{"ip", "-n", netNS, "link", "set", port, "master", "br0", "up"},
+			{"ip", "-n", ns, "addr", "add", addr.String() + "/" + bits, "dev", "eth1"},
+			{"ip", "-n", ns, "link", "set", "eth1", "up"},
+		}
+		for _, s := range steps {
+			if err := run(s...); err != nil {
+				return err
+			}
+		}
+	}
+	return l.saveState()
+}
+
+func (l *Lab) addNS(name string) error {
+	if err := sandbox.CreateNamed(name); err != nil {
+		return err
+	}
+	l.state.Namespaces = append(l.state.Namespaces, name)
+	return l.saveState()
+}
+
+// start runs argv in host's namespace in the background, logging to DIR/host.log.
+func (l *Lab) start(host, role string, argv ...string) error {
+	logf, err := os.OpenFile(filepath.Join(l.cfg.Dir, host+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := l.Command(host, argv...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s on %s: %w", role, host, err)
+	}
+	l.state.PIDs[host] = cmd.Process.Pid
+	go cmd.Wait()
+	return l.saveState()
+}
+
+// Down stops the lab's processes and removes its namespaces, pods and directory.
+func (l *Lab) Down() error {
+	return down(l.state, l.cfg.Binary, l.log)
+}
+
+// DownByName removes a lab from its state file (also after a crash of `lab up`).
+func DownByName(name, dir, binary string, log *slog.Logger) error {
+	if dir == "" {
+		dir = filepath.Join("/var/lib/minikit-lab", name)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	var st State
+	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		// No usable state: remove whatever namespaces carry the lab's name.
+		st = State{Name: name, Dir: dir, PIDs: map[string]int{}}
+		names, _ := sandbox.ListNamed(name + "-")
+		st.Namespaces = names
+	}
+	return down(st, binary, log)
+}
+
+func down(st State, binary string, log *slog.Logger) error {
+	var errs []error
+	// Stop the node processes (and the forwarder) first so nothing recreates pods.
+	for host, pid := range st.PIDs {
+		if pid > 0 && isMinikit(pid) {
+			syscall.Kill(-pid, syscall.SIGTERM)
+			syscall.Kill(pid, syscall.SIGTERM)
+			if !waitGone(pid, 5*time.Second) {
+				syscall.Kill(-pid, syscall.SIGKILL)
+				syscall.Kill(pid, syscall.SIGKILL)
+				waitGone(pid, 2*time.Second)
+			}
+			log.Debug("stopped", "host", host, "pid", pid)
+		}
+	}
+	// Remove each node's pods, bridge and rules from inside its namespace.
+	for i := 1; i <= st.Nodes; i++ {
+		ns := NS(st.Name, nodeName(i))
+		dataDir := filepath.Join(st.Dir, nodeName(i))
+		if !sandbox.ExistsNamed(ns) {
+			continue
+		}
+		if _, err := os.Stat(dataDir); err == nil && binary != "" {
+			out, err := exec.Command("nsenter", "--net="+sandbox.NetNSPath(ns), "--", binary, "down", "--data-dir", dataDir).CombinedOutput()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("minikit down on %s: %v: %s", ns, err, out))
+			}
+		}
+	}
+	for i := len(st.Namespaces) - 1; i >= 0; i-- {
+		if err := sandbox.DeleteNamed(st.Namespaces[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if st.Dir != "" {
+		if err := os.RemoveAll(st.Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isMinikit(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && strings.Contains(string(b), "minikit")
+}
+
+// waitGone waits for a process to exit. A zombie counts as gone: lab processes
+// outlive the `lab up` that started them, and their new parent may reap late.
+func waitGone(pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reap it if it is our child
+		if !alive(pid) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
+
+// DialContext dials addr from inside a lab host's network namespace; the socket
+// stays bound to that namespace, so tests and the forwarder reach the lab without
+// any route from the root namespace.
+func (l *Lab) DialContext(ctx context.Context, host, network, addr string) (net.Conn, error) {
+	return DialIn(ctx, NS(l.cfg.Name, host), network, addr)
+}
+
+// DialIn dials addr from inside the named network namespace.
+func DialIn(ctx context.Context, netns, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := sandbox.DoPath(sandbox.NetNSPath(netns), func() error {
+		var d net.Dialer
+		var err error
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// Load reads a lab's state file.
+func Load(name, dir string) (State, error) {
+	if dir == "" {
+		dir = filepath.Join("/var/lib/minikit-lab", name)
+	}
+	var st State
+	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	if err != nil {
+		return st, fmt.Errorf("no lab %q in %s: %w", name, dir, err)
+	}
+	return st, json.Unmarshal(b, &st)
+}
+
+// PrintStatus prints a lab's hosts and whether their processes run.
+func PrintStatus(ctx context.Context, w io.Writer, st State) error {
+	fmt.Fprintf(w, "lab %q (%d nodes) in %s, API forwarded on 127.0.0.1:%d\n", st.Name, st.Nodes, st.Dir, st.APIPort)
+	var hosts []string
+	for h := range st.Addresses {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	for _, h := range hosts {
+		state := "-"
+		if pid, ok := st.PIDs[h]; ok {
+			state = "stopped"
+			if alive(pid) {
+				state = "running (pid " + strconv.Itoa(pid) + ")"
+			}
+		}
+		fmt.Fprintf(w, "  %-9s %-15s netns %-16s %s\n", h, st.Addresses[h], NS(st.Name, h), state)
+	}
+	return nil
+}

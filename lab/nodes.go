@@ -1,0 +1,162 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minikit/minikit/cluster"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// APIPort is where a lab's server listens on its node address.
+const APIPort = 6443
+
+// startNodes runs `minikit server` on node1 and `minikit agent` on the others,
+// with the same flags a Vagrant VM uses, then the loopback forwarder, and waits
+// until every node is Ready.
+func (l *Lab) startNodes(ctx context.Context) error {
+	server := l.Addr(nodeName(1))
+	dir1 := filepath.Join(l.cfg.Dir, nodeName(1))
+	err := l.start(nodeName(1), "minikit server", l.cfg.Binary, "server",
+		"--data-dir", dir1,
+		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
+		"--advertise-address", server.String(),
+		"--node-name", nodeName(1), "--node-ip", server.String())
+	if err != nil {
+		return err
+	}
+	// The server writes its token and CA before it serves.
+	token, err := waitFile(ctx, filepath.Join(dir1, "token"))
+	if err != nil {
+		return fmt.Errorf("waiting for the server on %s: %w (see %s)", nodeName(1), err, filepath.Join(l.cfg.Dir, nodeName(1)+".log"))
+	}
+	if _, err := waitFile(ctx, filepath.Join(dir1, "kubeconfig")); err != nil {
+		return fmt.Errorf("waiting for the server's kubeconfig: %w", err)
+	}
+	caFile := filepath.Join(dir1, "tls", "ca.crt")
+	url := "https://" + net.JoinHostPort(server.String(), strconv.Itoa(APIPort))
+	for i := 2; i <= l.cfg.Nodes; i++ {
+		h := nodeName(i)
+		err := l.start(h, "minikit agent", l.cfg.Binary, "agent",
+			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
+			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String())
+		if err != nil {
+			return err
+		}
+	}
+	if err := l.startForwarder(); err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	fwd := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(l.state.APIPort))
+	if err := cluster.WriteKubeconfig(l.Kubeconfig(), fwd, strings.TrimSpace(token), ca); err != nil {
+		return err
+	}
+	return l.WaitReady(ctx)
+}
+
+// startForwarder runs the loopback forwarder in the root namespace: the only
+// thing a lab puts there, a listener on 127.0.0.1 that dials into node1.
+func (l *Lab) startForwarder() error {
+	port := l.cfg.APIPort
+	if port == 0 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+	}
+	l.state.APIPort = port
+	logf, err := os.OpenFile(filepath.Join(l.cfg.Dir, "forwarder.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := execCommand(l.cfg.Binary, "__lab-forward",
+		"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		"--netns", NS(l.cfg.Name, nodeName(1)),
+		"--to", net.JoinHostPort(l.Addr(nodeName(1)).String(), strconv.Itoa(APIPort)))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	setpgid(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the API forwarder: %w", err)
+	}
+	go cmd.Wait()
+	l.state.PIDs["forwarder"] = cmd.Process.Pid
+	return l.saveState()
+}
+
+// Client returns a clientset for the lab's API through the forwarder.
+func (l *Lab) Client() (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	rc.QPS, rc.Burst = 100, 200
+	return kubernetes.NewForConfig(rc)
+}
+
+// WaitReady waits until every node of the lab is registered and Ready.
+func (l *Lab) WaitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last string
+	for {
+		client, err := l.Client()
+		if err == nil {
+			var nodes *corev1.NodeList
+			nodes, err = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			if err == nil {
+				ready := 0
+				for _, n := range nodes.Items {
+					for _, c := range n.Status.Conditions {
+						if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && n.Spec.PodCIDR != "" {
+							ready++
+						}
+					}
+				}
+				if ready >= l.cfg.Nodes {
+					return nil
+				}
+				last = fmt.Sprintf("%d of %d nodes Ready", ready, l.cfg.Nodes)
+			}
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the lab's nodes: %s (logs in %s)", last, l.cfg.Dir)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func waitFile(ctx context.Context, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s did not appear", path)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
