@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/minikit/minikit/node"
 
@@ -24,6 +25,9 @@ type AgentConfig struct {
 	NodeIP    netip.Addr
 	Version   string
 	Logger    *slog.Logger
+	// ServiceCIDR and ClusterCIDR must match the server's.
+	ServiceCIDR netip.Prefix
+	ClusterCIDR netip.Prefix
 }
 
 // Agent is a running `minikit agent`.
@@ -58,28 +62,51 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, err
 	}
-	name := cfg.NodeName
-	if name == "" {
-		name, _ = os.Hostname()
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Agent{cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, DataDir: cfg.DataDir,
+		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version}
+	if !nc.ServiceCIDR.IsValid() {
+		nc.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
-	ip := cfg.NodeIP
-	if !ip.IsValid() {
-		ip, _ = netip.ParseAddr(firstAddress())
+	if !nc.ClusterCIDR.IsValid() {
+		nc.ClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	}
-	na, err := node.New(node.Config{NodeName: strings.ToLower(name), NodeIP: ip, DataDir: agentDir(cfg.DataDir),
-		Version: cfg.Version, Client: client, Logger: cfg.Logger, Token: cfg.Token})
+	if a.Node, err = runNode(ctx, &wg, nc, cfg.Token, nil); err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() { wg.Wait(); close(a.done) }()
+	return a, nil
+}
+
+// runNode starts this machine's node agent and the per-node components.
+func runNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext, token string, labels map[string]string) (*node.Agent, error) {
+	if nc.NodeName == "" {
+		nc.NodeName, _ = os.Hostname()
+	}
+	nc.NodeName = strings.ToLower(nc.NodeName)
+	if !nc.NodeIP.IsValid() {
+		nc.NodeIP, _ = netip.ParseAddr(firstAddress())
+	}
+	na, err := node.New(node.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, DataDir: agentDir(nc.DataDir),
+		ClusterCIDR: nc.ClusterCIDR, Labels: labels, Version: nc.Version, Client: nc.Client, Logger: nc.Logger, Token: token})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a := &Agent{cancel: cancel, done: make(chan struct{}), Node: na}
+	nc.Agent = na
+	wg.Add(1)
 	go func() {
-		defer close(a.done)
+		defer wg.Done()
 		if err := na.Run(ctx); err != nil && ctx.Err() == nil {
-			cfg.Logger.Error("node agent stopped", "err", err)
+			nc.Logger.Error("node agent stopped", "err", err)
 		}
 	}()
-	return a, nil
+	if err := startNodeComponents(ctx, wg, nc); err != nil {
+		return nil, err
+	}
+	return na, nil
 }
 
 // Stop stops the agent; pods keep running and are adopted by the next start.

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -216,30 +215,24 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 			s.log.Error("controllers stopped", "err", err)
 		}
 	}()
+	svcCIDR := s.cfg.ServiceCIDR
+	if !svcCIDR.IsValid() {
+		svcCIDR = netip.MustParsePrefix("10.96.0.0/12")
+	}
+	if err := startServerComponents(ctx, &wg, serverContext{Client: client, DataDir: s.cfg.DataDir, ServiceCIDR: svcCIDR,
+		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version}); err != nil {
+		cancel()
+		return err
+	}
 	if !s.cfg.DisableAgent {
-		name := s.cfg.NodeName
-		if name == "" {
-			name, _ = os.Hostname()
-		}
-		ip := s.cfg.NodeIP
-		if !ip.IsValid() {
-			ip, _ = netip.ParseAddr(firstAddress())
-		}
-		agent, err := node.New(node.Config{NodeName: strings.ToLower(name), NodeIP: ip, DataDir: agentDir(s.cfg.DataDir),
-			Labels:  map[string]string{"node-role.kubernetes.io/control-plane": ""},
-			Version: s.cfg.Version, Client: client, Logger: s.cfg.Logger, Token: token})
+		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
+			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version}
+		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {
 			cancel()
 			return err
 		}
 		s.Agent = agent
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := agent.Run(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("node agent stopped", "err", err)
-			}
-		}()
 	}
 	go func() { wg.Wait(); close(s.done) }()
 	return nil
