@@ -25,6 +25,9 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/sandbox"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Config describes a lab.
@@ -47,14 +50,15 @@ const (
 
 // State is what a lab persists in Dir/lab.json so `lab down` works after a crash.
 type State struct {
-	Name       string            `json:"name"`
-	Nodes      int               `json:"nodes"`
-	Dir        string            `json:"dir"`
-	Subnet     string            `json:"subnet"`
-	Namespaces []string          `json:"namespaces"`
-	PIDs       map[string]int    `json:"pids"`
-	Addresses  map[string]string `json:"addresses"`
-	APIPort    int               `json:"apiPort"`
+	Name       string              `json:"name"`
+	Nodes      int                 `json:"nodes"`
+	Dir        string              `json:"dir"`
+	Subnet     string              `json:"subnet"`
+	Namespaces []string            `json:"namespaces"`
+	PIDs       map[string]int      `json:"pids"`
+	Args       map[string][]string `json:"args"`
+	Addresses  map[string]string   `json:"addresses"`
+	APIPort    int                 `json:"apiPort"`
 }
 
 // Lab is a running lab.
@@ -181,7 +185,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	}
 	l = &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
 		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
-			PIDs: map[string]int{}, Addresses: map[string]string{}}}
+			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
 	defer func() {
 		if err != nil {
 			l.Down()
@@ -264,8 +268,68 @@ func (l *Lab) start(host, role string, argv ...string) error {
 		return fmt.Errorf("starting %s on %s: %w", role, host, err)
 	}
 	l.state.PIDs[host] = cmd.Process.Pid
+	l.state.Args[host] = argv
 	go cmd.Wait()
 	return l.saveState()
+}
+
+// PID is the process running on a lab host (0 if none).
+func (l *Lab) PID(host string) int { return l.state.PIDs[host] }
+
+// Stop stops a host's minikit process with sig (SIGKILL to simulate a crash) and
+// waits for it to exit. Its pods keep running.
+func (l *Lab) Stop(host string, sig syscall.Signal) error {
+	pid := l.state.PIDs[host]
+	if pid == 0 || !alive(pid) {
+		return fmt.Errorf("%s runs no process", host)
+	}
+	syscall.Kill(pid, sig)
+	if !waitGone(pid, 15*time.Second) {
+		return fmt.Errorf("process %d on %s did not exit after %v", pid, host, sig)
+	}
+	l.state.PIDs[host] = 0
+	return l.saveState()
+}
+
+// Start starts a host's minikit process again with the arguments it had.
+func (l *Lab) Start(host string) error {
+	argv := l.state.Args[host]
+	if len(argv) == 0 {
+		return fmt.Errorf("%s has no process to start", host)
+	}
+	if pid := l.state.PIDs[host]; pid != 0 && alive(pid) {
+		return fmt.Errorf("%s already runs process %d", host, pid)
+	}
+	return l.start(host, "minikit", argv...)
+}
+
+// RemoveNode takes a node out of the cluster, as decommissioning a VM does: its
+// process stops, its pods, bridge and rules are removed from its namespace, and its
+// Node object is deleted (its pods are then garbage-collected, their endpoints
+// dropped, and the other nodes withdraw their routes to it).
+func (l *Lab) RemoveNode(ctx context.Context, host string) error {
+	if host == nodeName(1) {
+		return fmt.Errorf("node1 runs the server and cannot be removed")
+	}
+	if pid := l.state.PIDs[host]; pid != 0 && alive(pid) {
+		if err := l.Stop(host, syscall.SIGTERM); err != nil {
+			return err
+		}
+	}
+	if out, err := l.Command(host, l.cfg.Binary, "down", "--data-dir", filepath.Join(l.cfg.Dir, host)).CombinedOutput(); err != nil {
+		return fmt.Errorf("minikit down on %s: %v: %s", host, err, out)
+	}
+	client, err := l.Client()
+	if err != nil {
+		return err
+	}
+	err = client.CoreV1().Nodes().Delete(ctx, host, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	delete(l.state.Args, host)
+	l.saveState()
+	return err
 }
 
 // Down stops the lab's processes and removes its namespaces, pods and directory.
@@ -420,4 +484,23 @@ func PrintStatus(ctx context.Context, w io.Writer, st State) error {
 		fmt.Fprintf(w, "  %-9s %-15s netns %-16s %s\n", h, st.Addresses[h], NS(st.Name, h), state)
 	}
 	return nil
+}
+
+// Open returns a running lab from its state file, to stop, start or remove hosts.
+func Open(name, dir, binary string, log *slog.Logger) (*Lab, error) {
+	st, err := Load(name, dir)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{Name: st.Name, Nodes: st.Nodes, Dir: st.Dir, Binary: binary, Logger: log}
+	if cfg.Subnet, err = netip.ParsePrefix(st.Subnet); err != nil {
+		return nil, err
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if st.Args == nil {
+		st.Args = map[string][]string{}
+	}
+	return &Lab{cfg: cfg, state: st, log: cfg.Logger}, nil
 }

@@ -135,7 +135,40 @@ func newLabCommand() *cobra.Command {
 		},
 	}
 	addCommon(execCmd)
-	root.AddCommand(up, down, status, execCmd)
+	var remove bool
+	stop := &cobra.Command{
+		Use:   "stop HOST",
+		Short: "Stop a lab node's minikit (its pods keep running); --remove also takes the node out of the cluster",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			exe, _ := os.Executable()
+			l, err := lab.Open(cfg.Name, cfg.Dir, exe, newLogger("warn"))
+			if err != nil {
+				return err
+			}
+			if remove {
+				return l.RemoveNode(cmd.Context(), args[0])
+			}
+			return l.Stop(args[0], syscall.SIGTERM)
+		},
+	}
+	addCommon(stop)
+	stop.Flags().BoolVar(&remove, "remove", false, "also remove the node's pods and its Node object")
+	startCmd := &cobra.Command{
+		Use:   "start HOST",
+		Short: "Start a stopped lab node's minikit again",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			exe, _ := os.Executable()
+			l, err := lab.Open(cfg.Name, cfg.Dir, exe, newLogger("warn"))
+			if err != nil {
+				return err
+			}
+			return l.Start(args[0])
+		},
+	}
+	addCommon(startCmd)
+	root.AddCommand(up, down, status, execCmd, stop, startCmd)
 	return root
 }
 

@@ -1,0 +1,206 @@
+// Package testenv holds what end-to-end tests share: the minikit binary built once
+// per test binary, labs that remove themselves, and snapshots of the root network
+// namespace to prove a test changed nothing there.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minikit/minikit/lab"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Minikit builds the minikit binary once per test process and returns its path.
+func Minikit(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "minikit-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "minikit")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/minikit/minikit/minikit").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// RequireRoot fails (under CI) or skips (elsewhere) a test that needs root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("this test needs root, and CI runs as root: it must not be skipped")
+	}
+	t.Skip("needs root")
+}
+
+// NewLab brings up a lab of n nodes with a unique name and removes it when the
+// test ends, even on failure. The lab's logs are printed if the test failed.
+func NewLab(t testing.TB, n int) *lab.Lab {
+	t.Helper()
+	RequireRoot(t)
+	bin := Minikit(t)
+	b := make([]byte, 3)
+	rand.Read(b)
+	name := "mkt" + hex.EncodeToString(b)
+	dir := filepath.Join(os.TempDir(), "minikit-"+name)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := lab.Up(ctx, lab.Config{Name: name, Nodes: n, Dir: dir, Binary: bin})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, h := range l.Hosts() {
+				if b, err := os.ReadFile(filepath.Join(dir, h+".log")); err == nil {
+					t.Logf("=== %s.log (last 4 KiB)\n%s", h, tail(b, 4096))
+				}
+			}
+		}
+		if err := l.Down(); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	return l
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Eventually polls cond until it returns nil or the deadline passes.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %v: %v", what, d, err)
+}
+
+// Run runs a command on a lab host and returns its combined output.
+func Run(l *lab.Lab, host string, argv ...string) (string, error) {
+	out, err := l.Command(host, argv...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Exec runs a command inside a pod of the lab (minikit exec).
+func Exec(t testing.TB, l *lab.Lab, pod string, argv ...string) (string, error) {
+	args := append([]string{"--kubeconfig", l.Kubeconfig(), "exec", pod, "--"}, argv...)
+	out, err := exec.Command(Minikit(t), args...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// Client returns a clientset for the lab.
+func Client(t testing.TB, l *lab.Lab) kubernetes.Interface {
+	t.Helper()
+	c, err := l.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// WaitPodReady waits for a pod to be Ready and returns it.
+func WaitPodReady(t testing.TB, c kubernetes.Interface, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	Eventually(t, 60*time.Second, "pod "+name+" Ready", func() error {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				pod = p
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s", p.Status.Phase)
+	})
+	return pod
+}
+
+// RootSnapshot describes the root network namespace: links, addresses, routes,
+// rules, netns names and mounts under /run/netns and /run/minikit. Two equal
+// snapshots mean a test left the machine's own network as it found it.
+func RootSnapshot(t testing.TB) string {
+	t.Helper()
+	var b strings.Builder
+	for _, argv := range [][]string{
+		{"ip", "-o", "link", "show"},
+		{"ip", "-o", "addr", "show"},
+		{"ip", "route", "show", "table", "all"},
+		{"ip", "rule", "show"},
+		{"iptables-save"},
+		{"ip", "netns", "list"},
+	} {
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v: %s", argv, err, out)
+		}
+		fmt.Fprintf(&b, "## %s\n%s\n", strings.Join(argv, " "), normalize(string(out)))
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	var ms []string
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/") || strings.HasPrefix(f[4], "/run/minikit")) {
+			ms = append(ms, f[4])
+		}
+	}
+	sort.Strings(ms)
+	fmt.Fprintf(&b, "## mounts\n%s\n", strings.Join(ms, "\n"))
+	return b.String()
+}
+
+var (
+	reCounters  = regexp.MustCompile(`\[\d+:\d+\]`)
+	reGenerated = regexp.MustCompile(`(?m)^# (Generated|Completed) .*$`)
+	reStats     = regexp.MustCompile(`(?m)\s+(valid_lft|preferred_lft) \S+`)
+)
+
+// normalize drops what changes by itself: packet counters, timestamps, lifetimes.
+func normalize(s string) string {
+	s = reCounters.ReplaceAllString(s, "")
+	s = reGenerated.ReplaceAllString(s, "")
+	return reStats.ReplaceAllString(s, "")
+}
