@@ -200,7 +200,7 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 		return err
 	}
 	for _, wn := range warnings {
-		w.Header().Add("Warning", `299 - "unknown field: `+strings.ReplaceAll(wn, `"`, `'`)+`"`)
+		w.Header().Add("Warning", "299 - "+strconv.Quote(wn)) // kubectl prints: Warning: unknown field "spec.x"
 	}
 	if r.URL.Query().Get("dryRun") == "All" {
 		return apierrors.NewBadRequest("dryRun is not supported by minikit")
@@ -329,7 +329,7 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 		return err
 	}
 	for _, wn := range warnings {
-		w.Header().Add("Warning", `299 - "unknown field: `+strings.ReplaceAll(wn, `"`, `'`)+`"`)
+		w.Header().Add("Warning", "299 - "+strconv.Quote(wn)) // kubectl prints: Warning: unknown field "spec.x"
 	}
 	m := metaOf(obj)
 	if m.GetName() != rq.name {
@@ -403,8 +403,10 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		if errs := validation.Validate(obj, old, s.cfg.Validation); len(errs) > 0 {
 			return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
 		}
-		// An object being deleted goes once its last finalizer is removed.
-		if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && res.name != "pods" {
+		// An object being deleted goes once its last finalizer is removed. Pods go
+		// when their node agent deletes them, namespaces when finalizeNamespace has
+		// emptied them.
+		if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && res.name != "pods" && res.name != "namespaces" {
 			if err := s.beforeDelete(tx, res, old); err != nil {
 				return err
 			}
