@@ -25,9 +25,14 @@ const DefaultHistory = 20000
 type Bolt struct {
 	db *bolt.DB
 
-	mu  sync.Mutex // serializes writers; guards rev and the hub's history
+	mu  sync.Mutex // held while committing; guards rev
 	rev int64
 	hub *hub
+
+	qmu        sync.Mutex // guards the queue of pending updates
+	queue      []*updateReq
+	committing bool
+	closed     bool
 }
 
 // OpenBolt opens (creating if needed) the database file at path.
@@ -131,6 +136,44 @@ type boltTx struct {
 	bk     *bolt.Bucket
 	rev    int64
 	events []Event
+	// undoLog restores the keys this function wrote if it fails.
+	undoLog []undoEntry
+	failed  error
+}
+
+type undoEntry struct {
+	key []byte
+	old []byte // nil: the key did not exist
+}
+
+func (t *boltTx) remember(key []byte) {
+	for _, u := range t.undoLog {
+		if bytes.Equal(u.key, key) {
+			return
+		}
+	}
+	var old []byte
+	if v := t.bk.Get(key); v != nil {
+		old = append([]byte(nil), v...)
+	}
+	t.undoLog = append(t.undoLog, undoEntry{key: append([]byte(nil), key...), old: old})
+}
+
+func (t *boltTx) undo() error {
+	for i := len(t.undoLog) - 1; i >= 0; i-- {
+		u := t.undoLog[i]
+		var err error
+		if u.old == nil {
+			err = t.bk.Delete(u.key)
+		} else {
+			err = t.bk.Put(u.key, u.old)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	t.events = nil
+	return nil
 }
 
 func (t *boltTx) Rev() int64 { return t.rev }
@@ -159,8 +202,10 @@ func (t *boltTx) Put(key string, value []byte) error {
 		typ, createRev = Modified, int64(binary.BigEndian.Uint64(old))
 		prev = decodeKV(nil, old).Value
 	}
+	t.remember([]byte(key))
 	if err := t.bk.Put([]byte(key), encodeKV(createRev, t.rev, value)); err != nil {
-		return fmt.Errorf("writing %s: %w", key, err)
+		t.failed = fmt.Errorf("writing %s: %w", key, err)
+		return t.failed
 	}
 	t.record(Event{Type: typ, Key: key, Value: value, Prev: prev, Rev: t.rev})
 	return nil
@@ -172,8 +217,10 @@ func (t *boltTx) Delete(key string) error {
 		return ErrNotFound
 	}
 	last := decodeKV([]byte(key), old).Value
+	t.remember([]byte(key))
 	if err := t.bk.Delete([]byte(key)); err != nil {
-		return fmt.Errorf("deleting %s: %w", key, err)
+		t.failed = fmt.Errorf("deleting %s: %w", key, err)
+		return t.failed
 	}
 	t.record(Event{Type: Deleted, Key: key, Value: last, Rev: t.rev})
 	return nil
@@ -204,38 +251,101 @@ func (t *boltTx) record(e Event) {
 	t.events = append(t.events, e)
 }
 
-// Update implements Interface.
+// Update implements Interface. Concurrent updates are committed together (group
+// commit): one committer runs every queued transaction function in one bbolt
+// transaction and one fsync, each with its own revision; a function that fails has
+// its writes undone inside the transaction, so it affects neither the others nor
+// the revision sequence. Events are published after the commit, in revision order.
 func (b *Bolt) Update(fn func(tx Tx) error) (int64, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.hub.isClosed() {
+	req := &updateReq{fn: fn, done: make(chan struct{})}
+	b.qmu.Lock()
+	if b.closed {
+		b.qmu.Unlock()
 		return 0, ErrClosed
 	}
-	t := &boltTx{rev: b.rev + 1}
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		t.tx, t.bk = tx, tx.Bucket(bucketKV)
-		if err := fn(t); err != nil {
-			return err
-		}
-		if len(t.events) == 0 {
-			return errNoChange
-		}
-		var rb [8]byte
-		binary.BigEndian.PutUint64(rb[:], uint64(t.rev))
-		return tx.Bucket(bucketMeta).Put(keyRev, rb[:])
-	})
-	if err == errNoChange {
-		return b.rev, nil
+	b.queue = append(b.queue, req)
+	if !b.committing {
+		b.committing = true
+		go b.commitLoop()
 	}
-	if err != nil {
-		return 0, err
-	}
-	b.rev = t.rev
-	b.hub.publish(t.rev, t.events)
-	return t.rev, nil
+	b.qmu.Unlock()
+	<-req.done
+	return req.rev, req.err
 }
 
-var errNoChange = fmt.Errorf("no change")
+type updateReq struct {
+	fn   func(tx Tx) error
+	done chan struct{}
+	rev  int64
+	err  error
+}
+
+// commitLoop commits queued updates in batches until the queue is empty.
+func (b *Bolt) commitLoop() {
+	for {
+		b.qmu.Lock()
+		batch := b.queue
+		b.queue = nil
+		if len(batch) == 0 {
+			b.committing = false
+			b.qmu.Unlock()
+			return
+		}
+		b.qmu.Unlock()
+		b.commit(batch)
+	}
+}
+
+func (b *Bolt) commit(batch []*updateReq) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rev := b.rev
+	var committed []*boltTx
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		rev, committed = b.rev, committed[:0]
+		bk := tx.Bucket(bucketKV)
+		for _, req := range batch {
+			t := &boltTx{tx: tx, bk: bk, rev: rev + 1}
+			req.err = req.fn(t)
+			if req.err == nil && t.failed != nil {
+				req.err = t.failed
+			}
+			if req.err != nil {
+				if uerr := t.undo(); uerr != nil {
+					return uerr
+				}
+				continue
+			}
+			if len(t.events) == 0 {
+				req.rev = rev
+				continue
+			}
+			rev = t.rev
+			req.rev = rev
+			committed = append(committed, t)
+		}
+		if rev == b.rev {
+			return nil
+		}
+		var rb [8]byte
+		binary.BigEndian.PutUint64(rb[:], uint64(rev))
+		return tx.Bucket(bucketMeta).Put(keyRev, rb[:])
+	})
+	if err != nil {
+		for _, req := range batch {
+			req.rev, req.err = 0, fmt.Errorf("committing store transaction: %w", err)
+		}
+	} else {
+		b.rev = rev
+		for _, t := range committed {
+			b.hub.publish(t.rev, t.events)
+		}
+	}
+	for _, req := range batch {
+		close(req.done)
+	}
+}
+
 
 // Watch implements Interface.
 func (b *Bolt) Watch(ctx context.Context, prefix string, fromRev int64) (<-chan Event, error) {
@@ -244,6 +354,19 @@ func (b *Bolt) Watch(ctx context.Context, prefix string, fromRev int64) (<-chan 
 
 // Close stops all watches and closes the database.
 func (b *Bolt) Close() error {
+	b.qmu.Lock()
+	b.closed = true
+	b.qmu.Unlock()
+	// Wait for the committer to drain what was queued before the close.
+	for {
+		b.qmu.Lock()
+		busy := b.committing
+		b.qmu.Unlock()
+		if !busy {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.hub.close()

@@ -32,12 +32,6 @@ func newHub(capacity int, rev int64) *hub {
 	return &hub{history: make([]Event, capacity), floor: rev, watchers: map[*watcher]struct{}{}}
 }
 
-func (h *hub) isClosed() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.closed
-}
-
 func (h *hub) publish(rev int64, events []Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -116,3 +116,63 @@ func TestWatchOrderResumeAndExpiry(t *testing.T) {
 		t.Fatalf("watch from compacted rev: %v, want ErrExpired", err)
 	}
 }
+
+// A failing function in a group commit leaves no trace and does not disturb the
+// others committed with it.
+func TestGroupCommitIsolatesFailures(t *testing.T) {
+	b, _ := openTest(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events, _ := b.Watch(ctx, "/g/", 0)
+	var wg sync.WaitGroup
+	errs := make([]error, 200)
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			_, errs[i] = b.Update(func(tx Tx) error {
+				if err := tx.Put(fmt.Sprintf("/g/%d", i), []byte("x")); err != nil {
+					return err
+				}
+				tx.Put("/g/shared", []byte(fmt.Sprint(i)))
+				if i%3 == 0 {
+					return fmt.Errorf("fail %d", i)
+				}
+				return nil
+			})
+		}(i)
+	}
+	wg.Wait()
+	kvs, rev, _ := b.List("/g/")
+	ok := 0
+	for i, err := range errs {
+		_, gerr := b.Get(fmt.Sprintf("/g/%d", i))
+		if (err == nil) != (gerr == nil) {
+			t.Fatalf("update %d: err %v but key present=%v", i, err, gerr == nil)
+		}
+		if err == nil {
+			ok++
+		}
+	}
+	if len(kvs) != ok+1 || rev != int64(ok) {
+		t.Fatalf("%d keys at rev %d; want %d keys (+shared) at rev %d", len(kvs), rev, ok, ok)
+	}
+	shared, _ := b.Get("/g/shared")
+	var n int
+	fmt.Sscan(string(shared.Value), &n)
+	if n%3 == 0 {
+		t.Fatalf("shared key holds %d, written by a failed update", n)
+	}
+	var last int64
+	for i := 0; i < 2*ok; i++ {
+		select {
+		case e := <-events:
+			if e.Rev < last {
+				t.Fatalf("event rev %d after %d", e.Rev, last)
+			}
+			last = e.Rev
+		case <-time.After(5 * time.Second):
+			t.Fatalf("got %d of %d events", i, 2*ok)
+		}
+	}
+}

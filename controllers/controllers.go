@@ -1,0 +1,380 @@
+// Package controllers owns the control loops of a minikit cluster: the
+// Deployment controller (replicas -> Pods, rolling updates, status), the
+// scheduler (unbound Pods -> Nodes), the endpoints controller (Service
+// selector x Pods -> Endpoints and EndpointSlices), node IPAM (a podCIDR per
+// Node) and the garbage collector (Pods and EndpointSlices whose owners are
+// gone).
+//
+// Every loop is level-triggered, as Kubernetes' controllers are: informer
+// events only put a key on a rate-limited workqueue, and the sync for that key
+// computes the whole desired state from the informer caches and writes the
+// difference through the API. Nothing is remembered across restarts: a fresh
+// Controllers re-lists everything and converges again. The little in-memory
+// state there is (expectations of pods being created, objects just written
+// that the cache has not caught up with, pods the scheduler has just bound)
+// only guards against acting twice on a stale cache, and expires by itself.
+//
+// The package talks to the cluster only through kubernetes.Interface; it never
+// imports the API server or the store.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Options configures the loops. Zero values mean the defaults.
+type Options struct {
+	// PodCIDR is the cluster pod network that node IPAM carves node ranges
+	// from (default 10.244.0.0/16).
+	PodCIDR netip.Prefix
+	// NodeCIDRMaskSize is the prefix length of each node's range (default 24).
+	NodeCIDRMaskSize int
+	// Workers is the number of workers of the deployment, endpoints and
+	// garbage collection loops (default 2). The scheduler and node IPAM always
+	// run one worker: their decisions depend on each other's results.
+	Workers int
+}
+
+func (o Options) withDefaults() Options {
+	if !o.PodCIDR.IsValid() {
+		o.PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	}
+	o.PodCIDR = o.PodCIDR.Masked()
+	if o.NodeCIDRMaskSize == 0 {
+		o.NodeCIDRMaskSize = 24
+		if o.PodCIDR.Addr().Is6() {
+			o.NodeCIDRMaskSize = 64
+		}
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	return o
+}
+
+// Controllers runs all the loops over one shared set of informers.
+type Controllers struct {
+	client kubernetes.Interface
+	log    *slog.Logger
+	opts   Options
+	now    func() time.Time
+
+	factory     informers.SharedInformerFactory
+	podInf      cache.SharedIndexInformer
+	pods        corelisters.PodLister
+	nodes       corelisters.NodeLister
+	services    corelisters.ServiceLister
+	endpoints   corelisters.EndpointsLister
+	slices      discoverylisters.EndpointSliceLister
+	deployments appslisters.DeploymentLister
+	synced      []cache.InformerSynced
+
+	loops []*loop
+	dc    *deploymentController
+	sched *scheduler
+	ec    *endpointsController
+	ipam  *nodeIPAM
+	gc    *collector
+
+	startOnce sync.Once
+	ready     chan struct{}
+}
+
+// Index of pods by the UID of their controller, for the deployment
+// controller and the garbage collector.
+const byControllerUID = "controllerUID"
+
+// New builds the loops and registers their informer handlers. Nothing runs
+// until Run.
+func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controllers {
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &Controllers{
+		client: client,
+		log:    log.With("component", "controllers"),
+		opts:   opts.withDefaults(),
+		now:    time.Now,
+		ready:  make(chan struct{}),
+	}
+	c.factory = informers.NewSharedInformerFactory(client, 0)
+	c.podInf = c.factory.Core().V1().Pods().Informer()
+	_ = c.podInf.AddIndexers(cache.Indexers{byControllerUID: func(obj any) ([]string, error) {
+		if ref := metav1.GetControllerOf(obj.(metav1.Object)); ref != nil {
+			return []string{string(ref.UID)}, nil
+		}
+		return nil, nil
+	}})
+	c.pods = c.factory.Core().V1().Pods().Lister()
+	c.nodes = c.factory.Core().V1().Nodes().Lister()
+	c.services = c.factory.Core().V1().Services().Lister()
+	c.endpoints = c.factory.Core().V1().Endpoints().Lister()
+	c.slices = c.factory.Discovery().V1().EndpointSlices().Lister()
+	c.deployments = c.factory.Apps().V1().Deployments().Lister()
+	for _, inf := range []cache.SharedIndexInformer{
+		c.podInf,
+		c.factory.Core().V1().Nodes().Informer(),
+		c.factory.Core().V1().Services().Informer(),
+		c.factory.Core().V1().Endpoints().Informer(),
+		c.factory.Discovery().V1().EndpointSlices().Informer(),
+		c.factory.Apps().V1().Deployments().Informer(),
+	} {
+		c.synced = append(c.synced, inf.HasSynced)
+	}
+
+	c.dc = newDeploymentController(c)
+	c.sched = newScheduler(c)
+	c.ec = newEndpointsController(c)
+	c.ipam = newNodeIPAM(c)
+	c.gc = newCollector(c)
+	return c
+}
+
+// Ready is closed once the caches have synced and every loop is running.
+func (c *Controllers) Ready() <-chan struct{} { return c.ready }
+
+// Run starts the informers, waits for their caches and runs every loop until
+// ctx is done. It returns nil after a clean shutdown.
+func (c *Controllers) Run(ctx context.Context) error {
+	started := false
+	c.startOnce.Do(func() { started = true })
+	if !started {
+		return errors.New("controllers: Run called twice")
+	}
+	if err := c.ipam.check(); err != nil {
+		return fmt.Errorf("controllers: %w", err)
+	}
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("controllers: informer caches did not sync")
+	}
+	var wg sync.WaitGroup
+	for _, l := range c.loops {
+		l.start(ctx, &wg)
+	}
+	c.log.Info("controllers running", "loops", len(c.loops), "podCIDR", c.opts.PodCIDR, "nodeMaskSize", c.opts.NodeCIDRMaskSize)
+	close(c.ready)
+	<-ctx.Done()
+	for _, l := range c.loops {
+		l.queue.ShutDown()
+	}
+	wg.Wait()
+	return nil
+}
+
+// errStale means the cache has not yet caught up with one of our own writes;
+// the key is retried with backoff without logging an error.
+var errStale = errors.New("cache is older than our last write")
+
+// loop is one workqueue with its sync function.
+type loop struct {
+	name    string
+	queue   workqueue.TypedRateLimitingInterface[string]
+	sync    func(ctx context.Context, key string) error
+	workers int
+	log     *slog.Logger
+}
+
+func (c *Controllers) newLoop(name string, workers int, sync func(context.Context, string) error) *loop {
+	l := &loop{
+		name: name,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+		sync:    sync,
+		workers: workers,
+		log:     c.log.With("loop", name),
+	}
+	c.loops = append(c.loops, l)
+	return l
+}
+
+func (l *loop) add(key string) { l.queue.Add(key) }
+
+func (l *loop) start(ctx context.Context, wg *sync.WaitGroup) {
+	for range l.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer utilruntime.HandleCrashWithContext(ctx)
+			for l.next(ctx) {
+			}
+		}()
+	}
+}
+
+func (l *loop) next(ctx context.Context) bool {
+	key, quit := l.queue.Get()
+	if quit {
+		return false
+	}
+	defer l.queue.Done(key)
+	start := time.Now()
+	err := l.sync(ctx, key)
+	switch {
+	case err == nil:
+		l.queue.Forget(key)
+	case ctx.Err() != nil:
+	case errors.Is(err, errStale) || apierrors.IsConflict(err):
+		l.log.Debug("retrying", "key", key, "reason", err)
+		l.queue.AddRateLimited(key)
+	default:
+		l.log.Warn("sync failed", "key", key, "retries", l.queue.NumRequeues(key), "err", err)
+		l.queue.AddRateLimited(key)
+	}
+	l.log.Debug("sync", "key", key, "duration", time.Since(start))
+	return true
+}
+
+// handlers adapts plain functions to informer event handlers; deletions
+// arrive with tombstones unwrapped.
+func handlers(add func(obj any), update func(old, cur any), del func(obj any)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    add,
+		UpdateFunc: update,
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			del(obj)
+		},
+	}
+}
+
+func keyOf(obj metav1.Object) string {
+	if obj.GetNamespace() == "" {
+		return obj.GetName()
+	}
+	return obj.GetNamespace() + "/" + obj.GetName()
+}
+
+// freshness remembers the resourceVersions of our own writes so a sync does
+// not act on a cached object older than what we wrote (which would create a
+// second object, or conflict on every retry). Entries go away once the cache
+// has caught up, when the object's deletion is seen, or after
+// freshnessTimeout, in case the cache never shows the state we wrote (the
+// object was written again and deleted before a re-list).
+type freshness struct {
+	mu      sync.Mutex
+	written map[string]written
+}
+
+type written struct {
+	rv int64 // resourceVersion written; gone = deleted
+	at time.Time
+}
+
+const (
+	gone             = -1
+	freshnessTimeout = 30 * time.Second
+)
+
+func newFreshness() *freshness { return &freshness{written: map[string]written{}} }
+
+func (f *freshness) wrote(key string, obj metav1.Object) {
+	rv, err := strconv.ParseInt(obj.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return // an opaque resourceVersion: rely on conflicts instead
+	}
+	f.mu.Lock()
+	f.written[key] = written{rv: rv, at: time.Now()}
+	f.mu.Unlock()
+}
+
+func (f *freshness) deleted(key string) {
+	f.mu.Lock()
+	f.written[key] = written{rv: gone, at: time.Now()}
+	f.mu.Unlock()
+}
+
+// stale reports whether cached (nil when absent from the cache) is older
+// than our last write of key.
+func (f *freshness) stale(key string, cached metav1.Object) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, ok := f.written[key]
+	if !ok {
+		return false
+	}
+	if time.Since(w.at) > freshnessTimeout {
+		delete(f.written, key)
+		return false
+	}
+	if w.rv == gone {
+		if cached != nil {
+			return true
+		}
+		delete(f.written, key)
+		return false
+	}
+	if cached == nil {
+		return true // created, not yet seen
+	}
+	rv, err := strconv.ParseInt(cached.GetResourceVersion(), 10, 64)
+	if err != nil || rv >= w.rv {
+		delete(f.written, key)
+		return false
+	}
+	return true
+}
+
+// forget drops what is known about key, when its deletion is seen.
+func (f *freshness) forget(key string) {
+	f.mu.Lock()
+	delete(f.written, key)
+	f.mu.Unlock()
+}
+
+// recordEvent writes a core/v1 Event about obj, as kubectl describe shows
+// them. Failures are logged only: events are best effort, as in Kubernetes.
+func (c *Controllers) recordEvent(ctx context.Context, component string, obj metav1.Object, kind, apiVersion, typ, reason, msg string) {
+	now := metav1.NewTime(c.now())
+	ns := obj.GetNamespace()
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s.%x", obj.GetName(), now.UnixNano()),
+			Namespace: ns,
+		},
+		InvolvedObject: corev1.ObjectReference{
+			Kind: kind, APIVersion: apiVersion, Namespace: obj.GetNamespace(), Name: obj.GetName(),
+			UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
+		},
+		Reason:              reason,
+		Message:             msg,
+		Source:              corev1.EventSource{Component: component},
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		Type:                typ,
+		ReportingController: component,
+	}
+	if _, err := c.client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
+		c.log.Debug("recording event", "object", keyOf(obj), "reason", reason, "err", err)
+	}
+}
