@@ -94,6 +94,7 @@ type Controllers struct {
 	ec    *endpointsController
 	ipam  *nodeIPAM
 	gc    *collector
+	nl    *nodeLifecycle
 
 	startOnce sync.Once
 	ready     chan struct{}
@@ -146,6 +147,7 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controlle
 	c.ec = newEndpointsController(c)
 	c.ipam = newNodeIPAM(c)
 	c.gc = newCollector(c)
+	c.nl = newNodeLifecycle(c)
 	return c
 }
 
@@ -175,6 +177,7 @@ func (c *Controllers) Run(ctx context.Context) error {
 	for _, l := range c.loops {
 		l.start(ctx, &wg)
 	}
+	go c.nl.run(ctx)
 	c.log.Info("controllers running", "loops", len(c.loops), "podCIDR", c.opts.PodCIDR, "nodeMaskSize", c.opts.NodeCIDRMaskSize)
 	close(c.ready)
 	<-ctx.Done()

@@ -1,0 +1,164 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// The node lifecycle loop does what kube-controller-manager's node lifecycle and
+// pod GC controllers do for a lab: a node whose agent stopped heartbeating for
+// nodeMonitorGracePeriod goes Ready=Unknown and its pods go not-Ready (so their
+// endpoints stop receiving traffic); pods bound to a node that no longer exists are
+// deleted at once (PodGC's orphaned pods).
+const (
+	nodeMonitorGracePeriod = 40 * time.Second
+	nodeMonitorPeriod      = 5 * time.Second
+)
+
+type nodeLifecycle struct {
+	c    *Controllers
+	loop *loop
+}
+
+func newNodeLifecycle(c *Controllers) *nodeLifecycle {
+	n := &nodeLifecycle{c: c}
+	n.loop = c.newLoop("nodelifecycle", 1, n.sync)
+	c.factory.Core().V1().Nodes().Informer().AddEventHandler(handlers(
+		func(obj any) { n.loop.add(obj.(*corev1.Node).Name) },
+		func(_, cur any) { n.loop.add(cur.(*corev1.Node).Name) },
+		func(obj any) {
+			if node, ok := obj.(*corev1.Node); ok {
+				n.loop.add(node.Name)
+			}
+		},
+	))
+	c.podInf.AddEventHandler(handlers(
+		func(obj any) {
+			if p := obj.(*corev1.Pod); p.Spec.NodeName != "" {
+				n.loop.add(p.Spec.NodeName)
+			}
+		},
+		func(_, cur any) {}, func(any) {},
+	))
+	return n
+}
+
+// run requeues every node periodically, since a heartbeat that stops produces no event.
+func (n *nodeLifecycle) run(ctx context.Context) {
+	t := time.NewTicker(nodeMonitorPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			nodes, _ := n.c.nodes.List(labels.Everything())
+			for _, node := range nodes {
+				n.loop.add(node.Name)
+			}
+		}
+	}
+}
+
+func (n *nodeLifecycle) sync(ctx context.Context, name string) error {
+	node, err := n.c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		// Confirm with the API before deleting pods: the cache may lag a new node.
+		if _, err := n.c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return err
+		}
+		return n.deleteOrphans(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	ready := readyCondition(node)
+	if ready == nil || ready.Status == corev1.ConditionUnknown {
+		return nil
+	}
+	if n.c.now().Sub(ready.LastHeartbeatTime.Time) < nodeMonitorGracePeriod {
+		return nil
+	}
+	// The agent went silent: Ready becomes Unknown, and its pods not ready.
+	nn := node.DeepCopy()
+	for i := range nn.Status.Conditions {
+		if nn.Status.Conditions[i].Type == corev1.NodeReady {
+			nn.Status.Conditions[i].Status = corev1.ConditionUnknown
+			nn.Status.Conditions[i].Reason = "NodeStatusUnknown"
+			nn.Status.Conditions[i].Message = "Kubelet stopped posting node status."
+			nn.Status.Conditions[i].LastTransitionTime = metav1.NewTime(n.c.now())
+		}
+	}
+	if _, err := n.c.client.CoreV1().Nodes().UpdateStatus(ctx, nn, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("marking node %q unknown: %w", name, err)
+	}
+	n.loop.log.Info("node stopped posting status", "node", name, "lastHeartbeat", ready.LastHeartbeatTime.Time)
+	return n.markPodsNotReady(ctx, name)
+}
+
+func readyCondition(node *corev1.Node) *corev1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func (n *nodeLifecycle) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+	list, err := n.c.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func (n *nodeLifecycle) markPodsNotReady(ctx context.Context, node string) error {
+	pods, err := n.podsOn(ctx, node)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		p := &pods[i]
+		changed := false
+		for j := range p.Status.Conditions {
+			if p.Status.Conditions[j].Type == corev1.PodReady && p.Status.Conditions[j].Status != corev1.ConditionFalse {
+				p.Status.Conditions[j].Status = corev1.ConditionFalse
+				p.Status.Conditions[j].Reason = "NodeNotReady"
+				changed = true
+			}
+		}
+		if changed {
+			if _, err := n.c.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("marking pod %s/%s not ready: %w", p.Namespace, p.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (n *nodeLifecycle) deleteOrphans(ctx context.Context, node string) error {
+	pods, err := n.podsOn(ctx, node)
+	if err != nil {
+		return err
+	}
+	zero := int64(0)
+	for _, p := range pods {
+		uid := p.UID
+		err := n.c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s/%s of vanished node %q: %w", p.Namespace, p.Name, node, err)
+		}
+		n.loop.log.Info("deleted pod of a node that no longer exists", "pod", p.Namespace+"/"+p.Name, "node", node)
+	}
+	return nil
+}
