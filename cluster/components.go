@@ -28,7 +28,7 @@ type nodeContext struct {
 // startNodeComponents starts what runs on every node next to its agent. Each
 // start function runs its component until ctx ends, accounted in wg.
 func startNodeComponents(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startDNS, startIngressNode} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startDNS, startIngressNode, startLoadBalancerNode} {
 		if err := start(ctx, wg, nc); err != nil {
 			return err
 		}
@@ -48,7 +48,7 @@ type serverContext struct {
 
 // startServerComponents starts control-plane components beyond the core controllers.
 func startServerComponents(ctx context.Context, wg *sync.WaitGroup, sc serverContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer, startLoadBalancerServer} {
 		if err := start(ctx, wg, sc); err != nil {
 			return err
 		}
