@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -15,15 +16,7 @@ import (
 	"github.com/minikit/minikit/cluster"
 
 	"github.com/spf13/cobra"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/kubectl/pkg/cmd/apply"
-	"k8s.io/kubectl/pkg/cmd/delete"
-	"k8s.io/kubectl/pkg/cmd/describe"
-	"k8s.io/kubectl/pkg/cmd/get"
-	"k8s.io/kubectl/pkg/cmd/logs"
-	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -36,42 +29,71 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	configFlags := genericclioptions.NewConfigFlags(true).WithDeprecatedPasswordFlag().WithDiscoveryBurst(300).WithDiscoveryQPS(50)
-	configFlags.AddFlags(root.PersistentFlags())
-	root.PersistentPreRun = func(cmd *cobra.Command, args []string) { defaultKubeconfig(configFlags) }
-	f := cmdutil.NewFactory(configFlags)
-	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-
-	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(f, streams), newDownCommand(),
+	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(), newDownCommand(),
 		newAgentCommand(), newLabCommand())
 	root.AddCommand(newLabHelperCommands()...)
-	// The client commands are kubectl's own, so that minikit get/apply/describe/delete
-	// behave exactly as the kubectl a student will use on a real cluster.
-	for _, c := range []*cobra.Command{
-		apply.NewCmdApply("minikit", f, streams),
-		get.NewCmdGet("minikit", f, streams),
-		describe.NewCmdDescribe("minikit", f, streams),
-		delete.NewCmdDelete(f, streams),
-		logs.NewCmdLogs(f, streams),
-	} {
-		root.AddCommand(c)
-	}
+	root.AddCommand(newKubectlCommands()...)
 	return root
 }
 
-// defaultKubeconfig finds the API as kubectl does (--kubeconfig, then KUBECONFIG),
-// then falls back to the kubeconfig a local server wrote, then to ~/.kube/config.
-func defaultKubeconfig(flags *genericclioptions.ConfigFlags) {
-	if flags.KubeConfig != nil && *flags.KubeConfig != "" {
-		return
+// newKubectlCommands are the client commands. They run the real kubectl against
+// the cluster, so that minikit get/apply/describe/delete/logs behave exactly as the
+// kubectl a student will use on a real cluster. (Linking kubectl's command packages
+// into minikit instead would make every container start, which re-executes this
+// binary, several times slower.)
+func newKubectlCommands() []*cobra.Command {
+	var out []*cobra.Command
+	for _, verb := range []string{"apply", "get", "describe", "delete", "logs", "scale", "patch", "rollout", "wait", "kubectl"} {
+		verb := verb
+		short := "kubectl " + verb + ", against this cluster"
+		if verb == "kubectl" {
+			short = "Run kubectl against this cluster"
+		}
+		out = append(out, &cobra.Command{
+			Use:                verb,
+			Short:              short,
+			DisableFlagParsing: true,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if verb != "kubectl" {
+					args = append([]string{verb}, args...)
+				}
+				return runKubectl(args)
+			},
+		})
+	}
+	return out
+}
+
+// runKubectl replaces this process with kubectl, adding --kubeconfig when the user
+// gave none: kubectl's own order (--kubeconfig, then KUBECONFIG), then the
+// kubeconfig a local server wrote.
+func runKubectl(args []string) error {
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		return fmt.Errorf("kubectl is not installed (Debian/Ubuntu: apt-get install kubernetes-client, or see https://kubernetes.io/docs/tasks/tools/): %w", err)
+	}
+	argv := append([]string{"kubectl"}, args...)
+	if kc := defaultKubeconfig(args); kc != "" {
+		argv = append([]string{"kubectl", "--kubeconfig", kc}, args...)
+	}
+	return syscall.Exec(path, argv, os.Environ())
+}
+
+// defaultKubeconfig is the kubeconfig to add, or "" when kubectl's own lookup applies.
+func defaultKubeconfig(args []string) string {
+	for _, a := range args {
+		if a == "--kubeconfig" || strings.HasPrefix(a, "--kubeconfig=") {
+			return ""
+		}
 	}
 	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
-		return
+		return ""
 	}
 	local := cluster.KubeconfigPath(cluster.DefaultDataDir)
 	if _, err := os.Stat(local); err == nil {
-		*flags.KubeConfig = local
+		return local
 	}
+	return ""
 }
 
 func newVersionCommand() *cobra.Command {

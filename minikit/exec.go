@@ -13,14 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
-	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // newExecCommand runs a command inside a pod's network, UTS and mount namespaces.
 // The pod must run on this machine (any node of a lab, or this VM's node).
-func newExecCommand(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobra.Command {
-	var container string
+func newExecCommand() *cobra.Command {
+	var container, kubeconfig, namespace string
 	cmd := &cobra.Command{
 		Use:   "exec POD [-c CONTAINER] -- COMMAND [ARGS...]",
 		Short: "Run a command inside a pod (its network, hostname and /etc files)",
@@ -29,11 +29,24 @@ func newExecCommand(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobr
 			if cmd.ArgsLenAtDash() != 1 {
 				return errors.New("usage: minikit exec POD -- COMMAND [ARGS...]")
 			}
-			ns, _, err := f.ToRawKubeConfigLoader().Namespace()
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			if kubeconfig == "" {
+				kubeconfig = defaultKubeconfig(nil)
+			}
+			rules.ExplicitPath = kubeconfig
+			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+			ns, _, err := loader.Namespace()
 			if err != nil {
 				return err
 			}
-			client, err := f.KubernetesClientSet()
+			if namespace != "" {
+				ns = namespace
+			}
+			rc, err := loader.ClientConfig()
+			if err != nil {
+				return err
+			}
+			client, err := kubernetes.NewForConfig(rc)
 			if err != nil {
 				return err
 			}
@@ -59,7 +72,7 @@ func newExecCommand(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobr
 			}
 			argv := sandbox.ExecArgv(sandbox.NetNSPath(name), sandbox.PodUTSPath(name), sandbox.PodMntPath(name), args[1:])
 			c := exec.Command(argv[0], argv[1:]...)
-			c.Stdin, c.Stdout, c.Stderr = streams.In, streams.Out, streams.ErrOut
+			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			c.Env = append(os.Environ(), "HOSTNAME="+pod.Name)
 			err = c.Run()
 			var ee *exec.ExitError
@@ -70,6 +83,8 @@ func newExecCommand(f cmdutil.Factory, streams genericiooptions.IOStreams) *cobr
 		},
 	}
 	cmd.Flags().StringVarP(&container, "container", "c", "", "container name (all containers of a pod share its namespaces)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: KUBECONFIG, then the local server's)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the pod")
 	return cmd
 }
 
