@@ -63,8 +63,11 @@ type Config struct {
 	// Labels are added to the Node (e.g. node-role.kubernetes.io/control-plane).
 	Labels  map[string]string
 	Version string
-	// ResolvConf is the file pods get as /etc/resolv.conf content source.
+	// ResolvConf is the node's resolver configuration file (default /etc/resolv.conf).
 	ResolvConf string
+	// PodResolvConf, when set, computes a pod's /etc/resolv.conf from the pod and the
+	// node's file (the cluster DNS's dnsPolicy rules); unset, pods get the node's file.
+	PodResolvConf func(pod *corev1.Pod, nodeResolv []byte) []byte
 	Client     kubernetes.Interface
 	Logger     *slog.Logger
 	// ClusterCIDR is the whole pod network (default 10.244.0.0/16): traffic from it

@@ -218,6 +218,9 @@ func (w *podWorker) writePodFiles(pod *corev1.Pod, ip netip.Addr) error {
 	if err != nil {
 		resolv = nil
 	}
+	if w.a.cfg.PodResolvConf != nil {
+		resolv = w.a.cfg.PodResolvConf(pod, resolv)
+	}
 	for path, content := range map[string][]byte{w.hostsPath(): []byte(hosts), w.resolvPath(): resolv} {
 		if old, err := os.ReadFile(path); err == nil && string(old) == string(content) {
 			continue
