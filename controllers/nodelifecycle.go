@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,10 +26,21 @@ const (
 type nodeLifecycle struct {
 	c    *Controllers
 	loop *loop
+
+	// observed is, per node, the heartbeat last seen and when this controller saw
+	// it change: like Kubernetes, silence is measured on our own clock, so clock
+	// skew or a zero heartbeat time never condemns a node.
+	mu       sync.Mutex
+	observed map[string]observation
+}
+
+type observation struct {
+	heartbeat time.Time
+	seen      time.Time
 }
 
 func newNodeLifecycle(c *Controllers) *nodeLifecycle {
-	n := &nodeLifecycle{c: c}
+	n := &nodeLifecycle{c: c, observed: map[string]observation{}}
 	n.loop = c.newLoop("nodelifecycle", 1, n.sync)
 	c.factory.Core().V1().Nodes().Informer().AddEventHandler(handlers(
 		func(obj any) { n.loop.add(obj.(*corev1.Node).Name) },
@@ -70,6 +82,9 @@ func (n *nodeLifecycle) run(ctx context.Context) {
 func (n *nodeLifecycle) sync(ctx context.Context, name string) error {
 	node, err := n.c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
+		n.mu.Lock()
+		delete(n.observed, name)
+		n.mu.Unlock()
 		// Confirm with the API before deleting pods: the cache may lag a new node.
 		if _, err := n.c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return err
@@ -83,7 +98,15 @@ func (n *nodeLifecycle) sync(ctx context.Context, name string) error {
 	if ready == nil || ready.Status == corev1.ConditionUnknown {
 		return nil
 	}
-	if n.c.now().Sub(ready.LastHeartbeatTime.Time) < nodeMonitorGracePeriod {
+	now := n.c.now()
+	n.mu.Lock()
+	o, ok := n.observed[name]
+	if !ok || !o.heartbeat.Equal(ready.LastHeartbeatTime.Time) {
+		o = observation{heartbeat: ready.LastHeartbeatTime.Time, seen: now}
+		n.observed[name] = o
+	}
+	n.mu.Unlock()
+	if now.Sub(o.seen) < nodeMonitorGracePeriod {
 		return nil
 	}
 	// The agent went silent: Ready becomes Unknown, and its pods not ready.
