@@ -37,6 +37,8 @@ type Interface interface {
 	EnsureChain(table, chain string) error
 	// EnsureRule adds the rule if an identical one is not there yet.
 	EnsureRule(pos Position, table, chain string, args ...string) (existed bool, err error)
+	// HasRule reports whether the rule is in the chain (iptables -C).
+	HasRule(table, chain string, args ...string) (bool, error)
 	// DeleteRule deletes the rule if present.
 	DeleteRule(table, chain string, args ...string) error
 	// ChainExists reports whether chain exists in table.
@@ -50,6 +52,18 @@ type Interface interface {
 	Save(table string) ([]byte, error)
 	// HasRandomFully reports whether MASQUERADE --random-fully is supported.
 	HasRandomFully() bool
+
+	// Backend reports which kernel interface the iptables binaries drive.
+	Backend() Backend
+	// ListChains lists the chains of table, built-in chains included.
+	ListChains(table string) ([]string, error)
+	// ReplaceTables rewrites whole tables with one iptables-restore without
+	// --noflush, keeping what the caller does not own. Under the process-wide
+	// lock it reads, for each table, every built-in chain and every chain for
+	// which keep(table, chain) is true, hands them to build, and restores
+	// build's output. The caller must write the kept chains back (built-in
+	// policies included); whatever the output leaves out is gone.
+	ReplaceTables(tables []string, keep func(table, chain string) bool, build func(map[string]*TableState) ([]byte, error)) error
 }
 
 // Owned reports whether a chain name is one minikit may create, flush or delete.
@@ -57,9 +71,22 @@ func Owned(chain string) bool {
 	return strings.HasPrefix(chain, "KUBE-") || strings.HasPrefix(chain, "MINIKIT-")
 }
 
+// xtablesMu serialises every iptables change this process makes, across all
+// runners: iptables-restore and -C/-I pairs are not atomic together, and a
+// whole-table restore (ReplaceTables) must not interleave with another
+// component's write between reading the tables and restoring them. The node
+// agent and the service proxy each hold their own runner in one process.
+var xtablesMu sync.Mutex
+
 type runner struct {
 	ipt *goipt.IPTables
-	mu  sync.Mutex // iptables-restore and -C/-I pairs are not atomic together
+	mu  *sync.Mutex // = &xtablesMu
+
+	backend Backend
+	// cached is the last state ReplaceTables read or wrote, valid while the
+	// nf_tables generation is still cachedGen (see ReplaceTables).
+	cached    map[string]*TableState
+	cachedGen uint32
 }
 
 // New returns the real implementation for IPv4, using iptables' own lock.
@@ -68,7 +95,7 @@ func New() (Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding iptables: %w", err)
 	}
-	return &runner{ipt: ipt}, nil
+	return &runner{ipt: ipt, mu: &xtablesMu, backend: detectBackend()}, nil
 }
 
 func (r *runner) EnsureChain(table, chain string) error {
@@ -111,6 +138,12 @@ func (r *runner) EnsureRule(pos Position, table, chain string, args ...string) (
 	return false, nil
 }
 
+func (r *runner) HasRule(table, chain string, args ...string) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ipt.Exists(table, chain, args...)
+}
+
 func (r *runner) DeleteRule(table, chain string, args ...string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -142,6 +175,21 @@ func (r *runner) DeleteChain(table, chain string) error {
 func (r *runner) Restore(data []byte, noFlush bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	gen, cacheOK := r.cacheValid()
+	err := r.restore(data, noFlush)
+	if err == nil && cacheOK && noFlush && !touchesCached(data, r.cached) {
+		// Our own write left the chains ReplaceTables cached alone: keep the
+		// cache valid across the generation this restore created.
+		if after, err := nftGeneration(); err == nil && after != gen {
+			r.cachedGen = after
+			return nil
+		}
+	}
+	r.cached = nil
+	return err
+}
+
+func (r *runner) restore(data []byte, noFlush bool) error {
 	args := []string{"-w", "5"}
 	if noFlush {
 		args = append(args, "--noflush")

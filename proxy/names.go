@@ -1,0 +1,71 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"strings"
+)
+
+// Chain-name prefixes, as kube-proxy's iptables mode names them.
+const (
+	chainServices         = "KUBE-SERVICES"
+	chainExternalServices = "KUBE-EXTERNAL-SERVICES"
+	chainNodePorts        = "KUBE-NODEPORTS"
+	chainPostrouting      = "KUBE-POSTROUTING"
+	chainMarkMasq         = "KUBE-MARK-MASQ"
+	chainForward          = "KUBE-FORWARD"
+	chainProxyFirewall    = "KUBE-PROXY-FIREWALL"
+	chainCanary           = "KUBE-PROXY-CANARY"
+
+	prefixSVC = "KUBE-SVC-"
+	prefixSVL = "KUBE-SVL-"
+	prefixEXT = "KUBE-EXT-"
+	prefixFW  = "KUBE-FW-"
+	prefixSEP = "KUBE-SEP-"
+)
+
+// masqMark is 1<<14 printed with %#08x, exactly as kube-proxy writes it with its
+// default masqueradeBit; iptables normalises it to 0x4000 when listing.
+var masqMark = fmt.Sprintf("%#08x", 1<<14)
+
+// portProtoHash is kube-proxy's recipe: the first 16 characters of the RFC 4648
+// base32 encoding of sha256(servicePortName + protocol), where protocol is
+// lower case and the pieces are concatenated without separators.
+func portProtoHash(servicePortName, protocol string) string {
+	sum := sha256.Sum256([]byte(servicePortName + protocol))
+	return base32.StdEncoding.EncodeToString(sum[:])[:16]
+}
+
+// endpointHash is portProtoHash with the endpoint ("ip:port") appended.
+func endpointHash(servicePortName, protocol, endpoint string) string {
+	sum := sha256.Sum256([]byte(servicePortName + protocol + endpoint))
+	return base32.StdEncoding.EncodeToString(sum[:])[:16]
+}
+
+// servicePortName is kube-proxy's ServicePortName.String(): "ns/name", plus
+// ":port" only when the port is named.
+func servicePortName(namespace, name, port string) string {
+	if port == "" {
+		return namespace + "/" + name
+	}
+	return namespace + "/" + name + ":" + port
+}
+
+// ownedChain reports whether a chain is one the service proxy creates: every
+// KUBE-* chain. The node agent's MINIKIT-* chains are not the proxy's.
+func ownedChain(name string) bool { return strings.HasPrefix(name, "KUBE-") }
+
+// serviceChain reports whether a chain is a per-service or per-endpoint chain,
+// the kind partial syncs create and delete.
+func serviceChain(name string) bool {
+	for _, p := range []string{prefixSVC, prefixSVL, prefixEXT, prefixFW, prefixSEP} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// probability formats 1/n as kube-proxy does ("%0.10f").
+func probability(n int) string { return fmt.Sprintf("%0.10f", 1.0/float64(n)) }

@@ -1,0 +1,686 @@
+// Package proxy is minikit's service proxy: kube-proxy's iptables mode,
+// reproduced chain for chain (names, comments, probabilities, traffic
+// policies) so that `iptables-save` on a minikit node shows what the
+// Kubernetes documentation and kube-proxy show. It owns every KUBE-* chain in
+// the nat, filter and mangle tables and the jump rules from built-in chains
+// into them, and nothing else: other programs' chains and rules, and the node
+// agent's MINIKIT-* chains, are left as they are.
+//
+// Services and EndpointSlices arrive as events (the wiring runs the
+// informers); each event marks its service dirty and asks the bounded-frequency
+// runner for a sync. A sync renders the whole desired rule set (re-rendering
+// only dirty services), and applies it with one iptables-restore: a full sync
+// at start, after any failure, when the flush monitor finds our rules gone, and
+// hourly; otherwise a partial sync that rewrites only the chains whose content
+// changed. tables.go explains the restore input shape and why.
+//
+// Locking: mu guards the objects the event handlers write (services, slices,
+// dirty, needFull, nodeIP). Everything else is owned by the sync goroutine
+// (the runner calls syncProxyRules from one goroutine only), except stats,
+// which statsMu guards for the debug endpoint.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minikit/minikit/iptables"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Config configures a Proxier. Zero durations take kube-proxy's defaults.
+type Config struct {
+	NodeName string
+	NodeIP   netip.Addr
+	// ClusterCIDR is the pod network (kube-proxy's --cluster-cidr): traffic
+	// from it is pod traffic, everything else reaching a cluster IP is
+	// masqueraded.
+	ClusterCIDR netip.Prefix
+	// MasqueradeAll masquerades pod traffic to cluster IPs too.
+	MasqueradeAll bool
+
+	// MinSyncPeriod is the minimum time between two syncs, start to start
+	// (default 1 s, burst 2).
+	MinSyncPeriod time.Duration
+	// SyncPeriod is how often the flush monitor looks for our rules and how
+	// long a failed sync waits before its retry (default 30 s).
+	SyncPeriod time.Duration
+	// FullSyncPeriod is the longest time between two full syncs (default 1 h).
+	FullSyncPeriod time.Duration
+
+	Logger *slog.Logger
+	Clock  Clock
+	// Conntrack is the conntrack table (default: netlink in this namespace).
+	Conntrack Conntrack
+	// HealthCheckListen opens a health check node port (default ":PORT").
+	HealthCheckListen func(port int) (net.Listener, error)
+	// TCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal; when nil it
+	// is read from /proc. When set, the INVALID drop rule is left out.
+	TCPBeLiberal *bool
+}
+
+// Proxier programs kube-proxy's rules for the services it is told about.
+type Proxier struct {
+	cfg    Config
+	ipt    iptables.Interface
+	ct     Conntrack
+	log    *slog.Logger
+	clock  Clock
+	runner *boundedRunner
+	health *healthServers
+
+	randomFully  bool
+	tcpBeLiberal bool
+
+	mu          sync.Mutex
+	services    map[types.NamespacedName]*corev1.Service
+	slices      map[types.NamespacedName]map[string]*discovery.EndpointSlice
+	dirty       map[types.NamespacedName]bool
+	needFull    bool
+	nodeIP      netip.Addr
+	initialized bool
+
+	// Owned by the sync goroutine.
+	rendered     map[types.NamespacedName][]*serviceRules
+	largeCluster bool
+	written      map[string]string // "table/chain" -> rules, what the kernel holds
+	lastFull     time.Time
+	udpFrontends map[types.NamespacedName][]netip.AddrPort
+	udpNodePorts map[types.NamespacedName][]uint16
+
+	statsMu sync.Mutex
+	stats   Stats
+	lastSet *ruleSet
+}
+
+// Stats describes the proxy's syncs, for the debug endpoint.
+type Stats struct {
+	Syncs           int           `json:"syncs"`
+	FullSyncs       int           `json:"fullSyncs"`
+	PartialSyncs    int           `json:"partialSyncs"`
+	SkippedSyncs    int           `json:"skippedSyncs"` // nothing had changed
+	RestoreFailures int           `json:"restoreFailures"`
+	LastSync        time.Time     `json:"lastSync"`
+	LastFull        bool          `json:"lastFull"`
+	LastDuration    time.Duration `json:"lastDurationNs"`
+	LastError       string        `json:"lastError,omitempty"`
+	Services        int           `json:"servicePorts"`
+	Endpoints       int           `json:"endpoints"`
+	FilterRules     int           `json:"filterRules"`
+	NATRules        int           `json:"natRules"`
+	NATChains       int           `json:"natChains"`
+	// WrittenChains and WrittenBytes are the size of the last restore input.
+	WrittenChains   int    `json:"lastRestoreChains"`
+	WrittenBytes    int    `json:"lastRestoreBytes"`
+	ConntrackPurged int    `json:"conntrackFlowsDeleted"`
+	Backend         string `json:"backend"`
+}
+
+// New returns a Proxier that writes through ipt. Call Run to start it.
+func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
+	if ipt == nil {
+		return nil, errors.New("proxy: no iptables")
+	}
+	if cfg.MinSyncPeriod == 0 {
+		cfg.MinSyncPeriod = time.Second
+	}
+	if cfg.SyncPeriod == 0 {
+		cfg.SyncPeriod = 30 * time.Second
+	}
+	if cfg.FullSyncPeriod == 0 {
+		cfg.FullSyncPeriod = time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Conntrack == nil {
+		cfg.Conntrack = netlinkConntrack{}
+	}
+	log := cfg.Logger.With("component", "proxy")
+	p := &Proxier{
+		cfg: cfg, ipt: ipt, ct: cfg.Conntrack, log: log, clock: cfg.Clock,
+		health:       newHealthServers(cfg.HealthCheckListen, log),
+		randomFully:  ipt.HasRandomFully(),
+		services:     map[types.NamespacedName]*corev1.Service{},
+		slices:       map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
+		dirty:        map[types.NamespacedName]bool{},
+		needFull:     true,
+		nodeIP:       cfg.NodeIP,
+		rendered:     map[types.NamespacedName][]*serviceRules{},
+		written:      map[string]string{},
+		udpFrontends: map[types.NamespacedName][]netip.AddrPort{},
+		udpNodePorts: map[types.NamespacedName][]uint16{},
+	}
+	if cfg.TCPBeLiberal != nil {
+		p.tcpBeLiberal = *cfg.TCPBeLiberal
+	} else if b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
+		p.tcpBeLiberal = strings.TrimSpace(string(b)) != "0"
+	}
+	p.stats.Backend = string(ipt.Backend())
+	p.runner = newBoundedRunner(p.syncProxyRules, cfg.MinSyncPeriod, cfg.FullSyncPeriod, cfg.SyncPeriod, 2, cfg.Clock)
+	return p, nil
+}
+
+// Run syncs until ctx ends. Nothing is written before SetInitialized.
+func (p *Proxier) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.monitor(ctx)
+	}()
+	p.runner.Loop(ctx)
+	wg.Wait()
+	p.health.close()
+}
+
+// SetInitialized says the Service and EndpointSlice informers have synced:
+// syncing before that would delete the rules of services not yet seen.
+func (p *Proxier) SetInitialized() {
+	p.mu.Lock()
+	p.initialized = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+// Event handlers. They only record the change and ask for a sync.
+
+func (p *Proxier) OnServiceUpdate(svc *corev1.Service) {
+	if svc.Labels["service.kubernetes.io/service-proxy-name"] != "" {
+		p.OnServiceDelete(svc) // served by another proxy
+		return
+	}
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	p.mu.Lock()
+	p.services[key] = svc
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *Proxier) OnServiceDelete(svc *corev1.Service) {
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	p.mu.Lock()
+	delete(p.services, key)
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func sliceService(s *discovery.EndpointSlice) (types.NamespacedName, bool) {
+	name := s.Labels[discovery.LabelServiceName]
+	return types.NamespacedName{Namespace: s.Namespace, Name: name}, name != ""
+}
+
+func (p *Proxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
+	key, ok := sliceService(s)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	if p.slices[key] == nil {
+		p.slices[key] = map[string]*discovery.EndpointSlice{}
+	}
+	p.slices[key][s.Name] = s
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *Proxier) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
+	key, ok := sliceService(s)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	delete(p.slices[key], s.Name)
+	if len(p.slices[key]) == 0 {
+		delete(p.slices, key)
+	}
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+// SetNodeIP updates the node's address; the next sync is a full one.
+func (p *Proxier) SetNodeIP(ip netip.Addr) {
+	p.mu.Lock()
+	changed := ip != p.nodeIP
+	p.nodeIP = ip
+	if changed {
+		p.needFull = true
+	}
+	p.mu.Unlock()
+	if changed {
+		p.runner.Run()
+	}
+}
+
+// forceFullSync is what the flush monitor calls.
+func (p *Proxier) forceFullSync() {
+	p.mu.Lock()
+	p.needFull = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+// syncProxyRules is one sync; see the package comment.
+func (p *Proxier) syncProxyRules() (err error) {
+	start := p.clock.Now()
+	p.mu.Lock()
+	if !p.initialized {
+		p.mu.Unlock()
+		return nil
+	}
+	full := p.needFull || start.Sub(p.lastFull) >= p.cfg.FullSyncPeriod
+	dirty := p.dirty
+	p.dirty = map[types.NamespacedName]bool{}
+	p.needFull = false
+	nodeIP := p.nodeIP
+	// Snapshot the objects of the services to render.
+	type input struct {
+		svc    *corev1.Service
+		slices []*discovery.EndpointSlice
+	}
+	inputs := map[types.NamespacedName]input{}
+	collect := func(key types.NamespacedName) {
+		in := input{svc: p.services[key]}
+		for _, s := range p.slices[key] {
+			in.slices = append(in.slices, s)
+		}
+		inputs[key] = in
+	}
+	if full {
+		for key := range p.services {
+			collect(key)
+		}
+		for key := range p.rendered {
+			collect(key) // deleted ones render to nothing
+		}
+	} else {
+		for key := range dirty {
+			collect(key)
+		}
+	}
+	p.mu.Unlock()
+
+	defer func() {
+		if err != nil {
+			// Change tracking was consumed: the retry must be a full sync.
+			p.mu.Lock()
+			p.needFull = true
+			for key := range dirty {
+				p.dirty[key] = true
+			}
+			p.mu.Unlock()
+		}
+	}()
+
+	cfg := &renderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll, largeCluster: p.largeCluster}
+	if p.cfg.ClusterCIDR.IsValid() {
+		cfg.clusterCIDR = p.cfg.ClusterCIDR.Masked().String()
+	}
+	udpChanged := false
+	render := func(key types.NamespacedName, in input) {
+		if len(p.udpFrontends[key]) > 0 || len(p.udpNodePorts[key]) > 0 {
+			udpChanged = true
+		}
+		if in.svc == nil {
+			delete(p.rendered, key)
+			return
+		}
+		var out []*serviceRules
+		for _, sp := range servicePorts(in.svc) {
+			if sp.protocol == "udp" {
+				udpChanged = true
+			}
+			out = append(out, renderService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName)))
+		}
+		p.rendered[key] = out
+	}
+	for key, in := range inputs {
+		render(key, in)
+	}
+	// kube-proxy's large-cluster mode drops per-endpoint comments above 1,000
+	// endpoints; crossing the threshold re-renders everything.
+	total := 0
+	for _, rs := range p.rendered {
+		for _, r := range rs {
+			total += len(r.serving)
+		}
+	}
+	if large := total > largeClusterEndpointsThreshold; large != p.largeCluster {
+		p.largeCluster = large
+		cfg.largeCluster = large
+		p.mu.Lock()
+		for key := range p.services {
+			collect(key)
+		}
+		p.mu.Unlock()
+		for key, in := range inputs {
+			render(key, in)
+		}
+	}
+
+	keys := make([]types.NamespacedName, 0, len(p.rendered))
+	for k := range p.rendered {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Namespace != keys[j].Namespace {
+			return keys[i].Namespace < keys[j].Namespace
+		}
+		return keys[i].Name < keys[j].Name
+	})
+	var all []*serviceRules
+	for _, k := range keys {
+		all = append(all, p.rendered[k]...)
+	}
+	rs := buildRuleSet(all, p.randomFully, p.tcpBeLiberal)
+
+	var written int
+	var bytesOut int
+	if full {
+		written, bytesOut, err = p.fullSync(rs)
+	} else {
+		written, bytesOut, err = p.partialSync(rs)
+	}
+	took := p.clock.Now().Sub(start)
+	filterRules, natRules := rs.countRules()
+	p.statsMu.Lock()
+	p.stats.Syncs++
+	p.stats.LastSync, p.stats.LastFull, p.stats.LastDuration = start, full, took
+	if err != nil {
+		p.stats.RestoreFailures++
+		p.stats.LastError = err.Error()
+	} else {
+		p.stats.LastError = ""
+		switch {
+		case full:
+			p.stats.FullSyncs++
+		case written == 0:
+			p.stats.SkippedSyncs++
+		default:
+			p.stats.PartialSyncs++
+		}
+		p.stats.WrittenChains, p.stats.WrittenBytes = written, bytesOut
+		p.lastSet = rs
+	}
+	p.stats.Services, p.stats.Endpoints = len(all), total
+	p.stats.FilterRules, p.stats.NATRules, p.stats.NATChains = filterRules, natRules, len(rs.nat)
+	p.statsMu.Unlock()
+	if err != nil {
+		p.log.Error("syncing proxy rules", "full", full, "took", took, "err", err)
+		return err
+	}
+	p.log.Debug("synced proxy rules", "full", full, "took", took, "servicePorts", len(all),
+		"endpoints", total, "natRules", natRules, "filterRules", filterRules, "chainsWritten", written, "bytes", bytesOut)
+	if full {
+		p.lastFull = start
+	}
+	p.syncHealth()
+	if udpChanged {
+		p.cleanupConntrack(nodeIP)
+	}
+	return nil
+}
+
+// fullSync rewrites everything we own; see tables.go for the input shape.
+func (p *Proxier) fullSync(rs *ruleSet) (chains, size int, err error) {
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+		chains += len(rs.chains(t))
+	}
+	// The mangle canary is never in a restore; the monitor polls it. It goes
+	// first so that the restore is the last change (iptables.ReplaceTables
+	// trusts its cached view of foreign chains only while it made the last change).
+	if err := p.ipt.EnsureChain(iptables.TableMangle, chainCanary); err != nil {
+		return 0, 0, err
+	}
+	if p.ipt.Backend() == iptables.NFTables {
+		err = p.ipt.ReplaceTables([]string{iptables.TableFilter, iptables.TableNAT}, keepForeign,
+			func(state map[string]*iptables.TableState) ([]byte, error) {
+				data := wholeTables(rs, state)
+				size = len(data)
+				return data, nil
+			})
+		if err != nil {
+			return 0, 0, fmt.Errorf("restoring whole tables: %w", err)
+		}
+	} else {
+		// Legacy: kube-proxy's way. Chains and jumps first (per rule), then
+		// one --noflush restore of every chain, deleting stale ones.
+		for _, j := range jumpRules {
+			if err := p.ipt.EnsureChain(j.table, j.to); err != nil {
+				return 0, 0, err
+			}
+			if _, err := p.ipt.EnsureRule(iptables.Prepend, j.table, j.from, j.args()...); err != nil {
+				return 0, 0, err
+			}
+		}
+		write := map[string][]chain{}
+		stale := map[string][]string{}
+		for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+			write[t] = rs.chains(t)
+			want := map[string]bool{}
+			for _, c := range rs.chains(t) {
+				want[c.name] = true
+			}
+			existing, err := p.ipt.ListChains(t)
+			if err != nil {
+				return 0, 0, err
+			}
+			for _, n := range existing {
+				if ownedChain(n) && !want[n] && (t == iptables.TableNAT && serviceChain(n)) {
+					stale[t] = append(stale[t], n)
+				}
+			}
+		}
+		data := noFlushInput(write, stale)
+		size = len(data)
+		if err := p.ipt.Restore(data, true); err != nil {
+			return 0, 0, err
+		}
+	}
+	p.remember(rs)
+	return chains, size, nil
+}
+
+// partialSync writes only the chains whose content differs from what the
+// last successful sync wrote, and deletes chains no longer used.
+func (p *Proxier) partialSync(rs *ruleSet) (chains, size int, err error) {
+	write := map[string][]chain{}
+	stale := map[string][]string{}
+	want := map[string]bool{}
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+		for _, c := range rs.chains(t) {
+			k := t + "/" + c.name
+			want[k] = true
+			if old, ok := p.written[k]; !ok || old != joinRules(c) {
+				write[t] = append(write[t], c)
+				chains++
+			}
+		}
+	}
+	for k := range p.written {
+		if !want[k] {
+			t, name, _ := strings.Cut(k, "/")
+			stale[t] = append(stale[t], name)
+			chains++
+		}
+	}
+	if chains == 0 {
+		return 0, 0, nil
+	}
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+		sort.Strings(stale[t])
+	}
+	data := noFlushInput(write, stale)
+	if err := p.ipt.Restore(data, true); err != nil {
+		return 0, 0, err
+	}
+	p.remember(rs)
+	return chains, len(data), nil
+}
+
+func (p *Proxier) remember(rs *ruleSet) {
+	p.written = make(map[string]string, len(rs.nat)+len(rs.filter))
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+		for _, c := range rs.chains(t) {
+			p.written[t+"/"+c.name] = joinRules(c)
+		}
+	}
+}
+
+func (p *Proxier) syncHealth() {
+	want := map[types.NamespacedName]int{}
+	counts := map[types.NamespacedName]int{}
+	for key, rs := range p.rendered {
+		for _, r := range rs {
+			if r.sp.hcNodePort != 0 {
+				want[key] = r.sp.hcNodePort
+			}
+			counts[key] += r.localEndpoints
+		}
+	}
+	p.health.sync(want, counts)
+}
+
+// cleanupConntrack deletes stale UDP flows after a sync changed UDP services.
+func (p *Proxier) cleanupConntrack(nodeIP netip.Addr) {
+	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
+	nodePorts := map[uint16]map[netip.Addr]bool{}
+	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
+	newNodePorts := map[types.NamespacedName][]uint16{}
+	for key, rs := range p.rendered {
+		for _, r := range rs {
+			sp := r.sp
+			if sp.protocol != "udp" {
+				continue
+			}
+			serving := map[netip.Addr]bool{}
+			for _, ip := range r.serving {
+				if a, err := netip.ParseAddr(ip); err == nil {
+					serving[a] = true
+				}
+			}
+			port := uint16(sp.port)
+			for _, ip := range append(append([]netip.Addr{sp.clusterIP}, sp.externalIPs...), sp.lbIPs...) {
+				ap := netip.AddrPortFrom(ip, port)
+				frontends[ap] = serving
+				newFrontends[key] = append(newFrontends[key], ap)
+			}
+			if sp.nodePort != 0 {
+				nodePorts[uint16(sp.nodePort)] = serving
+				newNodePorts[key] = append(newNodePorts[key], uint16(sp.nodePort))
+			}
+		}
+	}
+	// Frontends of UDP services deleted since: no endpoint serves them now.
+	for key, aps := range p.udpFrontends {
+		for _, ap := range aps {
+			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
+				frontends[ap] = map[netip.Addr]bool{}
+			}
+		}
+	}
+	for key, nps := range p.udpNodePorts {
+		for _, np := range nps {
+			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
+				nodePorts[np] = map[netip.Addr]bool{}
+			}
+		}
+	}
+	p.udpFrontends, p.udpNodePorts = newFrontends, newNodePorts
+	flows, err := p.ct.ListUDP()
+	if err != nil {
+		p.log.Error("listing conntrack flows", "err", err)
+		return
+	}
+	stale := staleUDPFlows(flows, frontends, nodePorts, nodeIP)
+	if len(stale) == 0 {
+		return
+	}
+	n, err := p.ct.Delete(stale)
+	if err != nil {
+		p.log.Error("deleting stale UDP conntrack flows", "err", err)
+	}
+	p.statsMu.Lock()
+	p.stats.ConntrackPurged += n
+	p.statsMu.Unlock()
+	p.log.Info("deleted stale UDP conntrack flows", "flows", n)
+}
+
+// monitor is kube-proxy's iptables.Monitor, extended: every SyncPeriod it
+// checks the canary chains in mangle, nat and filter and one jump rule in nat
+// and filter. kube-proxy polls only the mangle canary, so `iptables -t nat -F`
+// goes unnoticed there (kubernetes#129128); a flush removes our jump rules, and
+// checking one per table catches it within one period. Any miss forces a full
+// sync.
+func (p *Proxier) monitor(ctx context.Context) {
+	natJump, filterJump := jumpRules[len(jumpRules)-2], jumpRules[5] // nat PREROUTING, filter FORWARD -> KUBE-FORWARD
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.clock.After(p.cfg.SyncPeriod):
+		}
+		p.mu.Lock()
+		ready := p.initialized && !p.needFull
+		p.mu.Unlock()
+		if !ready {
+			continue
+		}
+		if missing := p.missingRules(natJump, filterJump); missing != "" {
+			p.log.Info("proxy rules were removed by someone else; resyncing everything", "missing", missing)
+			p.forceFullSync()
+		}
+	}
+}
+
+func (p *Proxier) missingRules(jumps ...jumpRule) string {
+	for _, t := range []string{iptables.TableMangle, iptables.TableNAT, iptables.TableFilter} {
+		if ok, err := p.ipt.ChainExists(t, chainCanary); err == nil && !ok {
+			return t + " " + chainCanary
+		}
+	}
+	for _, j := range jumps {
+		if ok, err := p.ipt.HasRule(j.table, j.from, j.args()...); err == nil && !ok {
+			return j.table + " " + j.from + " -> " + j.to
+		}
+	}
+	return ""
+}
+
+// Stats returns the sync statistics.
+func (p *Proxier) Stats() Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	return p.stats
+}
+
+// Rules returns the rule set of the last successful sync as
+// iptables-restore input (jumps from built-in chains as comments).
+func (p *Proxier) Rules() []byte {
+	p.statsMu.Lock()
+	rs := p.lastSet
+	p.statsMu.Unlock()
+	if rs == nil {
+		return nil
+	}
+	return ruleText(rs)
+}
