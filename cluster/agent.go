@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -9,7 +10,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/node"
+	"github.com/minikit/minikit/proxy"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -117,3 +120,20 @@ func (a *Agent) Stop() {
 
 // agentDir is where a node agent keeps its state inside a data dir.
 func agentDir(dataDir string) string { return dataDir + "/agent" }
+
+// Down removes from this node everything minikit created in the kernel: pods and
+// their sandboxes, cni0, host-gw routes and the agent's rules (node.Down), and the
+// service proxy's chains (proxy.Cleanup). It works from the data dir alone, also
+// after a crash; run it in the node's network namespace, with minikit stopped.
+func Down(dataDir string, log *slog.Logger) error {
+	var errs []error
+	if err := node.Down(agentDir(dataDir), log, true); err != nil {
+		errs = append(errs, err)
+	}
+	if ipt, err := iptables.New(); err == nil {
+		if err := proxy.Cleanup(ipt); err != nil {
+			errs = append(errs, fmt.Errorf("removing the proxy's rules: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

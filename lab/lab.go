@@ -237,6 +237,13 @@ func (l *Lab) buildNetwork() error {
 			{"ip", "-n", ns, "addr", "add", addr.String() + "/" + bits, "dev", "eth1"},
 			{"ip", "-n", ns, "link", "set", "eth1", "up"},
 		}
+		if strings.HasPrefix(h, "node") {
+			// A VM's default route covers the service CIDR; lab nodes have no default
+			// route (nothing may leave the lab), so they get this one instead. Packets
+			// to a ClusterIP without endpoints then reach the proxy's REJECT rule
+			// instead of failing to route.
+			steps = append(steps, []string{"ip", "-n", ns, "route", "add", "10.96.0.0/12", "dev", "eth1"})
+		}
 		for _, s := range steps {
 			if err := run(s...); err != nil {
 				return err

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	"github.com/minikit/minikit/cluster"
 	"github.com/minikit/minikit/node"
@@ -97,7 +96,7 @@ func newDownCommand() *cobra.Command {
 		Short: "Remove minikit's pods, bridge and rules from this node (run it after stopping the server or agent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			err := node.Down(filepath.Join(dataDir, "agent"), newLogger("info"), true)
+			err := cluster.Down(dataDir, newLogger("info"))
 			if purge && err == nil {
 				err = os.RemoveAll(dataDir)
 			}
