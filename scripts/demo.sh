@@ -15,6 +15,16 @@ BIN=$DIR/minikit
 export KUBECONFIG=$DIR/lab/kubeconfig
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 mk() { "$BIN" "$@"; }
+# on HOST, curl URL until it answers (rules follow the API within about a second).
+curl_from() {
+  local host=$1 url=$2 out
+  for _ in $(seq 40); do
+    if [ "$host" = pod ]; then out=$(mk exec client -- curl -s --max-time 2 "$url") && break
+    else out=$(mk lab exec --name "$LAB" --dir "$DIR/lab" "$host" -- curl -s --max-time 2 "$url") && break; fi
+    sleep 0.25
+  done
+  echo "$out"
+}
 
 cleanup() {
   set +e
@@ -48,10 +58,36 @@ step "inside a pod: its hostname and its own /etc/hosts"
 mk exec client -- hostname
 mk exec client -- tail -1 /etc/hosts
 
-step "scaling to 5: the endpoints follow"
+step "ClusterIP: curl the Service's virtual IP from the client pod; kube-proxy's rules spread the requests"
+VIP=$(kubectl get svc hostnames -o jsonpath='{.spec.clusterIP}')
+for i in 1 2 3 4 5 6; do curl_from pod "http://$VIP/"; done
+step "the rules behind it on node1: KUBE-SERVICES -> KUBE-SVC-... -> KUBE-SEP-... (iptables-save -t nat)"
+mk lab exec --name "$LAB" --dir "$DIR/lab" node1 -- iptables-save -t nat | grep -E 'hostnames|^-A KUBE-(SERVICES|MARK-MASQ|POSTROUTING)' | head -20
+
+step "NodePort: expose it on every node and curl it from the lab's client host (a laptop next to the cluster)"
+kubectl expose deployment hostnames --name hostnames-np --type NodePort --port 80 --target-port 9376
+NP=$(kubectl get svc hostnames-np -o jsonpath='{.spec.ports[0].nodePort}')
+kubectl get svc hostnames-np
+for n in 192.168.56.10 192.168.56.11; do
+  printf 'client -> %s:%s -> ' "$n" "$NP"; curl_from client "http://$n:$NP/"
+done
+
+step "headless (clusterIP: None): no virtual IP, no rules; the endpoints are the pod IPs"
+kubectl create service clusterip hostnames-headless --clusterip=None --tcp=9376:9376
+kubectl patch svc hostnames-headless -p '{"spec":{"selector":{"app":"hostnames"}}}'
+kubectl get svc hostnames-headless
+kubectl get endpoints hostnames-headless
+
+step "scaling to 5: the endpoints and the rules follow"
 kubectl scale deployment hostnames --replicas=5
 kubectl rollout status deployment/hostnames --timeout=60s
 kubectl get endpoints hostnames
-kubectl logs deployment/hostnames --tail=2
+mk lab exec --name "$LAB" --dir "$DIR/lab" node1 -- iptables-save -t nat | grep 'hostnames:default' | grep -c -- '-j DNAT' | xargs echo "KUBE-SEP DNAT rules for hostnames (one per endpoint):"
+
+step "scaled to zero: the ClusterIP rejects connections (no hang)"
+kubectl scale deployment hostnames --replicas=0
+kubectl wait --for=delete pod -l app=hostnames --timeout=60s
+for _ in $(seq 20); do mk exec client -- curl -s -S --max-time 3 "http://$VIP/" 2>&1 | grep -q refused && break; sleep 0.25; done
+mk exec client -- curl -s -S --max-time 3 "http://$VIP/" || true
 echo
 echo "demo finished: every step above ran inside lab namespaces"
