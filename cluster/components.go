@@ -44,6 +44,9 @@ type serverContext struct {
 	ClusterCIDR netip.Prefix
 	Logger      *slog.Logger
 	Version     string
+	// LBPool is --lb-pool: the LoadBalancer address pool, a comma-separated
+	// list of CIDRs and FIRST-LAST ranges ("" = none).
+	LBPool string
 }
 
 // startServerComponents starts control-plane components beyond the core controllers.

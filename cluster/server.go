@@ -57,6 +57,10 @@ type ServerConfig struct {
 	NodeIP   netip.Addr
 	// PodCIDR is the cluster's pod range; each node gets a /24 of it.
 	PodCIDR netip.Prefix
+	// LBPool is the LoadBalancer address pool (--lb-pool): CIDRs and
+	// FIRST-LAST ranges, comma-separated; empty leaves LoadBalancer Services
+	// pending.
+	LBPool string
 }
 
 // Server is a running minikit server.
@@ -220,7 +224,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		svcCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
 	if err := startServerComponents(ctx, &wg, serverContext{Client: client, DataDir: s.cfg.DataDir, ServiceCIDR: svcCIDR,
-		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version}); err != nil {
+		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool}); err != nil {
 		cancel()
 		return err
 	}

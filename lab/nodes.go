@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,7 +32,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		"--data-dir", dir1,
 		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
 		"--advertise-address", server.String(),
-		"--node-name", nodeName(1), "--node-ip", server.String())
+		"--node-name", nodeName(1), "--node-ip", server.String(),
+		"--lb-pool", l.LBPool())
 	if err != nil {
 		return err
 	}
@@ -66,6 +68,18 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		return err
 	}
 	return l.WaitReady(ctx)
+}
+
+// LBPool is the lab's LoadBalancer address pool: .240-.250 of the underlay,
+// as on the Vagrant network, where the client and external hosts reach them.
+func (l *Lab) LBPool() string {
+	return l.subnetAddr(240).String() + "-" + l.subnetAddr(250).String()
+}
+
+func (l *Lab) subnetAddr(n byte) netip.Addr {
+	a := l.cfg.Subnet.Masked().Addr().As4()
+	a[3] += n
+	return netip.AddrFrom4(a)
 }
 
 // startForwarder runs the loopback forwarder in the root namespace: the only

@@ -19,7 +19,7 @@ share=$src/.vagrant-minikit
 mkdir -p "$share"
 name=$(hostname)
 if [ "$role" = server ]; then
-  exec_start="/usr/local/bin/minikit server --listen 0.0.0.0:6443 --advertise-address $node_ip --node-name $name --node-ip $node_ip"
+  exec_start="/usr/local/bin/minikit server --listen 0.0.0.0:6443 --advertise-address $node_ip --node-name $name --node-ip $node_ip --lb-pool 192.168.56.240-192.168.56.250"
 else
   for i in $(seq 120); do [ -s "$share/token" ] && break; sleep 1; done
   exec_start="/usr/local/bin/minikit agent --server https://$server_ip:6443 --token-file $share/token --ca-file $share/ca.crt --node-name $name --node-ip $node_ip"
