@@ -65,7 +65,14 @@ func newExecCommand() *cobra.Command {
 			if pod.Spec.NodeName == "" || pod.Status.PodIP == "" {
 				return fmt.Errorf("pod %s is not running yet (phase %s)", pod.Name, pod.Status.Phase)
 			}
-			name := node.SandboxName(pod.Spec.NodeName, pod.UID)
+			n, err := client.CoreV1().Nodes().Get(cmd.Context(), pod.Spec.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			name, err := node.PodSandboxName(n, pod.UID)
+			if err != nil {
+				return err
+			}
 			if !sandbox.ExistsNamed(name) {
 				return fmt.Errorf("pod %s runs on node %s, whose sandboxes are not on this machine; run minikit exec there", pod.Name, pod.Spec.NodeName)
 			}

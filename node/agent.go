@@ -68,8 +68,8 @@ type Config struct {
 	// PodResolvConf, when set, computes a pod's /etc/resolv.conf from the pod and the
 	// node's file (the cluster DNS's dnsPolicy rules); unset, pods get the node's file.
 	PodResolvConf func(pod *corev1.Pod, nodeResolv []byte) []byte
-	Client     kubernetes.Interface
-	Logger     *slog.Logger
+	Client        kubernetes.Interface
+	Logger        *slog.Logger
 	// ClusterCIDR is the whole pod network (default 10.244.0.0/16): traffic from it
 	// to elsewhere is masqueraded.
 	ClusterCIDR netip.Prefix
@@ -122,7 +122,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
-		prefix: sandboxPrefix(cfg.NodeName),
+		prefix: sandboxPrefix(cfg.NodeName, cfg.DataDir),
 	}, nil
 }
 
@@ -265,15 +265,28 @@ func (a *Agent) stopWorkers() {
 	}
 }
 
-// SandboxName is the network namespace of a pod: node-scoped, so nodes that share
-// /run/netns (lab nodes on one machine) never touch each other's pods.
-func SandboxName(nodeName string, uid types.UID) string {
-	return sandboxPrefix(nodeName) + strings.ReplaceAll(string(uid), "-", "")[:10]
+// AnnotationNetNSPrefix on a Node holds the prefix of its pods' network
+// namespaces, so tools on the machine (minikit exec) find a pod's namespace.
+const AnnotationNetNSPrefix = "minikit.io/netns-prefix"
+
+// sandboxPrefix is unique to one agent instance (its node name and data dir), so
+// agents that share /run/netns — every node of every lab on one machine — never
+// mistake each other's pods for their own debris.
+func sandboxPrefix(nodeName, dataDir string) string { return SandboxPrefix(nodeName, dataDir) }
+
+// SandboxPrefix is the netns prefix of the agent of nodeName whose data dir is dataDir.
+func SandboxPrefix(nodeName, dataDir string) string {
+	sum := sha256.Sum256([]byte(nodeName + "\x00" + dataDir))
+	return "mk-" + hex.EncodeToString(sum[:3]) + "-"
 }
 
-func sandboxPrefix(nodeName string) string {
-	sum := sha256.Sum256([]byte(nodeName))
-	return "mk-" + hex.EncodeToString(sum[:2]) + "-"
+// PodSandboxName is the network namespace of pod uid on node n.
+func PodSandboxName(n *corev1.Node, uid types.UID) (string, error) {
+	prefix := n.Annotations[AnnotationNetNSPrefix]
+	if prefix == "" {
+		return "", fmt.Errorf("node %q does not say where its pods' namespaces are (annotation %s)", n.Name, AnnotationNetNSPrefix)
+	}
+	return prefix + strings.ReplaceAll(string(uid), "-", "")[:10], nil
 }
 
 func (a *Agent) sandboxName(uid types.UID) string {
@@ -326,6 +339,10 @@ func (a *Agent) fillNode(n *corev1.Node) {
 	for k, v := range a.cfg.Labels {
 		n.Labels[k] = v
 	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[AnnotationNetNSPrefix] = a.prefix
 	now := metav1.Now()
 	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: a.cfg.NodeName}}
 	if a.cfg.NodeIP.IsValid() {

@@ -20,6 +20,11 @@ import (
 func Cleanup(ipt iptables.Interface) error {
 	var errs []error
 	for _, j := range jumpRules {
+		// A jump to a chain that is gone cannot exist (iptables refuses even to
+		// check for it), so there is nothing to delete.
+		if ok, err := ipt.ChainExists(j.table, j.to); err == nil && !ok {
+			continue
+		}
 		if err := ipt.DeleteRule(j.table, j.from, j.args()...); err != nil {
 			errs = append(errs, fmt.Errorf("deleting jump %s %s -> %s: %w", j.table, j.from, j.to, err))
 		}

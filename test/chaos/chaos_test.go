@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,10 +53,10 @@ func TestChaosRepair(t *testing.T) {
 	reaches("client reaches target before any chaos")
 
 	cases := []struct {
-		name  string
-		host  string
+		name   string
+		host   string
 		break_ func()
-		log   string
+		log    string
 	}{
 		{"pod veth deleted", "node2", func() {
 			out, _ := testenv.Run(l, "node2", "ip", "-o", "link", "show", "master", "cni0")
@@ -73,7 +72,7 @@ func TestChaosRepair(t *testing.T) {
 		{"jump to our nat chain deleted", "node1", func() {
 			run("node1", "iptables", "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment", "minikit pod masquerade", "-j", "MINIKIT-POSTROUTING")
 		}, "repaired jump to pod masquerade rules"},
-		{"pod netns deleted", "node2", func() { run("node2", "ip", "netns", "del", node.SandboxName("node2", target.UID)) }, "repairing pod sandbox"},
+		{"pod netns deleted", "node2", func() { run("node2", "ip", "netns", "del", testenv.SandboxName(t, c, target)) }, "repairing pod sandbox"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +26,7 @@ import (
 func pod(name, node, image string, command ...string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image, Command: command}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image, Command: command}}},
 	}
 }
 
@@ -181,9 +182,21 @@ func TestAgentRestartAndNodeRemoval(t *testing.T) {
 func TestLabDownLeavesNothing(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testenv.Minikit(t)
-	before := testenv.RootSnapshot(t)
 	dir := filepath.Join(t.TempDir(), "lab")
 	name := fmt.Sprintf("mkd%d", os.Getpid()%100000)
+	// Other tests' labs may run meanwhile: look only at this lab's namespaces.
+	mine := func(n string) bool {
+		if strings.HasPrefix(n, name+"-") {
+			return true
+		}
+		for i := 1; i <= 2; i++ {
+			if strings.HasPrefix(n, node.SandboxPrefix(fmt.Sprintf("node%d", i), filepath.Join(dir, fmt.Sprintf("node%d", i), "agent"))) {
+				return true
+			}
+		}
+		return false
+	}
+	before := testenv.RootSnapshot(t, mine)
 	up := exec.Command(bin, "lab", "up", "--name", name, "--nodes", "2", "--dir", dir)
 	if out, err := up.CombinedOutput(); err != nil {
 		exec.Command(bin, "lab", "down", "--name", name, "--dir", dir).Run()
@@ -217,13 +230,17 @@ func TestLabDownLeavesNothing(t *testing.T) {
 		t.Errorf("lab dir %s still exists", dir)
 	}
 	if entries, _ := os.ReadDir("/run/minikit/ns"); len(entries) > 0 {
-		t.Errorf("pod namespace mounts left: %v", entries)
+		for _, e := range entries {
+			if mine(e.Name()) {
+				t.Errorf("pod namespace mounts left: %s", e.Name())
+			}
+		}
 	}
 	out, _ = exec.Command("pgrep", "-f", dir).CombinedOutput()
 	if strings.TrimSpace(string(out)) != "" {
 		t.Errorf("processes of the lab still run: %s", out)
 	}
-	if after := testenv.RootSnapshot(t); after != before {
+	if after := testenv.RootSnapshot(t, mine); after != before {
 		t.Fatalf("root namespace changed by lab up/down:\n--- before\n%s\n--- after\n%s", before, after)
 	}
 }

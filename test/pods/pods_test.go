@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/sandbox"
 	"github.com/minikit/minikit/test/testenv"
 
@@ -89,7 +88,7 @@ func TestPodsOnOneNode(t *testing.T) {
 		}
 	})
 	t.Run("deleting a pod removes its netns, veth and IP", func(t *testing.T) {
-		netns := node.SandboxName("node1", b.UID)
+		netns := testenv.SandboxName(t, c, b)
 		if !sandbox.ExistsNamed(netns) {
 			t.Fatalf("netns %s of pod b missing before delete", netns)
 		}
@@ -276,7 +275,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 	if err := c.CoreV1().Pods("default").Delete(ctx, "gone", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	goneNS := node.SandboxName("node2", gone.UID)
+	goneNS := testenv.SandboxName(t, c, gone)
 	if !sandbox.ExistsNamed(goneNS) {
 		t.Fatalf("sandbox of pod gone vanished before the agent came back")
 	}
@@ -317,7 +316,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 		})
 	})
 	t.Run("netns deleted by hand is recreated", func(t *testing.T) {
-		ns := node.SandboxName("node2", keep.UID)
+		ns := testenv.SandboxName(t, c, keep)
 		if err := sandbox.DeleteNamed(ns); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/sandbox"
 	"github.com/minikit/minikit/test/testenv"
 
@@ -293,7 +292,7 @@ func TestUDPServiceSurvivesBackendReplacement(t *testing.T) {
 
 	// A UDP socket opened inside the client pod's netns, bound to a fixed port.
 	var conn *net.UDPConn
-	err = sandbox.DoPath(sandbox.NetNSPath(node.SandboxName("node1", client.UID)), func() error {
+	err = sandbox.DoPath(sandbox.NetNSPath(testenv.SandboxName(t, c, client)), func() error {
 		var err error
 		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero, Port: 40053})
 		return err

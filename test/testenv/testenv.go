@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/node"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,9 +161,10 @@ func WaitPodReady(t testing.TB, c kubernetes.Interface, ns, name string) *corev1
 }
 
 // RootSnapshot describes the root network namespace: links, addresses, routes,
-// rules, netns names and mounts under /run/netns and /run/minikit. Two equal
-// snapshots mean a test left the machine's own network as it found it.
-func RootSnapshot(t testing.TB) string {
+// rules, and the netns names and mounts under /run/netns and /run/minikit for
+// which mine returns true (other tests' labs may come and go meanwhile). Two
+// equal snapshots mean a test left the machine's own network as it found it.
+func RootSnapshot(t testing.TB, mine func(name string) bool) string {
 	t.Helper()
 	var b strings.Builder
 	for _, argv := range [][]string{
@@ -171,7 +173,6 @@ func RootSnapshot(t testing.TB) string {
 		{"ip", "route", "show", "table", "all"},
 		{"ip", "rule", "show"},
 		{"iptables-save"},
-		{"ip", "netns", "list"},
 	} {
 		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 		if err != nil {
@@ -179,11 +180,26 @@ func RootSnapshot(t testing.TB) string {
 		}
 		fmt.Fprintf(&b, "## %s\n%s\n", strings.Join(argv, " "), normalize(string(out)))
 	}
+	var names []string
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if mine(e.Name()) {
+			names = append(names, e.Name())
+		}
+	}
+	entries, _ = os.ReadDir("/run/minikit/ns")
+	for _, e := range entries {
+		if mine(e.Name()) {
+			names = append(names, "podns/"+e.Name())
+		}
+	}
+	sort.Strings(names)
+	fmt.Fprintf(&b, "## namespaces\n%s\n", strings.Join(names, "\n"))
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	var ms []string
 	for _, line := range strings.Split(string(mounts), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/") || strings.HasPrefix(f[4], "/run/minikit")) {
+		if len(f) > 4 && (strings.HasPrefix(f[4], "/run/netns/") || strings.HasPrefix(f[4], "/run/minikit")) && mine(filepath.Base(f[4])) {
 			ms = append(ms, f[4])
 		}
 	}
@@ -203,4 +219,18 @@ func normalize(s string) string {
 	s = reCounters.ReplaceAllString(s, "")
 	s = reGenerated.ReplaceAllString(s, "")
 	return reStats.ReplaceAllString(s, "")
+}
+
+// SandboxName is the network namespace of a pod of the lab.
+func SandboxName(t testing.TB, c kubernetes.Interface, pod *corev1.Pod) string {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), pod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := node.PodSandboxName(n, pod.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
