@@ -1,3 +1,8 @@
+//go:build benchproxy
+
+// The proxy benchmark is a program, not a test: scripts/bench-proxy.sh builds it
+// with -tags benchproxy and runs it inside a namespace it owns.
+
 package proxy
 
 import (

@@ -18,7 +18,7 @@ TMP=$(mktemp -d /tmp/bench-proxy.XXXXXX)
 cleanup() { ip netns del "$NS" 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
-go test -c -o "$TMP/proxy.test" ./proxy
+go test -c -tags benchproxy -o "$TMP/proxy.test" ./proxy
 ip netns add "$NS"
 echo "# $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 MINIKIT_BENCH_NETNS=$NS ip netns exec "$NS" "$TMP/proxy.test" -test.run '^TestBenchProxy$' -test.v -test.timeout 2h |
