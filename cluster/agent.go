@@ -10,10 +10,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minikit/minikit/dns"
 	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/proxy"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -31,6 +33,8 @@ type AgentConfig struct {
 	// ServiceCIDR and ClusterCIDR must match the server's.
 	ServiceCIDR netip.Prefix
 	ClusterCIDR netip.Prefix
+	// DNS configures this node's cluster DNS server.
+	DNS DNSOptions
 }
 
 // Agent is a running `minikit agent`.
@@ -69,7 +73,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	a := &Agent{cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, DataDir: cfg.DataDir,
-		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version}
+		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS}
 	if !nc.ServiceCIDR.IsValid() {
 		nc.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
@@ -93,8 +97,17 @@ func runNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext, token stri
 	if !nc.NodeIP.IsValid() {
 		nc.NodeIP, _ = netip.ParseAddr(firstAddress())
 	}
-	na, err := node.New(node.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, DataDir: agentDir(nc.DataDir),
-		ClusterCIDR: nc.ClusterCIDR, Labels: labels, Version: nc.Version, Client: nc.Client, Logger: nc.Logger, Token: token})
+	ncfg := node.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, DataDir: agentDir(nc.DataDir),
+		ClusterCIDR: nc.ClusterCIDR, Labels: labels, Version: nc.Version, Client: nc.Client, Logger: nc.Logger, Token: token,
+		ResolvConf: nc.DNS.ResolvConf}
+	if !nc.DNS.Disabled {
+		// Pods resolve through the cluster DNS, per their dnsPolicy, as the kubelet sets it up.
+		clusterDNS, zone := ClusterDNSIP(nc.ServiceCIDR), nc.DNS.Zone
+		ncfg.PodResolvConf = func(pod *corev1.Pod, hostResolv []byte) []byte {
+			return dns.ResolvConf(pod, clusterDNS, zone, hostResolv)
+		}
+	}
+	na, err := node.New(ncfg)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,8 @@ type nodeContext struct {
 	Agent       *node.Agent
 	Logger      *slog.Logger
 	Version     string
+	// DNS configures the node's cluster DNS server.
+	DNS DNSOptions
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each

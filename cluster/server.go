@@ -61,6 +61,8 @@ type ServerConfig struct {
 	// FIRST-LAST ranges, comma-separated; empty leaves LoadBalancer Services
 	// pending.
 	LBPool string
+	// DNS configures this node's cluster DNS server.
+	DNS DNSOptions
 }
 
 // Server is a running minikit server.
@@ -230,7 +232,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	}
 	if !s.cfg.DisableAgent {
 		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
-			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version}
+			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {
 			cancel()

@@ -33,7 +33,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
 		"--advertise-address", server.String(),
 		"--node-name", nodeName(1), "--node-ip", server.String(),
-		"--lb-pool", l.LBPool())
+		"--lb-pool", l.LBPool(),
+		"--dns-upstream", l.Addr(External).String())
 	if err != nil {
 		return err
 	}
@@ -51,7 +52,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		h := nodeName(i)
 		err := l.start(h, "minikit agent", l.cfg.Binary, "agent",
 			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
-			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String())
+			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
+			"--dns-upstream", l.Addr(External).String())
 		if err != nil {
 			return err
 		}

@@ -123,6 +123,7 @@ func newServerCommand() *cobra.Command {
 		sans                                                         []string
 	)
 	var lbPool string
+	var dnsOpts cluster.DNSOptions
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API server, the controllers and this node's agent",
@@ -131,6 +132,7 @@ func newServerCommand() *cobra.Command {
 			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
 				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel), DisableAgent: disableAgent, NodeName: nodeName}
 			cfg.LBPool = lbPool
+			cfg.DNS = dnsOpts
 			var err error
 			if nodeIP != "" {
 				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
@@ -171,6 +173,7 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&nodeName, "node-name", "", "name of this node (default: the hostname)")
 	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
 	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it")
+	addDNSFlags(fl, &dnsOpts)
 	fl.StringVar(&lbPool, "lb-pool", "", "addresses for LoadBalancer Services, CIDRs or FIRST-LAST ranges, comma-separated, "+
 		"on the nodes' network (e.g. 192.168.56.240-192.168.56.250); empty leaves them <pending>")
 	return cmd

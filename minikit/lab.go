@@ -17,6 +17,7 @@ import (
 	"github.com/minikit/minikit/lab"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -62,7 +63,16 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&cfg.NodeName, "node-name", "", "name of this node (default: the hostname)")
 	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	addDNSFlags(fl, &cfg.DNS)
 	return cmd
+}
+
+// addDNSFlags are the cluster DNS flags of `minikit server` and `minikit agent`.
+func addDNSFlags(fl *pflag.FlagSet, o *cluster.DNSOptions) {
+	fl.StringSliceVar(&o.Upstream, "dns-upstream", nil, "resolvers for names outside the cluster (default: the node's /etc/resolv.conf)")
+	fl.StringVar(&o.Zone, "cluster-domain", "cluster.local", "the cluster DNS zone")
+	fl.StringVar(&o.Pods, "dns-pod-records", "disabled", "pod records a-b-c-d.NS.pod.ZONE: disabled, insecure or verified")
+	fl.BoolVar(&o.Disabled, "disable-dns", false, "run no cluster DNS server on this node")
 }
 
 func newLabCommand() *cobra.Command {
