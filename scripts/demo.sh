@@ -78,6 +78,24 @@ kubectl patch svc hostnames-headless -p '{"spec":{"selector":{"app":"hostnames"}
 kubectl get svc hostnames-headless
 kubectl get endpoints hostnames-headless
 
+step "cluster DNS: names resolve from a pod, through the kube-dns Service (10.96.0.10)"
+mk exec client -- cat /etc/resolv.conf
+for name in hostnames hostnames.default.svc.cluster.local hostnames-headless.default.svc.cluster.local; do
+  printf '%-46s -> ' "$name"; mk exec client -- dig +short +search "$name" | tr '\n' ' '; echo
+done
+printf '%-46s -> ' "_default._tcp.hostnames (SRV)"; mk exec client -- dig +short SRV _default._tcp.hostnames.default.svc.cluster.local
+
+step "ExternalName: a CNAME to a machine outside the cluster (the lab's external host)"
+kubectl create service externalname my-database --external-name my.database.example.com
+mk exec client -- dig +search my-database | grep -A3 'ANSWER SECTION'
+curl_from pod "http://my-database.default.svc.cluster.local/"
+
+step "LoadBalancer: the stub gives an EXTERNAL-IP from the lab's pool; the client reaches it"
+kubectl expose deployment hostnames --name hostnames-lb --type LoadBalancer --port 80 --target-port 9376
+for _ in $(seq 40); do LB=$(kubectl get svc hostnames-lb -o jsonpath='{.status.loadBalancer.ingress[0].ip}'); [ -n "$LB" ] && break; sleep 0.25; done
+kubectl get svc hostnames-lb
+printf 'client -> %s:80 -> ' "$LB"; curl_from client "http://$LB/"
+
 step "scaling to 5: the endpoints and the rules follow"
 kubectl scale deployment hostnames --replicas=5
 kubectl rollout status deployment/hostnames --timeout=60s
