@@ -9,6 +9,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	extv1beta1 "k8s.io/api/extensions/v1beta1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -132,6 +133,10 @@ var resources = []*resource{
 		newObj: func() runtime.Object { return &networkingv1.Ingress{} }, status: true, generation: true},
 	{gv: networkingv1.SchemeGroupVersion, name: "ingressclasses", singular: "ingressclass", kind: "IngressClass",
 		newObj: func() runtime.Object { return &networkingv1.IngressClass{} }},
+	// Served by conversion to networking.k8s.io/v1 (ingress_v1beta1.go); listed
+	// here for discovery only.
+	{gv: extv1beta1.SchemeGroupVersion, name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"},
+		newObj: func() runtime.Object { return &extv1beta1.Ingress{} }, status: true, generation: true},
 }
 
 // scaleGVK is the kind of the scale subresource.

@@ -140,6 +140,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	default:
 		return apierrors.NewNotFound(schema.GroupResource{}, "")
 	}
+	if isIngressV1beta1(gv, rest) {
+		return s.serveIngressV1beta1(w, r, gv, rest)
+	}
 	if len(rest) == 0 {
 		return s.serveResourceList(w, r, gv)
 	}

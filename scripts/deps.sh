@@ -18,6 +18,14 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get install -y -qq "${need[@]/kubernetes-client}" >/dev/null
   fi
 fi
+# nginx is the Ingress benchmark's peer and checks the nginx.conf minikit renders
+# (nginx -t). It is installed without starting its service.
+if ! command -v nginx >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; trap 'rm -f /usr/sbin/policy-rc.d' EXIT; }
+  apt-get update -qq
+  apt-get install -y -qq nginx >/dev/null
+fi
 if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
   export PATH=$PATH:/usr/local/go/bin
 fi

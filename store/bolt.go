@@ -346,7 +346,6 @@ func (b *Bolt) commit(batch []*updateReq) {
 	}
 }
 
-
 // Watch implements Interface.
 func (b *Bolt) Watch(ctx context.Context, prefix string, fromRev int64) (<-chan Event, error) {
 	return b.hub.watch(ctx, prefix, fromRev)
