@@ -56,6 +56,9 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		log.Info("removed pod sandbox", "pod", w.state.Namespace+"/"+w.state.Name, "netns", w.state.NetNS)
 	}
 	os.Remove(filepath.Join(dataDir, "ipam.json"))
+	if err := sandbox.ReleasePodNSDir(); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	if _, err := a.net.SyncRoutes(nil); err != nil && firstErr == nil {
 		firstErr = err
 	}

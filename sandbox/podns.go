@@ -58,11 +58,20 @@ func CreatePodNamespaces(name, hostname, resolvConf, hosts string) error {
 	if err := DeletePodNamespaces(name); err != nil {
 		return err
 	}
+	// The lock keeps ReleasePodNSDir (another agent's minikit down) from
+	// unmounting the directory between its check and our mkdir.
+	unlock, err := lockPodNSDir()
+	if err != nil {
+		return wrap(err)
+	}
 	if err := ensureMountPoint(PodNSDir, unix.MS_PRIVATE|unix.MS_REC); err != nil {
+		unlock()
 		return wrap(err)
 	}
 	dir := filepath.Join(PodNSDir, name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	err = os.MkdirAll(dir, 0o755)
+	unlock()
+	if err != nil {
 		return wrap(err)
 	}
 	for _, p := range []string{PodUTSPath(name), PodMntPath(name)} {
@@ -190,4 +199,49 @@ func ExecArgv(netnsPath, utsPath, mntPath string, argv []string) []string {
 	}
 	out = append(out, "--")
 	return append(out, argv...)
+}
+
+// podNSLock serializes the creation and release of PodNSDir across processes
+// (every node agent of every lab on a machine shares it). It is a flock on /run
+// itself: a lock file would have to outlive minikit down, or could be removed
+// while another process waits on it.
+const podNSLock = "/run"
+
+func lockPodNSDir() (func(), error) {
+	f, err := os.Open(podNSLock)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}
+
+// ReleasePodNSDir removes PodNSDir's bind mount, and the directories minikit made
+// under /run, once no pod namespaces remain (minikit down). While any agent on the
+// machine still has pods, it leaves everything in place.
+func ReleasePodNSDir() error {
+	unlock, err := lockPodNSDir()
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(PodNSDir)
+	if err != nil && !os.IsNotExist(err) {
+		unlock()
+		return err
+	}
+	if len(entries) > 0 {
+		unlock()
+		return nil
+	}
+	if err := unix.Unmount(PodNSDir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		unlock()
+		return fmt.Errorf("unmounting %s: %w", PodNSDir, err)
+	}
+	os.Remove(PodNSDir)
+	unlock()
+	os.Remove(filepath.Dir(PodNSDir))
+	return nil
 }
