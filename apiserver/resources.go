@@ -152,16 +152,6 @@ func lookup(group, version, name string) *resource {
 	return nil
 }
 
-func resourceFor(obj runtime.Object) *resource {
-	t := reflect.TypeOf(obj)
-	for _, r := range resources {
-		if reflect.TypeOf(r.newObj()) == t {
-			return r
-		}
-	}
-	return nil
-}
-
 // objectFields is the field set used to evaluate a fieldSelector on obj.
 func (r *resource) objectFields(obj runtime.Object) fields.Set {
 	m, _ := meta.Accessor(obj)

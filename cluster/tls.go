@@ -22,11 +22,9 @@ import (
 // credentials are the API's TLS material and bearer token, generated into the data
 // dir at first start and reused after.
 type credentials struct {
-	caPEM   []byte
-	cert    tls.Certificate
-	token   string
-	tlsDir  string
-	tokFile string
+	caPEM  []byte
+	cert   tls.Certificate
+	tlsDir string
 }
 
 // ensureToken returns the data dir's bearer token, creating it if missing.

@@ -119,7 +119,7 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		}
 		return true, nil
 	}
-	if podFinished(pod, w.containers) {
+	if podFinished(pod) {
 		return false, w.updateStatus(ctx, pod)
 	}
 	if err := w.ensureSandbox(pod); err != nil {
@@ -132,7 +132,7 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 	return false, w.updateStatus(ctx, pod)
 }
 
-func podFinished(pod *corev1.Pod, cs map[string]*container) bool {
+func podFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 

@@ -15,7 +15,9 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   if ! apt-get install -y -qq "${need[@]}" >/dev/null; then
     # kubernetes-client is not in every release; everything else is required.
-    apt-get install -y -qq "${need[@]/kubernetes-client}" >/dev/null
+    rest=()
+    for p in "${need[@]}"; do [ "$p" = kubernetes-client ] || rest+=("$p"); done
+    [ ${#rest[@]} -eq 0 ] || apt-get install -y -qq "${rest[@]}" >/dev/null
   fi
 fi
 # nginx is the Ingress benchmark's peer and checks the nginx.conf minikit renders

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,31 +41,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func minikitBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "minikit-dnslab-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "minikit")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/minikit/minikit/minikit").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("building minikit: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// minikitBinary is the binary every lab test runs, built once (testenv).
+func minikitBinary(t *testing.T) string { return testenv.Minikit(t) }
 
 // env is one lab with the DNS scenario applied.
 type env struct {

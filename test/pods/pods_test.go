@@ -126,8 +126,6 @@ func TestPodsOnOneNode(t *testing.T) {
 
 func int32p(v int32) *int32 { return &v }
 
-func readyFile(dir, pod string) string { return filepath.Join(dir, pod) }
-
 func TestDeploymentEndpointsAndReadiness(t *testing.T) {
 	l := testenv.NewLab(t, 2)
 	c := testenv.Client(t, l)
