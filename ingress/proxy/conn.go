@@ -29,6 +29,10 @@ const (
 // sent with it in one write; larger bodies are streamed.
 const bodyInline = 16 << 10
 
+// maxMoved bounds the attempts that do not count because their endpoint was
+// removed from the configuration while they dialled it.
+const maxMoved = 8
+
 // clientConn is one client connection and the buffers its requests reuse.
 type clientConn struct {
 	p      *Proxy
@@ -582,10 +586,11 @@ func (cc *clientConn) proxy(req *request, loc *config.Location, path string, b *
 	)
 	sent := false // a streamed body has (partly) left: no retry from here
 	tried := cc.tried[:0]
+	moved := 0 // endpoints that left the configuration while we dialled them
 	// Up to 3 attempts (proxy_next_upstream_tries), each on an endpoint not
 	// tried yet while there is one.
 	for attempt := 0; attempt < 3; {
-		if attempt > 0 {
+		if attempt > 0 || moved > 0 {
 			b = cc.p.current(b)
 		}
 		pl, fresh := b.pick(start, tried)
@@ -596,6 +601,14 @@ func (cc *clientConn) proxy(req *request, loc *config.Location, path string, b *
 		var reused bool
 		uc, reused, err = pl.get(ctx)
 		if err != nil {
+			if pl.ctx.Err() != nil && moved < maxMoved {
+				// Not the endpoint's failure: it was removed from the
+				// configuration (its pool closed) under us. Such an attempt does
+				// not count; the next one is made on the current table.
+				moved++
+				cc.p.log.Debug("endpoint left the configuration, retrying", "upstream", b.name, "endpoint", pl.key.addr)
+				continue
+			}
 			cc.p.log.Debug("upstream failed, trying the next", "upstream", b.name, "err", err)
 			attempt++
 			continue

@@ -95,8 +95,9 @@ func (p *Proxy) exchangeH2(w http.ResponseWriter, r *http.Request, loc *config.L
 	start := b.start()
 	var lastErr error
 	var tried []*pool
+	moved := 0 // as in clientConn.proxy
 	for attempt := 0; attempt < 3; {
-		if attempt > 0 {
+		if attempt > 0 || moved > 0 {
 			b = p.current(b)
 		}
 		pl, fresh := b.pick(start, tried)
@@ -107,6 +108,10 @@ func (p *Proxy) exchangeH2(w http.ResponseWriter, r *http.Request, loc *config.L
 		uc, reused, err := pl.get(r.Context())
 		if err != nil {
 			lastErr = err
+			if pl.ctx.Err() != nil && r.Context().Err() == nil && moved < maxMoved {
+				moved++
+				continue
+			}
 			attempt++
 			continue
 		}
