@@ -30,7 +30,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: false,
 	}
 	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(), newDownCommand(),
-		newAgentCommand(), newLabCommand(), newIngressCommand())
+		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newDocsCommand())
 	root.AddCommand(newLabHelperCommands()...)
 	root.AddCommand(newKubectlCommands()...)
 	return root
