@@ -8,11 +8,13 @@
 //
 // Services and EndpointSlices arrive as events (the wiring runs the
 // informers); each event marks its service dirty and asks the bounded-frequency
-// runner for a sync. A sync renders the whole desired rule set (re-rendering
-// only dirty services), and applies it with one iptables-restore: a full sync
-// at start, after any failure, when the flush monitor finds our rules gone, and
-// hourly; otherwise a partial sync that rewrites only the chains whose content
-// changed. tables.go explains the restore input shape and why.
+// runner for a sync. A sync re-renders only the dirty services and applies the
+// result with one iptables-restore: a full sync (the whole rule set) at start,
+// after any failure, when the flush monitor finds our rules gone, and hourly;
+// otherwise a partial sync that compares only the dirty services' chains (and
+// the shared top-level chains when their part of them changed) with what the
+// kernel holds and rewrites those that differ, so its cost follows the change,
+// not the cluster's size. tables.go explains the restore input shape and why.
 //
 // Locking: mu guards the objects the event handlers write (services, slices,
 // dirty, needFull, nodeIP). Everything else is owned by the sync goroutine
@@ -28,6 +30,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -96,13 +99,22 @@ type Proxier struct {
 	rendered     map[types.NamespacedName][]*serviceRules
 	largeCluster bool
 	written      map[string]string // "table/chain" -> rules, what the kernel holds
-	lastFull     time.Time
-	udpFrontends map[types.NamespacedName][]netip.AddrPort
-	udpNodePorts map[types.NamespacedName][]uint16
+	kernel       kernelCounts      // sizes of what written describes
+	totals       renderTotals      // sizes of what rendered holds
+	// healthChecked are the services with a healthCheckNodePort.
+	healthChecked map[types.NamespacedName]bool
+	lastFull      time.Time
+	udpFrontends  map[types.NamespacedName][]netip.AddrPort
+	udpNodePorts  map[types.NamespacedName][]uint16
 
 	statsMu sync.Mutex
 	stats   Stats
-	lastSet *ruleSet
+
+	// syncMu serializes syncs with Rules, which may rebuild lastSet from
+	// rendered.
+	syncMu  sync.Mutex
+	synced  bool     // a sync has succeeded
+	lastSet *ruleSet // the rule set of the last full sync; nil after a partial one
 }
 
 // Stats describes the proxy's syncs, for the debug endpoint.
@@ -154,17 +166,18 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	log := cfg.Logger.With("component", "proxy")
 	p := &Proxier{
 		cfg: cfg, ipt: ipt, ct: cfg.Conntrack, log: log, clock: cfg.Clock,
-		health:       newHealthServers(cfg.HealthCheckListen, log),
-		randomFully:  ipt.HasRandomFully(),
-		services:     map[types.NamespacedName]*corev1.Service{},
-		slices:       map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
-		dirty:        map[types.NamespacedName]bool{},
-		needFull:     true,
-		nodeIP:       cfg.NodeIP,
-		rendered:     map[types.NamespacedName][]*serviceRules{},
-		written:      map[string]string{},
-		udpFrontends: map[types.NamespacedName][]netip.AddrPort{},
-		udpNodePorts: map[types.NamespacedName][]uint16{},
+		health:        newHealthServers(cfg.HealthCheckListen, log),
+		randomFully:   ipt.HasRandomFully(),
+		services:      map[types.NamespacedName]*corev1.Service{},
+		slices:        map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
+		dirty:         map[types.NamespacedName]bool{},
+		needFull:      true,
+		nodeIP:        cfg.NodeIP,
+		rendered:      map[types.NamespacedName][]*serviceRules{},
+		written:       map[string]string{},
+		healthChecked: map[types.NamespacedName]bool{},
+		udpFrontends:  map[types.NamespacedName][]netip.AddrPort{},
+		udpNodePorts:  map[types.NamespacedName][]uint16{},
 	}
 	if cfg.TCPBeLiberal != nil {
 		p.tcpBeLiberal = *cfg.TCPBeLiberal
@@ -281,6 +294,8 @@ func (p *Proxier) forceFullSync() {
 
 // syncProxyRules is one sync; see the package comment.
 func (p *Proxier) syncProxyRules() (err error) {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
 	start := p.clock.Now()
 	p.mu.Lock()
 	if !p.initialized {
@@ -336,12 +351,26 @@ func (p *Proxier) syncProxyRules() (err error) {
 		cfg.clusterCIDR = p.cfg.ClusterCIDR.Masked().String()
 	}
 	udpChanged := false
+	// before holds the previous rendering of every service rendered now: a
+	// partial sync compares only those (its cost follows the change, not the
+	// cluster's size).
+	before := make(map[types.NamespacedName][]*serviceRules, len(inputs))
 	render := func(key types.NamespacedName, in input) {
 		if len(p.udpFrontends[key]) > 0 || len(p.udpNodePorts[key]) > 0 {
 			udpChanged = true
 		}
+		old, seen := p.rendered[key]
+		if _, ok := before[key]; !ok {
+			before[key] = old
+		}
+		for _, r := range old {
+			p.totals.add(r, -1)
+		}
+		delete(p.healthChecked, key)
 		if in.svc == nil {
-			delete(p.rendered, key)
+			if seen {
+				delete(p.rendered, key)
+			}
 			return
 		}
 		var out []*serviceRules
@@ -349,7 +378,12 @@ func (p *Proxier) syncProxyRules() (err error) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}
-			out = append(out, renderService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName)))
+			r := renderService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName))
+			p.totals.add(r, 1)
+			if sp.hcNodePort != 0 {
+				p.healthChecked[key] = true
+			}
+			out = append(out, r)
 		}
 		p.rendered[key] = out
 	}
@@ -357,16 +391,12 @@ func (p *Proxier) syncProxyRules() (err error) {
 		render(key, in)
 	}
 	// kube-proxy's large-cluster mode drops per-endpoint comments above 1,000
-	// endpoints; crossing the threshold re-renders everything.
-	total := 0
-	for _, rs := range p.rendered {
-		for _, r := range rs {
-			total += len(r.serving)
-		}
-	}
+	// endpoints; crossing the threshold re-renders everything, in a full sync.
+	total := p.totals.endpoints
 	if large := total > largeClusterEndpointsThreshold; large != p.largeCluster {
 		p.largeCluster = large
 		cfg.largeCluster = large
+		full = true
 		p.mu.Lock()
 		for key := range p.services {
 			collect(key)
@@ -377,31 +407,15 @@ func (p *Proxier) syncProxyRules() (err error) {
 		}
 	}
 
-	keys := make([]types.NamespacedName, 0, len(p.rendered))
-	for k := range p.rendered {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].Namespace != keys[j].Namespace {
-			return keys[i].Namespace < keys[j].Namespace
-		}
-		return keys[i].Name < keys[j].Name
-	})
-	var all []*serviceRules
-	for _, k := range keys {
-		all = append(all, p.rendered[k]...)
-	}
-	rs := buildRuleSet(all, p.randomFully, p.tcpBeLiberal)
-
-	var written int
-	var bytesOut int
+	var written, bytesOut int
+	var rs *ruleSet
 	if full {
+		rs = buildRuleSet(p.renderedInOrder(), p.randomFully, p.tcpBeLiberal)
 		written, bytesOut, err = p.fullSync(rs)
 	} else {
-		written, bytesOut, err = p.partialSync(rs)
+		written, bytesOut, err = p.partialSync(before)
 	}
 	took := p.clock.Now().Sub(start)
-	filterRules, natRules := rs.countRules()
 	p.statsMu.Lock()
 	p.stats.Syncs++
 	p.stats.LastSync, p.stats.LastFull, p.stats.LastDuration = start, full, took
@@ -419,17 +433,19 @@ func (p *Proxier) syncProxyRules() (err error) {
 			p.stats.PartialSyncs++
 		}
 		p.stats.WrittenChains, p.stats.WrittenBytes = written, bytesOut
-		p.lastSet = rs
+		// After a partial sync the whole set is rebuilt only when asked for
+		// (Rules), not on every sync.
+		p.lastSet, p.synced = rs, true
 	}
-	p.stats.Services, p.stats.Endpoints = len(all), total
-	p.stats.FilterRules, p.stats.NATRules, p.stats.NATChains = filterRules, natRules, len(rs.nat)
+	p.stats.Services, p.stats.Endpoints = p.totals.servicePorts, total
+	p.stats.FilterRules, p.stats.NATRules, p.stats.NATChains = p.kernel.filterRules, p.kernel.natRules, p.kernel.natChains
 	p.statsMu.Unlock()
 	if err != nil {
 		p.log.Error("syncing proxy rules", "full", full, "took", took, "err", err)
 		return err
 	}
-	p.log.Debug("synced proxy rules", "full", full, "took", took, "servicePorts", len(all),
-		"endpoints", total, "natRules", natRules, "filterRules", filterRules, "chainsWritten", written, "bytes", bytesOut)
+	p.log.Debug("synced proxy rules", "full", full, "took", took, "servicePorts", p.totals.servicePorts,
+		"endpoints", total, "natRules", p.kernel.natRules, "filterRules", p.kernel.filterRules, "chainsWritten", written, "bytes", bytesOut)
 	if full {
 		p.lastFull = start
 	}
@@ -501,56 +517,193 @@ func (p *Proxier) fullSync(rs *ruleSet) (chains, size int, err error) {
 }
 
 // partialSync writes only the chains whose content differs from what the
-// last successful sync wrote, and deletes chains no longer used.
-func (p *Proxier) partialSync(rs *ruleSet) (chains, size int, err error) {
+// last successful sync wrote, and deletes chains no longer used. It looks only
+// at the services rendered in this sync (before holds their previous
+// rendering): their own chains, and the shared top-level chains when their
+// contribution to them changed. An endpoint change at 10,000 services thus
+// costs the same Go work as at 100.
+func (p *Proxier) partialSync(before map[types.NamespacedName][]*serviceRules) (chains, size int, err error) {
 	write := map[string][]chain{}
 	stale := map[string][]string{}
-	want := map[string]bool{}
-	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
-		for _, c := range rs.chains(t) {
-			k := t + "/" + c.name
-			want[k] = true
-			if old, ok := p.written[k]; !ok || old != joinRules(c) {
-				write[t] = append(write[t], c)
-				chains++
+	now := map[string]bool{}
+	shared := false
+	for key, old := range before {
+		cur := p.rendered[key]
+		for _, r := range cur {
+			for _, c := range r.chains {
+				k := iptables.TableNAT + "/" + c.name
+				now[k] = true
+				if text, ok := p.written[k]; !ok || text != joinRules(c) {
+					write[iptables.TableNAT] = append(write[iptables.TableNAT], c)
+				}
+			}
+		}
+		if !sameShared(old, cur) {
+			shared = true
+		}
+	}
+	for _, old := range before {
+		for _, r := range old {
+			for _, c := range r.chains {
+				k := iptables.TableNAT + "/" + c.name
+				if _, ok := p.written[k]; ok && !now[k] {
+					stale[iptables.TableNAT] = append(stale[iptables.TableNAT], c.name)
+				}
 			}
 		}
 	}
-	for k := range p.written {
-		if !want[k] {
-			t, name, _ := strings.Cut(k, "/")
-			stale[t] = append(stale[t], name)
-			chains++
+	if shared {
+		top := buildRuleSet(p.sharedInOrder(), p.randomFully, p.tcpBeLiberal)
+		for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+			for _, c := range top.chains(t) {
+				if text, ok := p.written[t+"/"+c.name]; !ok || text != joinRules(c) {
+					write[t] = append(write[t], c)
+				}
+			}
 		}
+	}
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
+		chains += len(write[t]) + len(stale[t])
+		sort.Strings(stale[t])
 	}
 	if chains == 0 {
 		return 0, 0, nil
-	}
-	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
-		sort.Strings(stale[t])
 	}
 	data := noFlushInput(write, stale)
 	if err := p.ipt.Restore(data, true); err != nil {
 		return 0, 0, err
 	}
-	p.remember(rs)
+	for t, cs := range write {
+		for _, c := range cs {
+			p.kernel.set(t, c.name, joinRules(c), len(c.rules), p.written)
+		}
+	}
+	for t, names := range stale {
+		for _, n := range names {
+			p.kernel.remove(t, n, p.written)
+		}
+	}
 	return chains, len(data), nil
 }
 
+// remember records rs as what the kernel holds, after a full sync.
 func (p *Proxier) remember(rs *ruleSet) {
 	p.written = make(map[string]string, len(rs.nat)+len(rs.filter))
+	p.kernel = kernelCounts{}
 	for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
 		for _, c := range rs.chains(t) {
-			p.written[t+"/"+c.name] = joinRules(c)
+			p.kernel.set(t, c.name, joinRules(c), len(c.rules), p.written)
 		}
 	}
+}
+
+// kernelCounts is the size of what the kernel holds of ours, kept as chains
+// are written and deleted.
+type kernelCounts struct {
+	filterRules, natRules, natChains int
+	rules                            map[string]int // "table/chain" -> rules
+}
+
+func (k *kernelCounts) set(table, name, text string, rules int, written map[string]string) {
+	key := table + "/" + name
+	if k.rules == nil {
+		k.rules = map[string]int{}
+	}
+	old, had := k.rules[key]
+	k.rules[key] = rules
+	written[key] = text
+	if table == iptables.TableNAT {
+		k.natRules += rules - old
+		if !had {
+			k.natChains++
+		}
+	} else {
+		k.filterRules += rules - old
+	}
+}
+
+func (k *kernelCounts) remove(table, name string, written map[string]string) {
+	key := table + "/" + name
+	old, had := k.rules[key]
+	delete(k.rules, key)
+	delete(written, key)
+	if !had {
+		return
+	}
+	if table == iptables.TableNAT {
+		k.natRules -= old
+		k.natChains--
+	} else {
+		k.filterRules -= old
+	}
+}
+
+// renderTotals counts what is rendered, kept as services are re-rendered.
+type renderTotals struct {
+	servicePorts, endpoints int
+}
+
+func (t *renderTotals) add(r *serviceRules, sign int) {
+	t.servicePorts += sign
+	t.endpoints += sign * len(r.serving)
+}
+
+// sameShared reports whether two renderings of a service contribute the same
+// rules to the shared chains (KUBE-SERVICES, KUBE-NODEPORTS and the filter
+// chains).
+func sameShared(a, b []*serviceRules) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if !slices.Equal(x.natServices, y.natServices) || !slices.Equal(x.natNodePorts, y.natNodePorts) ||
+			!slices.Equal(x.filterServices, y.filterServices) || !slices.Equal(x.filterExternal, y.filterExternal) ||
+			!slices.Equal(x.filterNodePorts, y.filterNodePorts) || !slices.Equal(x.filterFirewall, y.filterFirewall) {
+			return false
+		}
+	}
+	return true
+}
+
+// renderedInOrder returns every rendered service port, services in
+// namespace/name order.
+func (p *Proxier) renderedInOrder() []*serviceRules {
+	keys := make([]types.NamespacedName, 0, len(p.rendered))
+	for k := range p.rendered {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Namespace != keys[j].Namespace {
+			return keys[i].Namespace < keys[j].Namespace
+		}
+		return keys[i].Name < keys[j].Name
+	})
+	all := make([]*serviceRules, 0, len(keys))
+	for _, k := range keys {
+		all = append(all, p.rendered[k]...)
+	}
+	return all
+}
+
+// sharedInOrder is renderedInOrder stripped of the services' own chains, for
+// building only the shared chains.
+func (p *Proxier) sharedInOrder() []*serviceRules {
+	all := p.renderedInOrder()
+	out := make([]*serviceRules, len(all))
+	for i, r := range all {
+		c := *r
+		c.chains = nil
+		out[i] = &c
+	}
+	return out
 }
 
 func (p *Proxier) syncHealth() {
 	want := map[types.NamespacedName]int{}
 	counts := map[types.NamespacedName]int{}
-	for key, rs := range p.rendered {
-		for _, r := range rs {
+	for key := range p.healthChecked {
+		for _, r := range p.rendered[key] {
 			if r.sp.hcNodePort != 0 {
 				want[key] = r.sp.hcNodePort
 			}
@@ -676,11 +829,13 @@ func (p *Proxier) Stats() Stats {
 // Rules returns the rule set of the last successful sync as
 // iptables-restore input (jumps from built-in chains as comments).
 func (p *Proxier) Rules() []byte {
-	p.statsMu.Lock()
-	rs := p.lastSet
-	p.statsMu.Unlock()
-	if rs == nil {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	if !p.synced {
 		return nil
 	}
-	return ruleText(rs)
+	if p.lastSet == nil {
+		p.lastSet = buildRuleSet(p.renderedInOrder(), p.randomFully, p.tcpBeLiberal)
+	}
+	return ruleText(p.lastSet)
 }
