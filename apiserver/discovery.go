@@ -122,8 +122,12 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 // schemas, only what clients need to know: every kind's PATCH accepts the
 // fieldValidation parameter, so kubectl validates on the server (which reports unknown
 // fields by name) and computes strategic merge patches from its compiled-in types,
-// which are ours too. OpenAPI v2 is absent, as kubectl tolerates.
+// which are ours too. OpenAPI v2 is a stub for older kubectl (openapiv2.go).
 func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) error {
+	if path == "openapi/v2" {
+		serveOpenAPIV2(w, r)
+		return nil
+	}
 	if path == "openapi/v3" {
 		paths := map[string]any{"api/v1": map[string]string{"serverRelativeURL": "/openapi/v3/api/v1?hash=" + openAPIHash}}
 		for _, gv := range groups() {

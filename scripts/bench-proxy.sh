@@ -8,7 +8,7 @@
 # iptables are never touched.
 #
 # Usage: sudo scripts/bench-proxy.sh
-#   env: SIZES=100,1000,10000  REPS (default 5 at 100, 3 at 1000, 1 at 10000)
+#   env: SIZES=100,1000,10000  REPS (default 5 at 100, 3 at 1000, 1 at 10000), PARTIAL_REPS (9)
 #        PERRULE_MAX=1000 (largest size also applied one iptables exec per rule)
 set -euo pipefail
 cd "$(dirname "$0")/.."
