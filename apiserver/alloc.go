@@ -344,17 +344,38 @@ func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service, owner string) (str
 	return "", apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: range is full"))
 }
 
+// allocatePort picks a free NodePort. Like Kubernetes (KEP-3668) the lowest band
+// of the range (30000-30085 by default) is kept for ports users choose, so that
+// an explicit `nodePort: 30007` does not collide with one handed out earlier;
+// dynamic ports come from above it first.
 func (s *Server) allocatePort(tx store.Tx, owner string) (int32, error) {
 	lo, hi := int(s.cfg.Validation.NodePortMin), int(s.cfg.Validation.NodePortMax)
-	n := hi - lo + 1
-	start := rand.IntN(n)
-	for i := 0; i < n; i++ {
-		p := lo + (start+i)%n
-		key := allocPortPrefix + strconv.Itoa(p)
-		if _, taken := tx.Get(key); !taken {
-			tx.Put(key, []byte(owner))
-			return int32(p), nil
+	size := hi - lo + 1
+	band := min(max(16, size/32), 128)
+	if band >= size {
+		band = 0
+	}
+	try := func(from, to int) (int32, bool) { // [from, to)
+		n := to - from
+		if n <= 0 {
+			return 0, false
 		}
+		start := rand.IntN(n)
+		for i := 0; i < n; i++ {
+			p := from + (start+i)%n
+			key := allocPortPrefix + strconv.Itoa(p)
+			if _, taken := tx.Get(key); !taken {
+				tx.Put(key, []byte(owner))
+				return int32(p), true
+			}
+		}
+		return 0, false
+	}
+	if p, ok := try(lo+band, hi+1); ok {
+		return p, nil
+	}
+	if p, ok := try(lo, lo+band); ok {
+		return p, nil
 	}
 	return 0, apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: range is full"))
 }

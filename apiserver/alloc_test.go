@@ -325,3 +325,28 @@ func postStatus(a *testAPI, path string, obj any) (int, string) {
 	}
 	return r.code, string(r.body)
 }
+
+// TestNodePortStaticBand: as in Kubernetes (KEP-3668), allocated NodePorts come
+// from above the low band of the range while it has room, so a port a user
+// picks there (the docs' 30007) is free; once the rest is full, the band is used.
+func TestNodePortStaticBand(t *testing.T) {
+	cfg := validation.DefaultConfig()
+	cfg.NodePortMin, cfg.NodePortMax = 30000, 30099 // 100 ports: a band of 16
+	a := newTestAPIWith(t, apiOptions{vcfg: cfg})
+	for i := range 84 {
+		svc := newService(fmt.Sprintf("dyn-%d", i), nodePortType)
+		a.create(servicesPath, svc)
+		if p := svc.Spec.Ports[0].NodePort; p < 30016 {
+			t.Fatalf("service %d got nodePort %d, inside the static band 30000-30015", i, p)
+		}
+	}
+	static := newService("static", nodePortType)
+	static.Spec.Ports[0].NodePort = 30007
+	a.create(servicesPath, static)
+	svc := newService("overflow", nodePortType)
+	a.create(servicesPath, svc)
+	if p := svc.Spec.Ports[0].NodePort; p < 30000 || p >= 30016 || p == 30007 {
+		t.Fatalf("with the dynamic part full, got nodePort %d; want a free one of the band", p)
+	}
+	checkAllocations(t, a, cfg)
+}
