@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# ClusterIP: the hostnames Deployment behind a virtual IP. See README.md.
+source "$(dirname "$0")/../lib.sh"
+use_namespace clusterip
+DIR=$(dirname "$0")
+
+say "apply the hostnames Deployment (3 serve_hostname pods), its Service and a client pod"
+show kubectl apply -n "$NS" -f "$DIR/hostnames.yaml"
+wait_deploy hostnames
+k wait --for=condition=Ready pod/client --timeout=60s >/dev/null || fail "the client pod is not Ready"
+show k get pods -o wide
+VIP=$(k get svc hostnames -o jsonpath='{.spec.clusterIP}')
+show k get svc hostnames
+show k get endpointslices -l kubernetes.io/service-name=hostnames
+
+say "curl the VIP $VIP from the client pod 12 times: kube-proxy's rules spread the connections"
+spread() {
+  inpod client sh -c "for i in \$(seq 12); do curl -s --max-time 2 http://$VIP/; echo; done" | sort | uniq -c
+}
+all3() { SPREAD=$(spread); echo "$SPREAD"; [ "$(grep -c ' hostnames-' <<<"$SPREAD")" = 3 ]; }
+eventually 20 all3 || fail "12 requests to $VIP did not reach all 3 hostnames pods: $OUT"
+echo "$OUT"
+
+say "the rules behind it on node1: KUBE-SERVICES -> KUBE-SVC-... -> KUBE-SEP-... (iptables-save -t nat)"
+RULES=$(on node1 iptables-save -t nat | grep -F "clusterip/hostnames:default")
+echo "$RULES"
+svc_rule=$(grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .* --dport 80 -j KUBE-SVC-" <<<"$RULES") || fail "no KUBE-SERVICES rule matches $VIP:80"
+SVC=${svc_rule##*-j }
+[ "$(grep -c -- "^-A $SVC .* -j KUBE-SEP-" <<<"$RULES")" = 3 ] || fail "$SVC does not jump to 3 KUBE-SEP chains"
+grep -q -- "^-A $SVC .*--probability 0.33333333349 -j KUBE-SEP-" <<<"$RULES" || fail "$SVC has no 1/3 probability rule"
+grep -q -- "^-A $SVC .*--probability 0.50000000000 -j KUBE-SEP-" <<<"$RULES" || fail "$SVC has no 1/2 probability rule"
+for ip in $(pod_ips app=hostnames); do
+  grep -q -- "-j DNAT --to-destination $ip:9376" <<<"$RULES" || fail "no KUBE-SEP DNAT to pod $ip:9376"
+done
+echo "-> $SVC picks the first endpoint with probability 1/3, else the second with 1/2, else the third: 1/3 each"
+
+say "the VIP is not an address anywhere: it does not answer ping (only tcp/80 is DNATed)"
+if show inpod client ping -c1 -W1 "$VIP"; then fail "ping $VIP answered: a ClusterIP must not"; fi
+on node1 ip -o addr show | grep -qF " $VIP/" && fail "node1 has $VIP on an interface"
+
+say "scale to 0: no endpoints, so the filter table REJECTs: curl is refused at once instead of hanging"
+show k scale deployment hostnames --replicas=0
+# refused: connect fails at once (REJECT sends icmp-port-unreachable: curl exit 7,
+# "Couldn't connect" or "Connection refused"), not a timeout (exit 28).
+refused() {
+  local out rc=0
+  out=$(inpod client curl -sS --max-time 3 "http://$VIP/" 2>&1) || rc=$?
+  echo "$out"
+  [ $rc = 7 ]
+}
+eventually 30 refused || fail "with no endpoints, curl $VIP was not refused: $OUT"
+echo "$ minikit exec -n $NS client -- curl http://$VIP/"; echo "$OUT"
+on node1 iptables-save -t filter | grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .*\"$NS/hostnames:default has no endpoints\" .*-j REJECT" ||
+  fail "node1's filter table has no REJECT rule for $VIP"
+
+shown "3 pods answered the VIP $VIP in turn; KUBE-SERVICES -> $SVC (probability 1/3, 1/2) -> 3 KUBE-SEP DNATs; ping $VIP gets no answer; at 0 replicas a REJECT refuses connections"

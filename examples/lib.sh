@@ -1,0 +1,138 @@
+# Shared by every examples/*/check.sh (sourced, not run). A check runs the
+# commands a student types against a running lab, prints them and what they
+# answered, and exits non-zero with a "FAIL: ..." line when the answer is wrong.
+#
+# The interface (all optional when the lab has the default name and directory):
+#   MINIKIT     the minikit binary        (default: minikit in PATH, else bin/minikit)
+#   LAB         the lab's name            (default: lab, as `minikit lab up` names it)
+#   LAB_DIR     the lab's directory       (default: /var/lib/minikit-lab/$LAB)
+#   KUBECONFIG  the lab's kubeconfig      (default: $LAB_DIR/kubeconfig)
+#   KEEP=1      leave the example's objects in place for exploring afterwards
+# Run as root (minikit lab exec and minikit exec enter network namespaces):
+#   go build -o bin/minikit ./minikit && sudo bin/minikit lab up
+#   sudo examples/clusterip/check.sh
+#
+# Every check works in a Kubernetes namespace of its own, deleted when the check
+# ends (also on failure), and undoes whatever it changed on a lab host, so the
+# checks run in any order, and again, in one lab.
+
+set -euo pipefail
+export PATH=$PATH:/usr/sbin:/sbin
+
+EXAMPLES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ -z "${MINIKIT:-}" ]; then
+  MINIKIT=$(command -v minikit || true)
+  [ -n "$MINIKIT" ] || MINIKIT=$EXAMPLES/../bin/minikit
+fi
+LAB=${LAB:-lab}
+LAB_DIR=${LAB_DIR:-/var/lib/minikit-lab/$LAB}
+export KUBECONFIG=${KUBECONFIG:-$LAB_DIR/kubeconfig}
+NS=${NS:-default}
+# Lab addresses (minikit lab's Vagrant-like underlay).
+NODE1=192.168.56.10 NODE2=192.168.56.11 CLIENT=192.168.56.100 EXTERNAL=192.168.56.200
+
+[ "$(id -u)" = 0 ] || { echo "FAIL: run as root (minikit enters network namespaces): sudo $0" >&2; exit 1; }
+[ -x "$MINIKIT" ] || { echo "FAIL: no minikit binary at '$MINIKIT'; set MINIKIT=/path/to/minikit" >&2; exit 1; }
+[ -r "$KUBECONFIG" ] || { echo "FAIL: no lab kubeconfig at $KUBECONFIG; start one with: minikit lab up --name $LAB (or set LAB, LAB_DIR, KUBECONFIG)" >&2; exit 1; }
+
+# say prints a step: what the student is about to look at.
+say() { printf '\n== %s\n' "$*"; }
+
+# show prints a command as a student would type it, then runs it (its output is
+# shown, its status returned).
+show() {
+  local labflags= a words=()
+  [ "$LAB" = lab ] || labflags=" --name $LAB"
+  for a in "$@"; do
+    if [[ $a =~ ^[A-Za-z0-9_./:=,@+%-]+$ ]]; then words+=("$a"); else words+=("'$a'"); fi
+  done
+  case $1 in
+  k) printf '$ kubectl -n %s %s\n' "$NS" "${words[*]:1}" ;;
+  inpod) printf '$ minikit exec -n %s %s -- %s\n' "$NS" "$2" "${words[*]:2}" ;;
+  on) printf '$ minikit lab exec%s %s -- %s\n' "$labflags" "$2" "${words[*]:2}" ;;
+  *) printf '$ %s\n' "${words[*]}" ;;
+  esac
+  "$@"
+}
+
+# fail ends the check: what was expected, and what was seen.
+fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
+
+# shown is the check's last word: one line saying what it demonstrated, which
+# scripts/tour.sh prints after PASS.
+shown() { printf 'SHOWN: %s\n' "$*"; }
+
+# k is kubectl in the example's namespace.
+k() { kubectl -n "$NS" "$@"; }
+
+# on HOST CMD... runs a command on a lab host (node1, node2, client, external).
+on() { local h=$1; shift; "$MINIKIT" lab exec --name "$LAB" --dir "$LAB_DIR" "$h" -- "$@"; }
+
+# inpod POD CMD... runs a command inside a pod of the example's namespace.
+inpod() { local p=$1; shift; "$MINIKIT" exec --kubeconfig "$KUBECONFIG" -n "$NS" "$p" -- "$@"; }
+
+# eventually SECONDS CMD... retries CMD (quietly) until it succeeds; its output
+# is left in OUT. Rules and DNS records follow the API within about a second.
+OUT=
+eventually() {
+  local secs=$1; shift
+  local deadline=$((SECONDS + secs))
+  while :; do
+    if OUT=$("$@" 2>&1); then return 0; fi
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.2
+  done
+}
+
+# has TEXT NEEDLE: does TEXT contain NEEDLE?
+has() { [[ $1 == *"$2"* ]]; }
+
+# curl_has HOST|pod:NAME URL NEEDLE [CURL ARGS...]: curl from a lab host or a pod
+# succeeds and the answer contains NEEDLE.
+curl_has() {
+  local from=$1 url=$2 needle=$3; shift 3
+  local out
+  if [[ $from == pod:* ]]; then out=$(inpod "${from#pod:}" curl -sS --max-time 2 "$@" "$url") || { echo "$out"; return 1; }
+  else out=$(on "$from" curl -sS --max-time 2 "$@" "$url") || { echo "$out"; return 1; }; fi
+  echo "$out"
+  has "$out" "$needle"
+}
+
+CLEANUPS=()
+# on_exit CMD: run CMD (a string) when the check ends, before the namespace goes.
+on_exit() { CLEANUPS+=("$1"); }
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ "${KEEP:-}" = 1 ]; then
+    echo "KEEP=1: leaving namespace $NS; remove it with: kubectl delete namespace $NS"
+  else
+    for ((i = ${#CLEANUPS[@]} - 1; i >= 0; i--)); do eval "${CLEANUPS[$i]}" >/dev/null 2>&1; done
+    [ "$NS" = default ] || kubectl delete namespace "$NS" --ignore-not-found --timeout=60s >/dev/null
+  fi
+  exit $rc
+}
+
+# use_namespace NAME: the check's own namespace, created fresh (a leftover from
+# an interrupted run is removed first) and deleted when the check ends.
+use_namespace() {
+  NS=$1
+  local out
+  if ! out=$(kubectl create namespace "$NS" 2>&1); then
+    has "$out" AlreadyExists || fail "kubectl create namespace $NS: $out"
+    kubectl delete namespace "$NS" --timeout=60s >/dev/null
+    kubectl create namespace "$NS" >/dev/null
+  fi
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+
+# wait_deploy NAME: every replica of a Deployment is Ready (its pods are endpoints).
+wait_deploy() { k rollout status "deployment/$1" --timeout=60s >/dev/null || fail "deployment $1 did not become ready: $(k get pods -o wide 2>&1)"; }
+
+# pod_ips SELECTOR: the IPs of the Ready pods matching a label selector, sorted.
+pod_ips() {
+  k get pods -l "$1" -o jsonpath='{range .items[*]}{.status.podIP}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    awk '$2 == "True" {print $1}' | sort
+}

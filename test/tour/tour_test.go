@@ -1,0 +1,95 @@
+// Package tour_test runs the tour as its users do: `scripts/tour.sh`, the real
+// script, as a subprocess (it builds minikit, brings up a lab, runs every
+// examples/*/check.sh and tears the lab down), and checks that every example
+// passed and that the machine's root network namespace is exactly as before.
+package tour_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minikit/minikit/test/testenv"
+)
+
+func TestTour(t *testing.T) {
+	testenv.RequireRoot(t)
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, err := filepath.Glob(filepath.Join(repo, "examples", "*", "check.sh"))
+	if err != nil || len(checks) == 0 {
+		t.Fatalf("no examples/*/check.sh found (%v)", err)
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	name := "tour" + hex.EncodeToString(b) // unique: other tests' labs may run alongside
+	mine := func(ns string) bool { return strings.HasPrefix(ns, name+"-") }
+	before := testenv.RootSnapshot(t, mine)
+
+	// Generous: the tour takes about a minute and a half on an idle machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"))
+	cmd.Dir = repo
+	// deps.sh is skipped (CI installs the packages beforehand); the checks are the same.
+	cmd.Env = append(os.Environ(), "MINIKIT_SKIP_DEPS=1", "LAB="+name, "VERBOSE=")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // its trap removes the lab
+	cmd.WaitDelay = time.Minute
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	t.Logf("scripts/tour.sh output:\n%s", out.String())
+	if err != nil {
+		t.Errorf("scripts/tour.sh: %v", err)
+	}
+	for _, c := range checks {
+		example := filepath.Base(filepath.Dir(c))
+		pass := regexp.MustCompile(`(?m)^PASS  ` + regexp.QuoteMeta(example) + ` +— \S`)
+		if !pass.Match(out.Bytes()) {
+			t.Errorf("no PASS line for examples/%s", example)
+		}
+	}
+	if strings.Contains(out.String(), "\nFAIL  ") {
+		t.Errorf("the tour printed FAIL lines")
+	}
+
+	after := testenv.RootSnapshot(t, mine)
+	if before != after {
+		t.Errorf("the root network namespace changed:\n%s", lineDiff(before, after))
+	}
+}
+
+// lineDiff lists the lines only in a (-) and only in b (+).
+func lineDiff(a, b string) string {
+	count := func(s string) map[string]int {
+		m := map[string]int{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l]++
+		}
+		return m
+	}
+	ca, cb := count(a), count(b)
+	var d strings.Builder
+	for _, l := range strings.Split(a, "\n") {
+		if cb[l] < ca[l] {
+			d.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(b, "\n") {
+		if ca[l] < cb[l] {
+			d.WriteString("+ " + l + "\n")
+		}
+	}
+	return d.String()
+}
