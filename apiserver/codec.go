@@ -25,12 +25,15 @@ const maxBodyBytes = 3 << 20
 
 // readBody reads a bounded request body and converts YAML to JSON.
 func readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > maxBodyBytes {
+		return nil, tooLarge()
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading request body: %v", err))
+		return nil, bodyReadError(err)
 	}
 	if len(body) > maxBodyBytes {
-		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", maxBodyBytes))
+		return nil, tooLarge()
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct == "application/vnd.kubernetes.protobuf" {

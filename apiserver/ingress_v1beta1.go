@@ -190,8 +190,11 @@ type watchConverter struct {
 	partial []byte
 }
 
-func (wc *watchConverter) Header() http.Header  { return wc.w.Header() }
-func (wc *watchConverter) WriteHeader(code int) { wc.w.WriteHeader(code) }
+func (wc *watchConverter) Header() http.Header { return wc.w.Header() }
+
+// Unwrap lets http.ResponseController reach the connection (write deadlines).
+func (wc *watchConverter) Unwrap() http.ResponseWriter { return wc.w }
+func (wc *watchConverter) WriteHeader(code int)        { wc.w.WriteHeader(code) }
 func (wc *watchConverter) Flush() {
 	if f, ok := wc.w.(http.Flusher); ok {
 		f.Flush()

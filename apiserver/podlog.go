@@ -84,16 +84,19 @@ func (s *Server) servePodLog(w http.ResponseWriter, r *http.Request, rq request)
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
-	flusher, _ := w.(http.Flusher)
+	// Bounded writes, as for watches: a client that stops reading a followed
+	// log is dropped rather than held.
+	sw := s.newStreamWriter(w, r)
+	defer sw.done()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			if _, werr := sw.Write(buf[:n]); werr != nil {
 				return nil
 			}
-			if flusher != nil {
-				flusher.Flush()
+			if werr := sw.flush(); werr != nil {
+				return nil
 			}
 		}
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minikit/minikit/apiserver/validation"
@@ -29,8 +30,10 @@ type Config struct {
 	Store      store.Interface
 	Validation validation.Config
 	Logger     *slog.Logger
-	// Token, when set, is required as a bearer token on every request but /healthz,
-	// /livez, /readyz and /version.
+	// Token, when set, is required as a bearer token on every request but the
+	// probes /healthz, /livez and /readyz (which answer "ok" and nothing else)
+	// and /version: what Kubernetes' system:public-info-viewer role lets anyone
+	// read, so `curl -k https://NODE:6443/version` works as on a real cluster.
 	Token string
 	// AdvertiseAddress and Port are written into the default/kubernetes Endpoints.
 	AdvertiseAddress string
@@ -39,6 +42,8 @@ type Config struct {
 	Version string
 	// NodeToken authenticates the API server to node agents (pods/log).
 	NodeToken string
+	// Limits bound slow and hostile clients; zero fields take DefaultLimits.
+	Limits Limits
 }
 
 // Server serves the API. Create it with New.
@@ -48,7 +53,8 @@ type Server struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	nsFinalizing sync.Map // namespace name -> struct{}, finalizers running
+	nsFinalizing sync.Map     // namespace name -> struct{}, finalizers running
+	watches      atomic.Int64 // watch streams being served
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -59,6 +65,7 @@ func New(cfg Config) (*Server, error) {
 	if !cfg.Validation.ServiceCIDR.IsValid() {
 		cfg.Validation = validation.DefaultConfig()
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now}
 	if err := s.bootstrap(); err != nil {
 		return nil, fmt.Errorf("creating built-in objects: %w", err)
@@ -81,6 +88,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	if !s.authorized(r) {
 		writeError(w, r, apierrors.NewUnauthorized("Unauthorized"), nil)
+		return
+	}
+	if err := s.bodyDeadline(w, r); err != nil {
+		writeError(w, r, err, s.log)
 		return
 	}
 	if err := s.route(w, r); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -80,26 +81,27 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		}
 	}
 	events, werr := s.store.Watch(ctx, prefix, fromRev)
+	s.watches.Add(1)
+	defer s.watches.Add(-1)
 
-	flusher, _ := w.(http.Flusher)
 	table := wantsTable(r)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)
-	enc := &watchEncoder{s: s, w: w, res: rq.res, table: table, includeObject: q.Get("includeObject")}
-	flush := func() {
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
+	// Every write is bounded: a client that stops reading is dropped after
+	// Limits.StreamWriteTimeout instead of holding this goroutine for the watch's
+	// whole timeout (the store already drops a watcher that falls behind).
+	sw := s.newStreamWriter(w, r)
+	defer sw.done()
+	enc := &watchEncoder{s: s, w: sw, res: rq.res, table: table, includeObject: q.Get("includeObject")}
 	if errors.Is(werr, store.ErrExpired) {
 		enc.status(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", fromRev, s.store.Rev())))
-		flush()
+		sw.flush()
 		return nil
 	}
 	if werr != nil {
 		enc.status(apierrors.NewInternalError(werr))
-		flush()
+		sw.flush()
 		return nil
 	}
 	for _, kv := range snapshot {
@@ -108,6 +110,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 			continue
 		}
 		if err := enc.object("ADDED", obj); err != nil {
+			s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
 			return nil
 		}
 	}
@@ -116,7 +119,10 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 	if q.Get("sendInitialEvents") == "true" && bookmarks {
 		enc.bookmark(lastRev, true)
 	}
-	flush()
+	if err := sw.flush(); err != nil {
+		s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+		return nil
+	}
 
 	ticker := time.NewTicker(bookmarkInterval)
 	defer ticker.Stop()
@@ -127,7 +133,10 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		case <-ticker.C:
 			if bookmarks {
 				enc.bookmark(lastRev, false)
-				flush()
+				if err := sw.flush(); err != nil {
+					s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+					return nil
+				}
 			}
 		case e, ok := <-events:
 			if !ok {
@@ -140,10 +149,14 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 				continue
 			}
 			if err := enc.object(typ, obj); err != nil {
+				s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
 				return nil
 			}
 			if len(events) == 0 {
-				flush()
+				if err := sw.flush(); err != nil {
+					s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+					return nil
+				}
 			}
 		}
 	}
@@ -184,7 +197,7 @@ func (s *Server) filterEvent(res *resource, e store.Event, ls labels.Selector, f
 
 type watchEncoder struct {
 	s             *Server
-	w             http.ResponseWriter
+	w             io.Writer
 	res           *resource
 	table         bool
 	includeObject string

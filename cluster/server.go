@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/minikit/minikit/apiserver"
 	"github.com/minikit/minikit/apiserver/validation"
@@ -165,7 +164,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, store: st, api: api, listener: ln}
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	s.cancelRequests = cancelBase
-	s.http = &http.Server{Handler: api.Handler(), BaseContext: func(net.Listener) context.Context { return baseCtx }, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)}
+	// The API's own limits (header, body, idle and stream-write timeouts) bound
+	// slow clients; see apiserver.Limits.
+	s.http = api.HTTPServer()
+	s.http.BaseContext = func(net.Listener) context.Context { return baseCtx }
+	s.http.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
 	urlHost := net.JoinHostPort(host, strconv.Itoa(port))
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		urlHost = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))

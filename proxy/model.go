@@ -78,6 +78,11 @@ func servicePorts(svc *corev1.Service) []*servicePort {
 		if proto == "" {
 			proto = "tcp"
 		}
+		if proto != "tcp" && proto != "udp" && proto != "sctp" {
+			// The API rejects any other protocol; the renderer writes the
+			// protocol into rules, so it never trusts that.
+			continue
+		}
 		name := servicePortName(svc.Namespace, svc.Name, p.Name)
 		h := portProtoHash(name, proto)
 		sp := &servicePort{

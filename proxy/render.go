@@ -76,7 +76,43 @@ func rule(args ...string) string {
 	return b.String()
 }
 
-func quote(s string) string { return `"` + s + `"` }
+// quote writes s as one double-quoted iptables-restore word, as iptables-save
+// prints a comment with spaces. The API's validation keeps names, namespaces
+// and port names to DNS labels, so nothing here needs escaping in practice;
+// quote does not rely on that: it escapes '"' and '\\' and drops control
+// characters, so no input can end the word, the rule or the line.
+func quote(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// commentWord writes a comment the way iptables-save does: bare when it is one
+// plain word (kube-proxy's "ns/name:port" comments are), quoted otherwise.
+func commentWord(s string) string {
+	if s == "" {
+		return quote(s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("/:._-", c) >= 0) {
+			return quote(s)
+		}
+	}
+	return s
+}
 
 // renderService is the per-service part of syncProxyRules.
 func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *serviceRules {
@@ -188,7 +224,7 @@ func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *service
 		np := strconv.Itoa(sp.nodePort)
 		if hasEndpoints {
 			out.natNodePorts = append(out.natNodePorts, targeted{sp.extChain, rule("-A", chainNodePorts,
-				"-m", "comment", "--comment", sp.name,
+				"-m", "comment", "--comment", commentWord(sp.name),
 				"-m", proto, "-p", proto, "--dport", np, "-j", sp.extChain)})
 		}
 		if !hasExternal {
@@ -295,7 +331,7 @@ func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *service
 		c := chain{name: e.chain}
 		args := []string{"-A", e.chain}
 		if !cfg.largeCluster {
-			args = append(args, "-m", "comment", "--comment", sp.name)
+			args = append(args, "-m", "comment", "--comment", commentWord(sp.name))
 		}
 		// Hairpin: a pod reaching itself through the service is masqueraded so
 		// the reply comes back through the node.

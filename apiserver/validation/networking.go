@@ -68,6 +68,7 @@ func validateIngress(ing, old *networkingv1.Ingress) field.ErrorList {
 			allErrs = append(allErrs, msgs(tls.Index(i).Child("secretName"), t.SecretName, nameIsSubdomain(t.SecretName, false))...)
 		}
 	}
+	allErrs = append(allErrs, validateRewriteTarget(ing.Annotations)...)
 	if spec.IngressClassName != nil {
 		allErrs = append(allErrs, msgs(specPath.Child("ingressClassName"), *spec.IngressClassName, nameIsSubdomain(*spec.IngressClassName, false))...)
 		if a, ok := ing.Annotations[ingressClassAnnotation]; ok && a != *spec.IngressClassName {
@@ -96,6 +97,11 @@ func validateIngressPath(path *networkingv1.HTTPIngressPath, fldPath *field.Path
 		return append(allErrs, field.Required(fldPath.Child("pathType"), "pathType must be specified"))
 	}
 	pp := fldPath.Child("path")
+	if i := strings.IndexFunc(path.Path, isControl); i >= 0 {
+		// No request path can carry one, and a newline would end the comment
+		// lines of the rendered nginx.conf that show the path.
+		allErrs = append(allErrs, field.Invalid(pp, path.Path, fmt.Sprintf("must not contain control characters (found %q at byte %d)", path.Path[i], i)))
+	}
 	switch *path.PathType {
 	case networkingv1.PathTypeExact, networkingv1.PathTypePrefix:
 		if !strings.HasPrefix(path.Path, "/") {
@@ -202,3 +208,30 @@ func validateIngressClass(ic, old *networkingv1.IngressClass) field.ErrorList {
 	}
 	return allErrs
 }
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// annotationRewriteTarget is ingress-nginx's rewrite-target annotation. Its value
+// is written unquoted into the rewrite directive of the nginx.conf the Ingress
+// controller renders (ingress/nginxconf), so it is held to URL path characters
+// plus nginx's $N capture references, as ingress-nginx's own annotation
+// validation does: a quote, space, ';', '{' or '}' could end the directive.
+const annotationRewriteTarget = "nginx.ingress.kubernetes.io/rewrite-target"
+
+func validateRewriteTarget(annotations map[string]string) field.ErrorList {
+	v, ok := annotations[annotationRewriteTarget]
+	if !ok {
+		return nil
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(rewriteTargetPunct, c) >= 0 {
+			continue
+		}
+		return field.ErrorList{field.Invalid(metaPath.Child("annotations").Key(annotationRewriteTarget), v,
+			fmt.Sprintf("must be a URL path with $1-style capture references, of letters, digits and %q only (found %q)", rewriteTargetPunct, c))}
+	}
+	return nil
+}
+
+const rewriteTargetPunct = "/$._~:%?&=+@!,-"

@@ -94,9 +94,18 @@ func Render(cfg *config.Config, opts Options) (*Output, error) {
 	return &Output{Files: r.files}, nil
 }
 
+// line writes one line. Control characters in what the arguments bring (the
+// API refuses them in every field that reaches here) are written as \xNN, so
+// no value can end a comment or a directive and start a line of its own.
 func (r *renderer) line(indent int, format string, args ...any) {
 	r.b.WriteString(strings.Repeat("    ", indent))
-	fmt.Fprintf(&r.b, format, args...)
+	for _, c := range []byte(fmt.Sprintf(format, args...)) {
+		if c < 0x20 || c == 0x7f {
+			fmt.Fprintf(&r.b, "\\x%02x", c)
+			continue
+		}
+		r.b.WriteByte(c)
+	}
 	r.b.WriteByte('\n')
 }
 
@@ -340,7 +349,7 @@ func (r *renderer) proxy(s *config.Server, l *config.Location) {
 		r.line(3, "add_header Strict-Transport-Security $hsts always;")
 	}
 	if l.RewriteTarget != "" {
-		r.line(3, "rewrite %s %s break;", quote("(?i)"+l.Path), l.RewriteTarget)
+		r.line(3, "rewrite %s %s break;", quote("(?i)"+l.Path), quote(l.RewriteTarget))
 	}
 	grpc := l.BackendProtocol == "GRPC" || l.BackendProtocol == "GRPCS"
 	set := "proxy_set_header"
