@@ -61,6 +61,9 @@ type container struct {
 	image        string
 
 	ready, started bool
+	// adopted is set for a process a previous agent started, until its probe
+	// state is initialised from the pod (initAdopted).
+	adopted        bool
 	probeCancel    context.CancelFunc
 	livenessFailed bool
 }
@@ -76,11 +79,31 @@ func adoptContainer(w *podWorker, name string, cs *containerState) *container {
 	c := &container{w: w, name: name, restartCount: cs.RestartCount, image: cs.Image}
 	if cs.PID > 0 && procStartTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
 		c.pid, c.procStart, c.startedAt, c.running = cs.PID, cs.ProcStart, cs.StartedAt, true
-		c.exited = make(chan struct{})
+		c.exited, c.adopted = make(chan struct{}), true
 		go c.watchAdopted()
 		w.logf("adopted running container", "container", name, "pid", cs.PID)
 	}
 	return c
+}
+
+// initAdopted gives a container adopted from a previous agent the probe state
+// it had. It started before this agent did, so it counts as started (the kubelet
+// treats a container older than itself the same way), and it keeps the readiness
+// the pod's status last reported until its readiness probe says otherwise: an
+// agent restart must not take serving pods out of their Services' endpoints, nor
+// leave a container without a readiness probe unready for ever.
+func (c *container) initAdopted(pod *corev1.Pod, spec corev1.Container) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.adopted {
+		return
+	}
+	c.adopted, c.started, c.ready = false, true, spec.ReadinessProbe == nil
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == spec.Name && cs.Ready {
+			c.ready = true
+		}
+	}
 }
 
 // watchAdopted polls an adopted process (not our child, so it cannot be waited for).
@@ -136,6 +159,7 @@ func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
 		running, lastTerm, due := c.running, c.lastTerm, time.Now().After(c.nextStart)
 		c.mu.Unlock()
 		if running {
+			c.initAdopted(pod, spec)
 			c.ensureProbes(ctx, pod, spec)
 			continue
 		}

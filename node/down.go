@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +48,7 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 				}
 			}
 		}
+		killInNetNS(w.state.NetNS, nil)
 		if err := sandbox.DeletePodNamespaces(w.state.NetNS); err != nil && firstErr == nil {
 			firstErr = err
 		}
@@ -74,4 +77,73 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		}
 	}
 	return firstErr
+}
+
+// sweepOrphans kills, once per worker, the processes in the pod's netns that
+// a previous agent started but did not live to record: an agent killed between
+// starting a container and saving the pod's state leaves a process that no
+// state names, which would hold the container's ports while its replacement
+// crash-loops, and outlive minikit down. An orphan is a process-group leader
+// (containers run in their own group) whose parent is gone (PPID 1) and which
+// no adopted container is. Processes with a living parent (minikit exec
+// sessions, probes) are left alone.
+func (w *podWorker) sweepOrphans() {
+	if w.state == nil {
+		return
+	}
+	known := map[int]bool{}
+	for _, c := range w.containers {
+		c.mu.Lock()
+		if c.running {
+			known[c.pid] = true
+		}
+		c.mu.Unlock()
+	}
+	killed := killInNetNS(w.state.NetNS, func(pid, pgid, ppid int) bool {
+		return pgid != pid || ppid != 1 || known[pid]
+	})
+	for _, pid := range killed {
+		w.logf("killed a container process no state recorded", "pid", pid)
+	}
+}
+
+// killInNetNS SIGKILLs the process group of every process whose network
+// namespace is the named one, except those keep returns true for, and returns
+// their PIDs. A namespace's inode identifies it while it is mounted.
+func killInNetNS(name string, keep func(pid, pgid, ppid int) bool) []int {
+	var st syscall.Stat_t
+	if syscall.Stat(sandbox.NetNSPath(name), &st) != nil {
+		return nil
+	}
+	want := "net:[" + strconv.FormatUint(st.Ino, 10) + "]"
+	entries, _ := os.ReadDir("/proc")
+	var killed []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err != nil || ns != want {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) < 4 || f[0] == "Z" {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		pgid, _ := strconv.Atoi(f[2])
+		if keep != nil && keep(pid, pgid, ppid) {
+			continue
+		}
+		if pgid == pid {
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		killed = append(killed, pid)
+	}
+	return killed
 }

@@ -45,7 +45,10 @@ type podWorker struct {
 	containers map[string]*container
 	lastStatus *corev1.PodStatus
 	sandboxOK  bool
-	sandboxMsg string
+	// orphansSwept is set once the pod's netns was checked for processes a
+	// killed agent started but never recorded (sweepOrphans).
+	orphansSwept bool
+	sandboxMsg   string
 }
 
 func newPodWorker(a *Agent, ns, name string, uid types.UID) *podWorker {
@@ -106,7 +109,11 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		if pod.DeletionGracePeriodSeconds != nil {
 			grace = *pod.DeletionGracePeriodSeconds
 		}
-		w.terminate(time.Duration(grace) * time.Second)
+		deadline := time.Now().Add(time.Duration(grace) * time.Second)
+		w.runPreStop(ctx, pod, deadline)
+		// A hook that used up the grace period still leaves the process a moment
+		// between SIGTERM and SIGKILL, as the kubelet's 2s minimum does.
+		w.terminate(max(time.Until(deadline), 2*time.Second))
 		if err := w.cleanup(); err != nil {
 			return false, err
 		}
@@ -128,6 +135,10 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	w.sandboxOK = true
+	if !w.orphansSwept {
+		w.sweepOrphans()
+		w.orphansSwept = true
+	}
 	w.ensureContainers(ctx, pod)
 	return false, w.updateStatus(ctx, pod)
 }
@@ -258,6 +269,9 @@ func (w *podWorker) cleanup() error {
 	for _, c := range w.containers {
 		c.closeProbes()
 	}
+	// Whatever still runs in the pod's netns is the pod's (an unrecorded
+	// container, a process it left behind): it would keep the namespace alive.
+	killInNetNS(name, nil)
 	if err := sandbox.DeletePodNamespaces(name); err != nil {
 		return err
 	}

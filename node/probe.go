@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/minikit/minikit/sandbox"
@@ -41,9 +42,9 @@ func (c *container) ensureProbes(ctx context.Context, pod *corev1.Pod, spec core
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	c.probeCancel = cancel
+	ip, started := c.w.state.IP, c.started
 	c.mu.Unlock()
-	ip := c.w.state.IP
-	if spec.StartupProbe != nil {
+	if spec.StartupProbe != nil && !started {
 		go c.probeLoop(pctx, "startup", spec.StartupProbe, spec, ip)
 	}
 	if spec.ReadinessProbe != nil {
@@ -219,4 +220,57 @@ func resolvePort(p intstr.IntOrString, spec corev1.Container) (int, error) {
 		return n, nil
 	}
 	return 0, fmt.Errorf("port %q not found in container %q", p.StrVal, spec.Name)
+}
+
+// runPreStop runs the preStop hook of every running container that has one,
+// concurrently, and returns when all are done or deadline (the end of the
+// pod's grace period) passes; terminate sends SIGTERM after it, as the kubelet
+// does. A hook's failure is logged and does not stop the termination. The time
+// a hook takes is what lets every node's proxy drop the pod's endpoint before
+// the process stops accepting connections.
+func (w *podWorker) runPreStop(ctx context.Context, pod *corev1.Pod, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, spec := range pod.Spec.Containers {
+		c := w.containers[spec.Name]
+		if c == nil || spec.Lifecycle == nil || spec.Lifecycle.PreStop == nil {
+			continue
+		}
+		c.mu.Lock()
+		running := c.running
+		c.mu.Unlock()
+		if !running {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.runHook(ctx, spec.Lifecycle.PreStop, spec); err != nil && ctx.Err() == nil {
+				w.logf("preStop hook failed", "container", spec.Name, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runHook runs a lifecycle handler: sleep, exec or httpGet (tcpSocket hooks are
+// accepted for compatibility and, as by the kubelet, not run).
+func (c *container) runHook(ctx context.Context, h *corev1.LifecycleHandler, spec corev1.Container) error {
+	switch {
+	case h.Sleep != nil:
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		}
+		return nil
+	case h.Exec != nil || h.HTTPGet != nil:
+		timeout := time.Minute
+		if d, ok := ctx.Deadline(); ok {
+			timeout = time.Until(d)
+		}
+		p := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: h.Exec, HTTPGet: h.HTTPGet}}
+		return c.probeOnce(ctx, p, spec, c.w.state.IP, timeout)
+	}
+	return nil
 }

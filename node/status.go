@@ -180,9 +180,11 @@ func (a *Agent) adoptAndClean(ctx context.Context) error {
 			a.log.Error("removing stale sandbox", "uid", uid, "err", err)
 		}
 	}
-	// IPs owned by pods that no longer exist and have no state are released.
+	// IPs owned by pods that no longer exist and have no state are released. Pod
+	// workers run meanwhile: a pod created since the snapshot above has a worker,
+	// registered before it allocates or creates anything, and is not debris.
 	for owner := range a.ipam.Owners() {
-		if !live[types.UID(owner)] {
+		if !live[types.UID(owner)] && !a.hasWorker(types.UID(owner)) {
 			if _, err := os.Stat(filepath.Join(a.cfg.DataDir, "pods", owner)); os.IsNotExist(err) {
 				a.ipam.Release(owner)
 			}
@@ -194,6 +196,11 @@ func (a *Agent) adoptAndClean(ctx context.Context) error {
 	for _, p := range pods {
 		claimed[a.sandboxName(p.UID)] = true
 	}
+	a.mu.Lock()
+	for uid := range a.workers {
+		claimed[a.sandboxName(uid)] = true
+	}
+	a.mu.Unlock()
 	for _, n := range names {
 		if !claimed[n] {
 			sandbox.DeletePodNamespaces(n)
@@ -201,6 +208,14 @@ func (a *Agent) adoptAndClean(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// hasWorker reports whether a pod worker owns uid.
+func (a *Agent) hasWorker(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.workers[uid]
+	return ok
 }
 
 func statusJSON(s corev1.PodStatus) string {
