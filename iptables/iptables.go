@@ -7,6 +7,7 @@ package iptables
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -211,3 +212,24 @@ func (r *runner) Save(table string) ([]byte, error) {
 }
 
 func (r *runner) HasRandomFully() bool { return r.ipt.HasRandomFully() }
+
+// SaveCounters is `iptables-save -c -t table` (rules with their packet and
+// byte counters) read inside the network namespace mounted at netnsPath, or in
+// the caller's own namespace when netnsPath is empty. It only reads: minikit
+// trace uses it to see the rules actually in a node's kernel. nsenter runs the
+// binary in that network namespace only, so it is the machine's own iptables.
+func SaveCounters(netnsPath, table string) ([]byte, error) {
+	argv := []string{"iptables-save", "-c", "-t", table}
+	if netnsPath != "" {
+		argv = append([]string{"nsenter", "--net=" + netnsPath, "--"}, argv...)
+	}
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return nil, fmt.Errorf("iptables-save -c -t %s: %w", table, err)
+	}
+	return out, nil
+}

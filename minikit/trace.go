@@ -1,17 +1,90 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"time"
+
+	"github.com/minikit/minikit/trace"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // newTraceCommand is `minikit trace FROM TO`.
 func newTraceCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:    "trace FROM TO",
-		Short:  "Show the path a packet takes through a node's iptables rules",
-		Hidden: true,
-		RunE:   func(*cobra.Command, []string) error { return errors.New("not built yet") },
+	var o trace.Options
+	var kubeconfig, output string
+	cmd := &cobra.Command{
+		Use:   "trace FROM TO",
+		Short: "Show the path a packet takes through a node's iptables rules",
+		Long: `Trace the first packet of a connection from FROM to TO through the rules
+actually in the kernel of the node that receives it (iptables-save inside the
+node's network namespace), printing every rule that matches, the probability of
+each endpoint, the DNAT, the 0x4000 mark and the MASQUERADE, the route out and
+the pod reached, or the DROP/REJECT and why.
+
+FROM: pod/NAME (or NAME), node/NAME, client or external (the lab's hosts), or an IP.
+TO:   svc/NAME[:PORT] (the cluster IP), or ADDRESS:PORT where ADDRESS is a
+      cluster IP, external IP, LoadBalancer IP, node IP or node name (NodePort).
+
+With --live, one real connection (or UDP datagram) is sent from FROM's network
+namespace and the counters that moved and the conntrack entry it created are
+compared with the prediction.`,
+		Example: `  minikit trace client node2:30080 --lab lab
+  minikit trace pod/client svc/web:http -o json --live
+  minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output != "tree" && output != "json" && output != "dot" {
+				return fmt.Errorf("-o must be tree, json or dot, not %q", output)
+			}
+			o.From, o.To = args[0], args[1]
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			if kubeconfig == "" {
+				kubeconfig = defaultKubeconfig(nil)
+			}
+			rules.ExplicitPath = kubeconfig
+			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+			if o.Namespace == "" {
+				ns, _, err := loader.Namespace()
+				if err != nil {
+					return err
+				}
+				o.Namespace = ns
+			}
+			rc, err := loader.ClientConfig()
+			if err != nil {
+				return err
+			}
+			client, err := kubernetes.NewForConfig(rc)
+			if err != nil {
+				return err
+			}
+			res, err := trace.Run(cmd.Context(), client, o)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch output {
+			case "json":
+				return res.JSON(w)
+			case "dot":
+				res.Dot(w)
+			default:
+				res.Tree(w)
+			}
+			return nil
+		},
 	}
+	fl := cmd.Flags()
+	fl.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: KUBECONFIG, then the local server's)")
+	fl.StringVarP(&o.Namespace, "namespace", "n", "", "namespace of FROM's pod and TO's Service")
+	fl.StringVar(&o.Proto, "proto", "", "tcp or udp (default: the Service port's protocol, else tcp)")
+	fl.StringVar(&o.Node, "node", "", "node whose rules to read (default: the node that receives the first packet)")
+	fl.StringVar(&o.Lab, "lab", "lab", "lab whose network namespaces are the nodes (LAB-NODE); other nodes are read from this machine's own namespace if they are this machine")
+	fl.BoolVar(&o.Live, "live", false, "send one real probe from FROM and confirm the path with the kernel's counters and conntrack")
+	fl.DurationVar(&o.Timeout, "timeout", 3*time.Second, "how long the live probe waits")
+	fl.StringVarP(&output, "output", "o", "tree", "tree, json or dot")
+	return cmd
 }

@@ -6,6 +6,14 @@
 // rules the proxy renders, without a kernel. It knows the matches and targets
 // kube-proxy's rules use; a rule with anything else is an error, so a test
 // never passes by ignoring a match.
+//
+// Each outcome also carries the Steps that led to it: every rule that matched,
+// in order, with its table, chain, position, text, statistic probability, the
+// packet mark after it and the DNAT or MASQUERADE it did, plus the ends of
+// chains the packet fell off. `minikit trace` renders those steps from the
+// rules actually in a node's kernel (iptables-save, with or without -c), so
+// Parse reads iptables-save's normalised forms (--set-xmark, counters, recent
+// options in any order) as well as the proxy's own restore text.
 package tracer
 
 import (
@@ -20,30 +28,100 @@ import (
 
 // Rules is a parsed rule set: table -> chain -> rules.
 type Rules struct {
-	tables map[string]map[string][][]string
+	tables map[string]map[string][]savedRule
+	// policies holds the built-in chains' policies as saved (ACCEPT, DROP)
+	// and their counters.
+	policies map[string]map[string]policy
+	// order lists each table's chains in the order they were declared.
+	order map[string][]string
 }
 
-// Parse reads iptables-save text (several tables may follow each other).
+// savedRule is one rule: its arguments after "-A CHAIN", its text as given,
+// and its counters when the text came from iptables-save -c.
+type savedRule struct {
+	args           []string
+	text           string
+	packets, bytes uint64
+}
+
+type policy struct {
+	verdict        string
+	packets, bytes uint64
+}
+
+// Parse reads iptables-save text (several tables may follow each other),
+// with or without counters (iptables-save -c).
 func Parse(save string) (*Rules, error) {
-	r := &Rules{tables: map[string]map[string][][]string{}}
-	var cur map[string][][]string
+	r := &Rules{tables: map[string]map[string][]savedRule{}, policies: map[string]map[string]policy{}, order: map[string][]string{}}
+	var cur map[string][]savedRule
+	table := ""
 	for i, l := range strings.Split(save, "\n") {
 		l = strings.TrimSpace(l)
+		var pk, by uint64
+		if strings.HasPrefix(l, "[") {
+			// iptables-save -c: "[packets:bytes] -A ...".
+			end := strings.IndexByte(l, ']')
+			if end < 0 {
+				return nil, fmt.Errorf("line %d: cannot parse counters in %q", i+1, l)
+			}
+			var err error
+			if pk, by, err = parseCounters(l[:end+1]); err != nil {
+				return nil, fmt.Errorf("line %d: %w", i+1, err)
+			}
+			l = strings.TrimSpace(l[end+1:])
+		}
 		switch {
 		case l == "" || l[0] == '#' || l == "COMMIT":
 		case l[0] == '*':
-			cur = map[string][][]string{}
-			r.tables[l[1:]] = cur
+			table = l[1:]
+			cur = map[string][]savedRule{}
+			r.tables[table] = cur
+			r.policies[table] = map[string]policy{}
 		case l[0] == ':':
-			cur[strings.Fields(l[1:])[0]] = nil
+			if cur == nil {
+				return nil, fmt.Errorf("line %d: chain outside a table: %q", i+1, l)
+			}
+			f := strings.Fields(l[1:])
+			cur[f[0]] = nil
+			r.order[table] = append(r.order[table], f[0])
+			if len(f) > 1 && f[1] != "-" {
+				p := policy{verdict: f[1]}
+				if len(f) > 2 {
+					p.packets, p.bytes, _ = parseCounters(f[2])
+				}
+				r.policies[table][f[0]] = p
+			}
 		case strings.HasPrefix(l, "-A "):
+			if cur == nil {
+				return nil, fmt.Errorf("line %d: rule outside a table: %q", i+1, l)
+			}
 			args := iptables.SplitRule(l)
-			cur[args[1]] = append(cur[args[1]], args[2:])
+			if len(args) < 2 {
+				return nil, fmt.Errorf("line %d: cannot parse %q", i+1, l)
+			}
+			if _, ok := cur[args[1]]; !ok {
+				r.order[table] = append(r.order[table], args[1])
+			}
+			cur[args[1]] = append(cur[args[1]], savedRule{args: args[2:], text: l, packets: pk, bytes: by})
 		default:
 			return nil, fmt.Errorf("line %d: cannot parse %q", i+1, l)
 		}
 	}
 	return r, nil
+}
+
+func parseCounters(s string) (packets, bytes uint64, err error) {
+	p, b, ok := strings.Cut(strings.Trim(s, "[]"), ":")
+	if ok {
+		packets, err = strconv.ParseUint(p, 10, 64)
+		if err == nil {
+			bytes, err = strconv.ParseUint(b, 10, 64)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("cannot parse counters %q", s)
+	}
+	return packets, bytes, nil
 }
 
 // Packet is the first packet of a connection.
@@ -56,11 +134,17 @@ type Packet struct {
 	Local bool
 	// Recent lists the xt_recent lists that already hold Src (session affinity).
 	Recent []string
+	// In is the interface the packet arrives on, for -i matches ("" when
+	// unknown: a rule with -i is then an error).
+	In string
 }
 
 // Node is what the rules' address-type matches see.
 type Node struct {
 	Addrs []netip.Addr // the node's own addresses (addrtype LOCAL), besides 127/8
+	// Out gives the interface the node routes dst out of, for -o matches
+	// (nil when unknown: a rule with -o is then an error).
+	Out func(dst netip.Addr) string
 }
 
 // Outcome is one way the packet can go.
@@ -72,6 +156,13 @@ type Outcome struct {
 	Probability float64
 	// Recent lists the xt_recent lists the packet's source was added to.
 	Recent []string
+	// Mark is the packet mark when the packet leaves the rules.
+	Mark uint32
+	// Steps is the path through the rules, in order.
+	Steps []Step
+	// Local says the packet was delivered to the node itself (filter INPUT)
+	// rather than forwarded or sent out.
+	Local bool
 }
 
 func (o Outcome) String() string {
@@ -82,6 +173,42 @@ func (o Outcome) String() string {
 	return s
 }
 
+// Step is one rule the packet matched, or the end of a chain it fell off.
+type Step struct {
+	Table string
+	Chain string
+	// Rule is the 1-based position of the rule in Chain; 0 means the packet
+	// fell off the end of the chain (the policy of a built-in chain, a return
+	// to the caller for any other).
+	Rule int
+	// Text is the rule as parsed ("-A CHAIN ..."); for Rule 0, "policy X" or
+	// "end of chain".
+	Text string
+	// Target is the rule's target (a chain, ACCEPT, DNAT, MARK, ...); for
+	// Rule 0 the policy of a built-in chain or RETURN.
+	Target string
+	// Comment is the rule's --comment, if any.
+	Comment string
+	// Probability is the chance this rule matched given the packet reached
+	// it: its statistic --probability, or 1.
+	Probability float64
+	// Branch is the probability of the path up to and including this step.
+	Branch float64
+	// Mark is the packet mark after the step; MarkChanged says this step set it.
+	Mark        uint32
+	MarkChanged bool
+	// DNAT is the new destination when this step rewrote it.
+	DNAT netip.AddrPort
+	// Masquerade says this step is the MASQUERADE (SNAT to the outgoing
+	// interface's address).
+	Masquerade bool
+	// Recent lists the xt_recent lists this rule added the source to.
+	Recent []string
+	// Verdict is set on the step that ended the walk in its table: ACCEPT,
+	// DROP or REJECT (a DNAT or MASQUERADE accepts).
+	Verdict string
+}
+
 type state struct {
 	mark   uint32
 	dst    netip.AddrPort
@@ -89,6 +216,15 @@ type state struct {
 	masq   bool
 	prob   float64
 	recent []string
+	steps  []Step
+}
+
+// step appends s to the path, never sharing the backing array with a sibling
+// branch.
+func (st *state) step(s Step) {
+	s.Branch = st.prob
+	s.Mark = st.mark
+	st.steps = append(st.steps[:len(st.steps):len(st.steps)], s)
 }
 
 // result of walking a chain: verdict "" means the chain returned.
@@ -118,7 +254,7 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 	}
 	for _, n := range nat {
 		if n.verdict != "ACCEPT" {
-			out = append(out, outcome(n))
+			out = append(out, outcome(n, false))
 			continue
 		}
 		filterChain := "FORWARD"
@@ -133,7 +269,7 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 		}
 		for _, f := range filt {
 			if f.verdict != "ACCEPT" || filterChain == "INPUT" {
-				out = append(out, outcome(f))
+				out = append(out, outcome(f, filterChain == "INPUT"))
 				continue
 			}
 			post, err := w.hook("nat", "POSTROUTING", f.st)
@@ -141,7 +277,7 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 				return nil, err
 			}
 			for _, p := range post {
-				out = append(out, outcome(p))
+				out = append(out, outcome(p, false))
 			}
 		}
 	}
@@ -149,23 +285,40 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 	return out, nil
 }
 
-func outcome(r result) Outcome {
-	return Outcome{Verdict: r.verdict, Dst: r.st.dst, DNAT: r.st.dnat, Masquerade: r.st.masq, Probability: r.st.prob, Recent: r.st.recent}
+func outcome(r result, local bool) Outcome {
+	return Outcome{Verdict: r.verdict, Dst: r.st.dst, DNAT: r.st.dnat, Masquerade: r.st.masq, Probability: r.st.prob,
+		Recent: r.st.recent, Mark: r.st.mark, Steps: r.st.steps, Local: local && r.verdict == "ACCEPT"}
 }
 
-// hook walks a built-in chain; falling off its end is its policy (ACCEPT).
-// A DNAT or MASQUERADE verdict ends the nat chain and means ACCEPT.
+// hook walks a built-in chain; falling off its end is its policy (ACCEPT
+// unless the saved rules say otherwise). A DNAT or MASQUERADE verdict ends
+// the nat chain and means ACCEPT.
 func (w *walker) hook(table, chain string, st state) ([]result, error) {
 	rs, err := w.chain(table, chain, st, 0)
 	if err != nil {
 		return nil, err
 	}
 	for i := range rs {
-		if rs[i].verdict == "" || rs[i].verdict == "NAT" {
+		if rs[i].verdict == "NAT" {
 			rs[i].verdict = "ACCEPT"
+		}
+		if rs[i].verdict == "" {
+			// The last step is the fall-off-the-end step chain() recorded.
+			pol := w.r.policy(table, chain)
+			rs[i].verdict = pol
+			if n := len(rs[i].st.steps); n > 0 {
+				rs[i].st.steps[n-1].Verdict = pol
+			}
 		}
 	}
 	return rs, nil
+}
+
+func (r *Rules) policy(table, chain string) string {
+	if p, ok := r.policies[table][chain]; ok && p.verdict != "" {
+		return p.verdict
+	}
+	return "ACCEPT"
 }
 
 func (w *walker) chain(table, name string, st state, depth int) ([]result, error) {
@@ -181,9 +334,9 @@ func (w *walker) chain(table, name string, st state, depth int) ([]result, error
 }
 
 // rules walks rules[i:] from state st.
-func (w *walker) rules(table, chain string, rules [][]string, i int, st state, depth int) ([]result, error) {
+func (w *walker) rules(table, chain string, rules []savedRule, i int, st state, depth int) ([]result, error) {
 	for ; i < len(rules); i++ {
-		p, target, targs, err := w.match(rules[i], &st)
+		p, target, targs, set, err := w.match(rules[i].args, &st)
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s rule %d: %w", table, chain, i+1, err)
 		}
@@ -202,64 +355,124 @@ func (w *walker) rules(table, chain string, rules [][]string, i int, st state, d
 			out = rest
 			st.prob *= p
 		}
-		hit, err := w.target(table, chain, rules, i, target, targs, st, depth)
+		st.recent = append(st.recent[:len(st.recent):len(st.recent)], set...)
+		hit, err := w.target(table, chain, rules, i, target, targs, set, p, st, depth)
 		if err != nil {
 			return nil, err
 		}
 		return append(out, hit...), nil
 	}
+	end := Step{Table: table, Chain: chain, Text: "end of chain", Target: "RETURN", Probability: 1}
+	if iptables.IsBuiltin(table, chain) {
+		end.Target = w.r.policy(table, chain)
+		end.Text = "policy " + end.Target
+	}
+	st.step(end)
 	return []result{{st: st}}, nil
 }
 
-func (w *walker) target(table, chain string, rules [][]string, i int, target string, args []string, st state, depth int) ([]result, error) {
+func (w *walker) target(table, chain string, rules []savedRule, i int, target string, args, set []string, p float64, st state, depth int) ([]result, error) {
+	s := Step{Table: table, Chain: chain, Rule: i + 1, Text: rules[i].text, Target: target,
+		Comment: flag(rules[i].args, "--comment"), Probability: p, Recent: set}
 	switch target {
 	case "":
+		s.Text += "   (no target: continue)"
+		st.step(s)
 		return w.rules(table, chain, rules, i+1, st, depth)
 	case "ACCEPT", "DROP", "REJECT":
+		s.Verdict = target
+		st.step(s)
 		return []result{{st: st, verdict: target}}, nil
 	case "RETURN":
+		st.step(s)
 		return []result{{st: st}}, nil
 	case "MARK":
-		v, _ := strconv.ParseUint(strings.TrimPrefix(flag(args, "--or-mark", "--xor-mark"), "0x"), 16, 32)
-		if has(args, "--or-mark") {
-			st.mark |= uint32(v)
-		} else if has(args, "--xor-mark") {
-			st.mark ^= uint32(v)
-		} else {
-			return nil, fmt.Errorf("unsupported MARK %v", args)
+		m, err := mark(st.mark, args)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s rule %d: %w", table, chain, i+1, err)
 		}
+		st.mark = m
+		s.MarkChanged = true
+		st.step(s)
 		return w.rules(table, chain, rules, i+1, st, depth)
 	case "DNAT":
 		ap, err := netip.ParseAddrPort(flag(args, "--to-destination"))
 		if err != nil {
-			return nil, fmt.Errorf("DNAT: %w", err)
+			return nil, fmt.Errorf("%s/%s rule %d: DNAT: %w", table, chain, i+1, err)
 		}
 		st.dst, st.dnat = ap, true
+		s.DNAT, s.Verdict = ap, "ACCEPT"
+		st.step(s)
 		return []result{{st: st, verdict: "NAT"}}, nil
-	case "MASQUERADE":
+	case "MASQUERADE", "SNAT":
+		// Both rewrite the source; MASQUERADE to the outgoing interface's
+		// address, SNAT to --to-source.
 		st.masq = true
+		s.Masquerade, s.Verdict = true, "ACCEPT"
+		st.step(s)
 		return []result{{st: st, verdict: "NAT"}}, nil
+	case "LOG", "NFLOG":
+		st.step(s)
+		return w.rules(table, chain, rules, i+1, st, depth)
 	}
 	if _, ok := w.r.tables[table][target]; !ok {
-		return nil, fmt.Errorf("unknown target or missing chain %q", target)
+		return nil, fmt.Errorf("%s/%s rule %d: unknown target or missing chain %q", table, chain, i+1, target)
 	}
+	st.step(s)
 	sub, err := w.chain(table, target, st, depth+1)
 	if err != nil {
 		return nil, err
 	}
 	var out []result
-	for _, s := range sub {
-		if s.verdict != "" {
-			out = append(out, s)
+	for _, r := range sub {
+		if r.verdict != "" {
+			out = append(out, r)
 			continue
 		}
-		rest, err := w.rules(table, chain, rules, i+1, s.st, depth)
+		rest, err := w.rules(table, chain, rules, i+1, r.st, depth)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, rest...)
 	}
 	return out, nil
+}
+
+// mark applies a MARK target's arguments, in any of the forms iptables
+// accepts or iptables-save prints (--or-mark X is saved as --set-xmark X/X,
+// --xor-mark X as --set-xmark X/0x0).
+func mark(cur uint32, args []string) (uint32, error) {
+	parse := func(s string) (val, mask uint32, hasMask bool, err error) {
+		v, m, ok := strings.Cut(s, "/")
+		x, err := strconv.ParseUint(v, 0, 32)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("MARK value %q: %w", s, err)
+		}
+		if !ok {
+			return uint32(x), 0xffffffff, false, nil
+		}
+		y, err := strconv.ParseUint(m, 0, 32)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("MARK mask %q: %w", s, err)
+		}
+		return uint32(x), uint32(y), true, nil
+	}
+	for i := 0; i+1 < len(args); i++ {
+		v, m, _, err := parse(args[i+1])
+		switch args[i] {
+		case "--or-mark":
+			return cur | v, err
+		case "--xor-mark":
+			return cur ^ v, err
+		case "--and-mark":
+			return cur & v, err
+		case "--set-xmark":
+			return (cur &^ m) ^ v, err
+		case "--set-mark":
+			return (cur &^ m) | v, err
+		}
+	}
+	return 0, fmt.Errorf("unsupported MARK %v", args)
 }
 
 func has(args []string, f string) bool {
@@ -294,6 +507,30 @@ func (w *walker) isLocal(a netip.Addr) bool {
 	return false
 }
 
+// inPorts matches a port or an iptables port range "lo:hi".
+func inPorts(spec string, port uint16) (bool, error) {
+	lo, hi, isRange := strings.Cut(spec, ":")
+	l, err := strconv.ParseUint(lo, 10, 16)
+	if err != nil {
+		return false, fmt.Errorf("bad port %q", spec)
+	}
+	h := l
+	if isRange {
+		if h, err = strconv.ParseUint(hi, 10, 16); err != nil {
+			return false, fmt.Errorf("bad port range %q", spec)
+		}
+	}
+	return uint64(port) >= l && uint64(port) <= h, nil
+}
+
+// ifaceMatch is iptables' interface match: a trailing "+" is a prefix.
+func ifaceMatch(pat, dev string) bool {
+	if strings.HasSuffix(pat, "+") {
+		return strings.HasPrefix(dev, strings.TrimSuffix(pat, "+"))
+	}
+	return pat == dev
+}
+
 func inNet(spec string, a netip.Addr) (bool, error) {
 	if !strings.Contains(spec, "/") {
 		spec += "/32"
@@ -306,13 +543,20 @@ func inNet(spec string, a netip.Addr) (bool, error) {
 }
 
 // match evaluates a rule's matches against the packet. It returns the
-// probability that the rule matches (0, 1, or a statistic's p), the target and
-// the target's arguments. Side effects of matches (recent --set) go into st.
-func (w *walker) match(args []string, st *state) (float64, string, []string, error) {
+// probability that the rule matches (0, 1, or a statistic's p), the target,
+// the target's arguments and the xt_recent lists a match adds the source to.
+func (w *walker) match(args []string, st *state) (float64, string, []string, []string, error) {
 	p := 1.0
 	neg := false
-	var recentName string
+	// xt_recent options come in any order (iptables-save prints --rcheck
+	// before --name), so the list name is read up front; a rule carries at
+	// most one recent match.
+	recentName := flag(args, "--name")
+	if recentName == "" {
+		recentName = "DEFAULT"
+	}
 	var set []string
+	var unknown error
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		next := func() string {
@@ -327,15 +571,17 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, err
 		case "!":
 			neg = true
 		case "-j", "-g":
-			if p > 0 {
-				st.recent = append(st.recent, set...)
+			if p == 0 {
+				set = nil
+			} else if unknown != nil {
+				return 0, "", nil, nil, unknown
 			}
-			return p, next(), args[i+1:], nil
+			return p, next(), args[i+1:], set, nil
 		case "-m":
 			switch m := next(); m {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "statistic", "recent":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport":
 			default:
-				return 0, "", nil, fmt.Errorf("unsupported match -m %s", m)
+				return 0, "", nil, nil, fmt.Errorf("unsupported match -m %s", m)
 			}
 		case "--comment":
 			next()
@@ -346,7 +592,7 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, err
 		case "-s":
 			ok, err := inNet(next(), w.pkt.Src)
 			if err != nil {
-				return 0, "", nil, err
+				return 0, "", nil, nil, err
 			}
 			if fail(ok) {
 				p = 0
@@ -354,18 +600,59 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, err
 		case "-d":
 			ok, err := inNet(next(), st.dst.Addr())
 			if err != nil {
-				return 0, "", nil, err
+				return 0, "", nil, nil, err
 			}
 			if fail(ok) {
 				p = 0
 			}
-		case "--dport":
-			if fail(next() == strconv.Itoa(int(st.dst.Port()))) {
+		case "--dport", "--destination-port":
+			ok, err := inPorts(next(), st.dst.Port())
+			if err != nil {
+				return 0, "", nil, nil, err
+			}
+			if fail(ok) {
+				p = 0
+			}
+		case "--sport", "--source-port":
+			// The first packet's source port is not part of the trace.
+			return 0, "", nil, nil, fmt.Errorf("unsupported match on the source port (%s)", a)
+		case "--dports", "--destination-ports", "--ports":
+			// multiport; --ports matches either port, and the source port is
+			// unknown, so only a destination match is decided.
+			ok := false
+			for _, r := range strings.Split(next(), ",") {
+				in, err := inPorts(strings.ReplaceAll(r, "-", ":"), st.dst.Port())
+				if err != nil {
+					return 0, "", nil, nil, err
+				}
+				ok = ok || in
+			}
+			if a == "--ports" && !ok {
+				return 0, "", nil, nil, fmt.Errorf("unsupported multiport --ports that may match the source port")
+			}
+			if fail(ok) {
+				p = 0
+			}
+		case "-i", "--in-interface", "-o", "--out-interface":
+			pat := next()
+			var dev string
+			if a == "-i" || a == "--in-interface" {
+				dev = w.pkt.In
+			} else if w.node.Out != nil {
+				dev = w.node.Out(st.dst.Addr())
+			}
+			if dev == "" {
+				// Only an error if the rest of the rule matches.
+				unknown = fmt.Errorf("rule matches an interface (%s %s) that is unknown for this packet", a, pat)
+				neg = false
+				continue
+			}
+			if fail(ifaceMatch(pat, dev)) {
 				p = 0
 			}
 		case "--src-type", "--dst-type":
 			if next() != "LOCAL" {
-				return 0, "", nil, fmt.Errorf("unsupported address type %s", args[i])
+				return 0, "", nil, nil, fmt.Errorf("unsupported address type %s", args[i])
 			}
 			addr := w.pkt.Src
 			if a == "--dst-type" {
@@ -376,50 +663,52 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, err
 			}
 		case "--mark":
 			v, m, _ := strings.Cut(next(), "/")
-			val, _ := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 32)
+			val, _ := strconv.ParseUint(v, 0, 32)
 			mask := uint64(0xffffffff)
 			if m != "" {
-				mask, _ = strconv.ParseUint(strings.TrimPrefix(m, "0x"), 16, 32)
+				mask, _ = strconv.ParseUint(m, 0, 32)
 			}
 			if fail(uint64(st.mark)&mask == val) {
 				p = 0
 			}
-		case "--ctstate":
+		case "--ctstate", "--state":
 			// The first packet of a connection is NEW.
 			if fail(strings.Contains(next(), "NEW")) {
 				p = 0
 			}
 		case "--mode":
 			if next() != "random" {
-				return 0, "", nil, fmt.Errorf("unsupported statistic mode")
+				return 0, "", nil, nil, fmt.Errorf("unsupported statistic mode")
 			}
 		case "--probability":
 			f, err := strconv.ParseFloat(next(), 64)
 			if err != nil {
-				return 0, "", nil, err
+				return 0, "", nil, nil, err
 			}
 			p *= f
 		case "--name":
-			recentName = next()
+			next()
 		case "--rcheck":
 			in := false
 			for _, r := range w.pkt.Recent {
 				in = in || r == recentName
 			}
-			if !in {
+			if fail(in) {
 				p = 0
 			}
-		case "--seconds":
+		case "--seconds", "--mask":
 			next()
-		case "--reap":
+		case "--reap", "--rsource":
 		case "--set":
 			set = append(set, recentName)
 		default:
-			return 0, "", nil, fmt.Errorf("unsupported argument %q", a)
+			return 0, "", nil, nil, fmt.Errorf("unsupported argument %q", a)
 		}
 	}
-	if p > 0 {
-		st.recent = append(st.recent, set...)
+	if p == 0 {
+		set = nil
+	} else if unknown != nil {
+		return 0, "", nil, nil, unknown
 	}
-	return p, "", nil, nil
+	return p, "", nil, set, nil
 }

@@ -1,0 +1,67 @@
+package tracer
+
+import "sort"
+
+// Counter is the packet and byte count of one rule, or of a built-in chain's
+// policy (Rule 0), as iptables-save -c printed it.
+type Counter struct {
+	Table, Chain string
+	Rule         int
+	Text         string
+	Packets      uint64
+	Bytes        uint64
+}
+
+// Counters lists every rule's counters, and every built-in chain's policy
+// counters, table by table in the order the rules were saved.
+func (r *Rules) Counters() []Counter {
+	var out []Counter
+	tables := make([]string, 0, len(r.tables))
+	for t := range r.tables {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	for _, t := range tables {
+		for _, c := range r.order[t] {
+			if p, ok := r.policies[t][c]; ok {
+				out = append(out, Counter{Table: t, Chain: c, Text: "policy " + p.verdict, Packets: p.packets, Bytes: p.bytes})
+			}
+			for i, rule := range r.tables[t][c] {
+				out = append(out, Counter{Table: t, Chain: c, Rule: i + 1, Text: rule.text, Packets: rule.packets, Bytes: rule.bytes})
+			}
+		}
+	}
+	return out
+}
+
+// Counter returns the counters of rule (1-based) of table/chain, or of the
+// chain's policy for rule 0.
+func (r *Rules) Counter(table, chain string, rule int) (Counter, bool) {
+	if rule == 0 {
+		p, ok := r.policies[table][chain]
+		return Counter{Table: table, Chain: chain, Text: "policy " + p.verdict, Packets: p.packets, Bytes: p.bytes}, ok
+	}
+	rs := r.tables[table][chain]
+	if rule < 1 || rule > len(rs) {
+		return Counter{}, false
+	}
+	return Counter{Table: table, Chain: chain, Rule: rule, Text: rs[rule-1].text, Packets: rs[rule-1].packets, Bytes: rs[rule-1].bytes}, true
+}
+
+// Moved returns the counters that grew from before to after, as deltas. A
+// rule is the same rule when it has the same position and text in both; a
+// rule that was added, removed or moved in between is not reported, since its
+// counters cannot be attributed.
+func Moved(before, after *Rules) []Counter {
+	var out []Counter
+	for _, a := range after.Counters() {
+		b, ok := before.Counter(a.Table, a.Chain, a.Rule)
+		if !ok || b.Text != a.Text || a.Packets <= b.Packets {
+			continue
+		}
+		a.Packets -= b.Packets
+		a.Bytes -= b.Bytes
+		out = append(out, a)
+	}
+	return out
+}
