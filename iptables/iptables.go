@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 
@@ -105,11 +106,22 @@ func (r *runner) EnsureChain(table, chain string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ok, err := r.ipt.ChainExists(table, chain)
-	if err != nil {
-		return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+	exists := false
+	known := false
+	if r.backend == NFTables {
+		// Over netlink, without an exec: this runs before every full sync.
+		if names, err := nftChains(table); err == nil {
+			exists, known = slices.Contains(names, chain), true
+		}
 	}
-	if ok {
+	if !known {
+		ok, err := r.ipt.ChainExists(table, chain)
+		if err != nil {
+			return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
+		}
+		exists = ok
+	}
+	if exists {
 		return nil
 	}
 	if err := r.ipt.NewChain(table, chain); err != nil {

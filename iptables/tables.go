@@ -117,6 +117,92 @@ func (r *runner) listChains(table string) ([]string, error) {
 	return names, nil
 }
 
+// smallTablesChains is the most chains (all tables together) for which one
+// iptables-save of every table is cheaper than an `iptables -S` per chain to
+// keep: each exec costs a few milliseconds, and a save of a few dozen chains
+// costs about one exec.
+const smallTablesChains = 64
+
+// readSmallTables reads the tables with one iptables-save when, as at a first
+// start, they hold little (nf_tables tells the chain count over netlink without
+// an exec). ok is false when the tables are too big or the count is unknown.
+func (r *runner) readSmallTables(tables []string, keep func(table, chain string) bool) (state map[string]*TableState, ok bool, err error) {
+	if r.backend != NFTables {
+		return nil, false, nil
+	}
+	total := 0
+	for _, t := range tables {
+		names, err := nftChains(t)
+		if err != nil {
+			return nil, false, nil
+		}
+		total += len(names)
+	}
+	if total > smallTablesChains {
+		return nil, false, nil
+	}
+	out, err := exec.Command("iptables-save").Output()
+	if err != nil {
+		return nil, false, fmt.Errorf("iptables-save: %w", err)
+	}
+	return parseSave(out, tables, keep), true, nil
+}
+
+// parseSave builds the TableState of each of tables from iptables-save output
+// (without counters): the built-in chains in kernel order, policy ACCEPT when
+// the table is absent, then the chains keep accepts, sorted by name.
+func parseSave(out []byte, tables []string, keep func(table, chain string) bool) map[string]*TableState {
+	read := map[string]map[string]*Chain{}
+	var cur map[string]*Chain
+	for _, l := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(l, "*"):
+			cur = map[string]*Chain{}
+			read[l[1:]] = cur
+		case cur == nil:
+		case strings.HasPrefix(l, ":"):
+			f := strings.Fields(l[1:])
+			if len(f) >= 2 {
+				cur[f[0]] = &Chain{Name: f[0], Policy: f[1]}
+			}
+		case strings.HasPrefix(l, "-A "):
+			f := strings.Fields(l)
+			if len(f) >= 2 && cur[f[1]] != nil {
+				cur[f[1]].Rules = append(cur[f[1]].Rules, l)
+			}
+		}
+	}
+	state := map[string]*TableState{}
+	for _, t := range tables {
+		ts := &TableState{Name: t}
+		chains := read[t]
+		for _, b := range BuiltinChains(t) {
+			c := chains[b]
+			if c == nil {
+				c = &Chain{Name: b}
+			}
+			if c.Policy == "-" || c.Policy == "" {
+				c.Policy = "ACCEPT"
+			}
+			ts.Chains = append(ts.Chains, c)
+		}
+		var names []string
+		for n := range chains {
+			if !IsBuiltin(t, n) && keep(t, n) {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			c := chains[n]
+			c.Policy = "-"
+			ts.Chains = append(ts.Chains, c)
+		}
+		state[t] = ts
+	}
+	return state
+}
+
 // readChain reads one chain with `iptables -S`, which on nf_tables fetches
 // only that chain from the kernel.
 func (r *runner) readChain(table, name string) (*Chain, error) {
@@ -139,6 +225,9 @@ func (r *runner) readChain(table, name string) (*Chain, error) {
 }
 
 func (r *runner) readTables(tables []string, keep func(table, chain string) bool) (map[string]*TableState, error) {
+	if state, ok, err := r.readSmallTables(tables, keep); ok || err != nil {
+		return state, err
+	}
 	state := map[string]*TableState{}
 	for _, t := range tables {
 		names, err := r.listChains(t)
