@@ -18,7 +18,8 @@ import (
 )
 
 // proxyDebugAddr is where the proxy's debug endpoint listens inside the node's
-// network namespace (kube-proxy's metrics port): /rules, /stats, /healthz.
+// network namespace (kube-proxy's metrics port): /rules, /stats, /healthz and
+// /metrics.
 const proxyDebugAddr = "127.0.0.1:10249"
 
 // startProxy starts the node's service proxy: informers for Services,
@@ -57,7 +58,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	})
 	factory.Start(ctx.Done())
 
-	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: withProcessMetrics(p.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	if ln, err := net.Listen("tcp", proxyDebugAddr); err != nil {
 		log.Warn("proxy debug endpoint not available", "addr", proxyDebugAddr, "err", err)
 	} else {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs prerequisites, then runs every test tier (unit, root
 # tests in throwaway namespaces, end to end with the real binary and kubectl).
+# Then every fuzz target for a few seconds (FUZZ_TIME, default 10s).
 # Must run as root. Fails if any test was skipped: a skipped end-to-end test
 # proves nothing.
 set -euo pipefail
@@ -27,5 +28,13 @@ if [ "$skipped" != 0 ]; then
   grep -A3 -E '^\s*--- SKIP' "$log"
   status=1
 fi
+# Fuzzing, bounded: each fuzz target mutates inputs for a few seconds beyond its
+# seed corpus (scripts/fuzz.sh --time 5m for a long run).
+if ! ./scripts/fuzz.sh --time "${FUZZ_TIME:-10s}" > "$log.fuzz" 2>&1; then
+  cat "$log.fuzz"
+  status=1
+fi
+sed -n '/== fuzz summary/,$p' "$log.fuzz"
+rm -f "$log.fuzz"
 echo "${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "$status"

@@ -235,16 +235,32 @@ func waitDeployment(ctx context.Context, c kubernetes.Interface, name string, d 
 	return fmt.Errorf("deployment %s not rolled out after %v: %s", name, d, last)
 }
 
-// procStats is what /proc says about a process: resident memory, open files and
-// threads. minikit serves no pprof, so threads stand in for goroutines.
+// procStats is what /proc says about a process (resident memory, open files
+// and threads) and its goroutines, from the node's /metrics.
 type procStats struct {
-	RSSKiB  int
-	FDs     int
-	Threads int
+	RSSKiB     int
+	FDs        int
+	Threads    int
+	Goroutines int
 }
 
 func (s procStats) String() string {
-	return fmt.Sprintf("RSS %d KiB, %d fds, %d threads", s.RSSKiB, s.FDs, s.Threads)
+	return fmt.Sprintf("RSS %d KiB, %d fds, %d threads, %d goroutines", s.RSSKiB, s.FDs, s.Threads, s.Goroutines)
+}
+
+// readGoroutines reads go_goroutines from the node's debug endpoint
+// (127.0.0.1:10249/metrics, as kube-proxy serves it) inside its namespace.
+func readGoroutines(nodeNS string) (int, error) {
+	body, err := httpGet(nsHTTPClient(sandbox.NetNSPath(nodeNS), 5*time.Second), "http://127.0.0.1:10249/metrics", "")
+	if err != nil {
+		return 0, fmt.Errorf("reading %s's /metrics: %w", nodeNS, err)
+	}
+	for _, l := range strings.Split(body, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "go_goroutines" {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("no go_goroutines in %s's /metrics:\n%s", nodeNS, body)
 }
 
 func readProcStats(pid int) (procStats, error) {

@@ -34,6 +34,9 @@ const (
 	maxFDGrowth     = 50
 	maxRSSFactor    = 2
 	maxThreadGrowth = 30
+	// Goroutines: connections still closing when the load stops are allowed for.
+	maxGoroutineFactor = 2
+	maxGoroutineGrowth = 100
 )
 
 // tally counts one path's requests.
@@ -135,6 +138,9 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if s.Goroutines, err = readGoroutines(lab.NS(l.Name(), h)); err != nil {
+			t.Fatal(err)
+		}
 		start[h] = s
 		t.Logf("%s minikit (pid %d) at start: %s", h, l.PID(h), s)
 	}
@@ -220,6 +226,9 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if end.Goroutines, err = readGoroutines(lab.NS(l.Name(), h)); err != nil {
+			t.Fatal(err)
+		}
 		s := start[h]
 		t.Logf("%s minikit (pid %d): start %s; end %s", h, l.PID(h), s, end)
 		if end.FDs > s.FDs+maxFDGrowth {
@@ -230,6 +239,9 @@ func TestSoak(t *testing.T) {
 		}
 		if end.Threads > s.Threads+maxThreadGrowth {
 			t.Errorf("%s: threads grew from %d to %d", h, s.Threads, end.Threads)
+		}
+		if end.Goroutines > maxGoroutineFactor*s.Goroutines+maxGoroutineGrowth {
+			t.Errorf("%s: goroutines grew from %d to %d", h, s.Goroutines, end.Goroutines)
 		}
 	}
 	if os.Getenv("MINIKIT_SOAK_REPORT") != "" {
