@@ -20,6 +20,12 @@ passed=$(grep -cE '^\s*--- PASS' "$log" || true)
 failed=$(grep -cE '^\s*--- FAIL' "$log" || true)
 skipped=$(grep -cE '^\s*--- SKIP' "$log" || true)
 if [ "$status" != 0 ] || [ "$failed" != 0 ]; then
+  # Each failed test's own output (go test -v streams a test's log lines
+  # between its "=== RUN" and its "--- FAIL"), the last lines of each.
+  for name in $(grep -oE '^--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u); do
+    echo "===== $name (last 150 lines)"
+    awk -v n="$name" '$0 == "=== RUN   " n {on=1} on {print} $0 ~ "^--- FAIL: " n " " {on=0}' "$log" | tail -150
+  done
   grep -B2 -A30 -E '^\s*--- FAIL' "$log" | head -300 || true
   status=1
 fi
