@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/minikit/minikit/dns"
 	"github.com/minikit/minikit/iptables"
@@ -16,6 +19,8 @@ import (
 	"github.com/minikit/minikit/proxy"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -64,6 +69,9 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkJoin(client, cfg.ServerURL, cfg.Logger); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -149,4 +157,42 @@ func Down(dataDir string, log *slog.Logger) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// joinWait is how long checkJoin waits for a server that does not answer yet
+// (an agent may start before its server); after it the agent starts anyway and
+// its components keep retrying, as a kubelet does.
+const joinWait = 30 * time.Second
+
+// checkJoin makes one authenticated request before anything starts, so that
+// credentials the server refuses (a wrong token, a server certificate the CA
+// file does not vouch for) end `minikit agent` with a clear error instead of
+// leaving it retrying for ever. A server that is not reachable yet is waited for.
+func checkJoin(client kubernetes.Interface, server string, log *slog.Logger) error {
+	deadline := time.Now().Add(joinWait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
+		cancel()
+		var unknownCA x509.UnknownAuthorityError
+		var invalid x509.CertificateInvalidError
+		var hostname x509.HostnameError
+		var verify *tls.CertificateVerificationError
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsUnauthorized(err):
+			return fmt.Errorf("the server at %s refused the token (401 Unauthorized): use the server's DATA_DIR/token", server)
+		case apierrors.IsForbidden(err):
+			return fmt.Errorf("the server at %s refused this node (403 Forbidden): %w", server, err)
+		case errors.As(err, &unknownCA) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verify):
+			return fmt.Errorf("the server at %s is not the one the CA file vouches for (pass the server's DATA_DIR/tls/ca.crt with --ca-file): %w", server, err)
+		}
+		if time.Now().After(deadline) {
+			log.Warn("server not answering; starting anyway, components will retry", "server", server, "err", err)
+			return nil
+		}
+		log.Info("waiting for the server", "server", server, "err", err)
+		time.Sleep(2 * time.Second)
+	}
 }
