@@ -17,6 +17,8 @@ type hub struct {
 	history  []Event // ring, oldest first once full
 	start    int     // index of the oldest event in history
 	size     int
+	bytes    int   // sum of eventBytes over history
+	maxBytes int   // bound on bytes (the oldest revisions go first)
 	floor    int64 // every event with Rev > floor is in history
 	watchers map[*watcher]struct{}
 	closed   bool
@@ -28,24 +30,38 @@ type watcher struct {
 	done   bool
 }
 
+// historyBytes bounds the memory the history holds besides its event count:
+// an event carries the object before and after, a few KiB for a pod, so 20,000
+// of them could hold well over 100 MiB. Like etcd's compaction, this only
+// shortens how far back a watch can resume; a client further behind relists
+// after its 410 Expired.
+const historyBytes = 16 << 20
+
 func newHub(capacity int, rev int64) *hub {
-	return &hub{history: make([]Event, capacity), floor: rev, watchers: map[*watcher]struct{}{}}
+	return &hub{history: make([]Event, capacity), maxBytes: historyBytes, floor: rev, watchers: map[*watcher]struct{}{}}
 }
+
+// eventBytes is what an event in the history holds on to.
+func eventBytes(e Event) int { return len(e.Key) + len(e.Value) + len(e.Prev) }
 
 func (h *hub) publish(rev int64, events []Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, e := range events {
-		if h.size == len(h.history) {
+		n := eventBytes(e)
+		for h.size > 0 && (h.size == len(h.history) || h.bytes+n > h.maxBytes) {
 			h.floor = h.history[h.start].Rev
 			// Events of one revision are dropped together so the floor stays exact.
 			for h.size > 0 && h.history[h.start].Rev == h.floor {
+				h.bytes -= eventBytes(h.history[h.start])
+				h.history[h.start] = Event{} // let the objects go
 				h.start = (h.start + 1) % len(h.history)
 				h.size--
 			}
 		}
 		h.history[(h.start+h.size)%len(h.history)] = e
 		h.size++
+		h.bytes += n
 		for w := range h.watchers {
 			h.send(w, e)
 		}

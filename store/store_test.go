@@ -176,3 +176,35 @@ func TestGroupCommitIsolatesFailures(t *testing.T) {
 		}
 	}
 }
+
+// The history is bounded in bytes as well as in events: big objects push the
+// oldest revisions out (a watch from before them gets ErrExpired, as after a
+// compaction) and the history never holds more than the bound.
+func TestHistoryBytesBound(t *testing.T) {
+	h := newHub(1000, 0)
+	h.maxBytes = 10 << 10
+	big := make([]byte, 1<<10)
+	for rev := int64(1); rev <= 50; rev++ {
+		h.publish(rev, []Event{{Type: Modified, Key: "/k", Value: big, Prev: big, Rev: rev}})
+		if h.bytes > h.maxBytes {
+			t.Fatalf("after revision %d the history holds %d bytes, bound %d", rev, h.bytes, h.maxBytes)
+		}
+	}
+	if h.size == 0 || h.size >= 10 {
+		t.Fatalf("history holds %d events of 2 KiB under a 10 KiB bound", h.size)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := h.watch(ctx, "/", 1); !errors.Is(err, ErrExpired) {
+		t.Errorf("watch from revision 1 = %v, want ErrExpired", err)
+	}
+	ch, err := h.watch(ctx, "/", 48)
+	if err != nil {
+		t.Fatalf("watch from revision 48: %v", err)
+	}
+	for _, want := range []int64{49, 50} {
+		if e := <-ch; e.Rev != want {
+			t.Errorf("resumed watch delivered revision %d, want %d", e.Rev, want)
+		}
+	}
+}

@@ -238,14 +238,18 @@ func waitDeployment(ctx context.Context, c kubernetes.Interface, name string, d 
 // procStats is what /proc says about a process (resident memory, open files
 // and threads) and its goroutines, from the node's /metrics.
 type procStats struct {
-	RSSKiB     int
+	RSSKiB int
+	// AnonKiB is the anonymous part of RSS (heap, stacks): what a leak grows.
+	// The rest is mostly file pages, bbolt's mmap of a database that grows
+	// with what is stored.
+	AnonKiB    int
 	FDs        int
 	Threads    int
 	Goroutines int
 }
 
 func (s procStats) String() string {
-	return fmt.Sprintf("RSS %d KiB, %d fds, %d threads, %d goroutines", s.RSSKiB, s.FDs, s.Threads, s.Goroutines)
+	return fmt.Sprintf("RSS %d KiB (anon %d), %d fds, %d threads, %d goroutines", s.RSSKiB, s.AnonKiB, s.FDs, s.Threads, s.Goroutines)
 }
 
 // readGoroutines reads go_goroutines from the node's debug endpoint
@@ -277,6 +281,8 @@ func readProcStats(pid int) (procStats, error) {
 		switch f[0] {
 		case "VmRSS:":
 			s.RSSKiB, _ = strconv.Atoi(f[1])
+		case "RssAnon:":
+			s.AnonKiB, _ = strconv.Atoi(f[1])
 		case "Threads:":
 			s.Threads, _ = strconv.Atoi(f[1])
 		}
