@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 
@@ -110,8 +109,8 @@ func (r *runner) EnsureChain(table, chain string) error {
 	known := false
 	if r.backend == NFTables {
 		// Over netlink, without an exec: this runs before every full sync.
-		if names, err := nftChains(table); err == nil {
-			exists, known = slices.Contains(names, chain), true
+		if ok, err := nftChainExists(table, chain); err == nil {
+			exists, known = ok, true
 		}
 	}
 	if !known {

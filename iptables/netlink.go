@@ -91,3 +91,20 @@ func cString(b []byte) string {
 	}
 	return string(b)
 }
+
+// nftChainExists asks nf_tables for one chain of an iptables-nft table (family
+// ip) by name: one small request, not a dump of every chain.
+func nftChainExists(table, chain string) (bool, error) {
+	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetChain, unix.NLM_F_ACK)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(nl.NewRtAttr(nftaChainTable, nl.ZeroTerminated(table)))
+	req.AddData(nl.NewRtAttr(nftaChainName, nl.ZeroTerminated(chain)))
+	_, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewChain)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up nf_tables chain %s/%s: %w", table, chain, err)
+}
