@@ -31,6 +31,17 @@ func syncBenchSlice(name string, i int, override string) *discovery.EndpointSlic
 	return makeSlice("ns", name, []discovery.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}, eps...)
 }
 
+// addSyncBenchServices gives p S services of 5 endpoints each.
+func addSyncBenchServices(p *Proxier, S int) {
+	for i := 0; i < S; i++ {
+		n := i + 10
+		vip := fmt.Sprintf("10.%d.%d.%d", 96+(n>>16), (n>>8)&255, n&255)
+		name := "svc" + strconv.Itoa(i)
+		p.OnServiceUpdate(makeService("ns", name, vip, withPorts(corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)})))
+		p.OnEndpointSliceUpdate(syncBenchSlice(name, i, ""))
+	}
+}
+
 // BenchmarkPartialSyncWork is the proxy's Go work for a partial sync after one
 // endpoint change, at S services x 5 endpoints. It must not grow with S much:
 // the target is a partial sync within 1.25x of the bare restore.
@@ -41,13 +52,7 @@ func BenchmarkPartialSyncWork(b *testing.B) {
 			p, _ := testProxier(t, iptables.NewFake())
 			p.ipt = discardRestores{iptables.NewFake()}
 			defer p.health.close()
-			for i := 0; i < S; i++ {
-				n := i + 10
-				vip := fmt.Sprintf("10.%d.%d.%d", 96+(n>>16), (n>>8)&255, n&255)
-				name := "svc" + strconv.Itoa(i)
-				p.OnServiceUpdate(makeService("ns", name, vip, withPorts(corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)})))
-				p.OnEndpointSliceUpdate(syncBenchSlice(name, i, ""))
-			}
+			addSyncBenchServices(p, S)
 			if err := p.syncProxyRules(); err != nil {
 				b.Fatal(err)
 			}
@@ -91,13 +96,7 @@ func BenchmarkFullSyncWork(b *testing.B) {
 			p, _ := testProxier(t, iptables.NewFake())
 			p.ipt = discardTables{discardRestores{iptables.NewFake()}}
 			defer p.health.close()
-			for i := 0; i < S; i++ {
-				n := i + 10
-				vip := fmt.Sprintf("10.%d.%d.%d", 96+(n>>16), (n>>8)&255, n&255)
-				name := "svc" + strconv.Itoa(i)
-				p.OnServiceUpdate(makeService("ns", name, vip, withPorts(corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)})))
-				p.OnEndpointSliceUpdate(syncBenchSlice(name, i, ""))
-			}
+			addSyncBenchServices(p, S)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				p.forceFullSync()

@@ -44,26 +44,10 @@ func deployment(name, image string, replicas int32, port int32, nodeName string)
 	}
 }
 
-func readyEndpoints(c kubernetes.Interface, svc string) int {
-	sl, err := c.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
-	if err != nil {
-		return -1
-	}
-	n := 0
-	for _, s := range sl.Items {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && *e.Conditions.Ready {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 func waitEndpoints(t *testing.T, c kubernetes.Interface, svc string, n int) {
 	t.Helper()
 	testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%d ready endpoints of %s", n, svc), func() error {
-		if got := readyEndpoints(c, svc); got != n {
+		if got := testenv.ReadyEndpoints(c, "default", svc); got != n {
 			return fmt.Errorf("%d ready endpoints", got)
 		}
 		return nil

@@ -234,3 +234,21 @@ func SandboxName(t testing.TB, c kubernetes.Interface, pod *corev1.Pod) string {
 	}
 	return name
 }
+
+// ReadyEndpoints counts the ready endpoints of Service svc in namespace ns
+// across its EndpointSlices, or -1 when they cannot be listed.
+func ReadyEndpoints(c kubernetes.Interface, ns, svc string) int {
+	sl, err := c.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, s := range sl.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -46,22 +46,6 @@ func service(name string, sel map[string]string, mutate func(*corev1.ServiceSpec
 	return s
 }
 
-func readyEndpoints(c kubernetes.Interface, svc string) int {
-	sl, err := c.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
-	if err != nil {
-		return -1
-	}
-	n := 0
-	for _, s := range sl.Items {
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && *e.Conditions.Ready {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 type env struct {
 	t   *testing.T
 	l   *lab.Lab
@@ -234,7 +218,7 @@ func TestTraceServiceShapes(t *testing.T) {
 	want := map[string]int{"web": 2, "self": 1, "np": 1, "npl": 1, "ext": 1, "lb": 2, "lbsr": 2, "aff": 2, "udp": 1}
 	testenv.Eventually(t, 60*time.Second, "endpoints of every service", func() error {
 		for s, n := range want {
-			if got := readyEndpoints(c, s); got != n {
+			if got := testenv.ReadyEndpoints(c, "default", s); got != n {
 				return fmt.Errorf("%s has %d ready endpoints, want %d", s, got, n)
 			}
 		}
