@@ -142,7 +142,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.net = &sandbox.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: cidr, Log: a.log}
+	a.net = &sandbox.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: cidr, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	if err := a.net.EnsureBridge(); err != nil {
 		return fmt.Errorf("setting up cni0 for %s: %w", cidr, err)
 	}

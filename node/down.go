@@ -18,7 +18,8 @@ import (
 
 // Down removes from the kernel every pod sandbox the agent with this data dir
 // created: it kills the containers' processes, unmounts the pod namespaces and
-// deletes the netns and veths, and the cni0 bridge when removeBridge is set. It
+// deletes the netns and veths, and when removeBridge is set the cni0 bridge and
+// the sysctls it changed (back to their recorded values). It
 // works from the agent's persisted state alone, so it also cleans up after a crash.
 // It must run in the node's network namespace.
 func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
@@ -30,7 +31,7 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	a := &Agent{cfg: Config{DataDir: dataDir}, log: log, net: &sandbox.Node{Bridge: "cni0", Log: log}}
+	a := &Agent{cfg: Config{DataDir: dataDir}, log: log, net: &sandbox.Node{Bridge: "cni0", Log: log, SysctlRecord: sysctlRecord(dataDir)}}
 	var firstErr error
 	for _, e := range entries {
 		w := newPodWorker(a, "", "", types.UID(e.Name()))
@@ -75,9 +76,17 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		if err := a.net.DeleteBridge(); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("deleting cni0: %w", err)
 		}
+		// The node's sysctls go back to what they were before minikit set them.
+		if err := a.net.RestoreSysctls(); err != nil && firstErr == nil {
+			firstErr = err
+		}
 	}
 	return firstErr
 }
+
+// sysctlRecord is where the agent records the sysctls it changed, with their
+// previous values, for Down to restore.
+func sysctlRecord(dataDir string) string { return filepath.Join(dataDir, "sysctl.json") }
 
 // sweepOrphans kills, once per worker, the processes in the pod's netns that
 // a previous agent started but did not live to record: an agent killed between

@@ -1,14 +1,17 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -39,6 +42,10 @@ type Node struct {
 	MTU int
 	// Log receives repairs and warnings; nil discards them.
 	Log *slog.Logger
+	// SysctlRecord, when set, is a file where the value each sysctl had before
+	// it was first changed is kept, so that RestoreSysctls can put the
+	// machine back as it was (minikit down).
+	SysctlRecord string
 }
 
 // PodNet is the network identity of one pod sandbox.
@@ -222,10 +229,10 @@ const (
 // ensureSysctls writes the node namespace's sysctls. /proc/sys/net shows
 // the network namespace of the thread that opens it, hence Do.
 func (n *Node) ensureSysctls(ns netns.NsHandle) error {
-	if err := Do(ns, func() error { return writeSysctl(sysctlIPForward, "1") }); err != nil {
+	if err := Do(ns, func() error { return n.writeSysctl(sysctlIPForward, "1") }); err != nil {
 		return err
 	}
-	err := Do(ns, func() error { return writeSysctl(sysctlBridgeNF, "1") })
+	err := Do(ns, func() error { return n.writeSysctl(sysctlBridgeNF, "1") })
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -235,7 +242,7 @@ func (n *Node) ensureSysctls(ns netns.NsHandle) error {
 			"err", mErr, "output", strings.TrimSpace(string(out)))
 		return nil
 	}
-	err = Do(ns, func() error { return writeSysctl(sysctlBridgeNF, "1") })
+	err = Do(ns, func() error { return n.writeSysctl(sysctlBridgeNF, "1") })
 	if errors.Is(err, fs.ErrNotExist) {
 		n.log().Warn("br_netfilter loaded but " + sysctlBridgeNF + " is missing in the node netns")
 		return nil
@@ -243,16 +250,105 @@ func (n *Node) ensureSysctls(ns netns.NsHandle) error {
 	return err
 }
 
-func writeSysctl(name, value string) error {
+// writeSysctl sets a sysctl of the calling thread's network namespace,
+// recording its previous value first (SysctlRecord) when it changes it.
+func (n *Node) writeSysctl(name, value string) error {
 	path := "/proc/sys/" + name
 	cur, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(string(cur)) == value {
+	old := strings.TrimSpace(string(cur))
+	if old == value {
 		return nil
 	}
+	if n.SysctlRecord != "" {
+		rec, err := readSysctlRecord(n.SysctlRecord)
+		if err != nil {
+			return err
+		}
+		if _, ok := rec[name]; !ok {
+			rec[name] = old
+			if err := writeFileSync(n.SysctlRecord, rec); err != nil {
+				return fmt.Errorf("recording sysctl %s: %w", name, err)
+			}
+		}
+	}
 	return os.WriteFile(path, []byte(value), 0o644)
+}
+
+// readSysctlRecord reads a SysctlRecord file; a missing one is empty.
+func readSysctlRecord(path string) (map[string]string, error) {
+	rec := map[string]string{}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return rec, nil
+}
+
+// writeFileSync writes v as JSON to path atomically and durably: a crash
+// leaves the old record or the new one.
+func writeFileSync(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// RestoreSysctls puts back, in the node's namespace, every sysctl value that
+// SysctlRecord holds (what they were before minikit first changed them), then
+// removes the record. A module minikit loaded (br_netfilter) stays loaded.
+func (n *Node) RestoreSysctls() error {
+	if n.SysctlRecord == "" {
+		return nil
+	}
+	rec, err := readSysctlRecord(n.SysctlRecord)
+	if err != nil || len(rec) == 0 {
+		os.Remove(n.SysctlRecord)
+		return err
+	}
+	hs, err := n.openHost()
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(rec)) {
+		value := rec[name]
+		if err := Do(hs.ns, func() error { return os.WriteFile("/proc/sys/"+name, []byte(value), 0o644) }); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("restoring sysctl %s=%s: %w", name, value, err))
+			continue
+		}
+		n.log().Info("restored sysctl", "name", strings.ReplaceAll(name, "/", "."), "value", value)
+	}
+	if len(errs) == 0 {
+		os.Remove(n.SysctlRecord)
+	}
+	return errors.Join(errs...)
 }
 
 // SetupPod creates or repairs the pod's network sandbox and returns its

@@ -88,6 +88,7 @@ func (v *vm) snapshot(t testing.TB, podProcs []procID) string {
 		{"iptables-save", "-t", "mangle"},
 		{"iptables-save", "-t", "raw"},
 		{"ss", "-Htlnup"},
+		{"sh", "-c", "for f in /proc/sys/net/ipv4/ip_forward /proc/sys/net/bridge/bridge-nf-call-iptables; do echo $f=$(cat $f); done"},
 	} {
 		out := v.run(t, argv...)
 		out = reCounters.ReplaceAllString(out, "")
@@ -160,6 +161,10 @@ func newVM(t *testing.T) *vm {
 		{"ip", "addr", "add", v.ip + "/24", "dev", "eth0"},
 		{"ip", "link", "set", "eth0", "up"},
 		{"ip", "route", "add", "default", "via", "192.168.77.1", "dev", "eth0"},
+		// A VM that does not forward: minikit turns forwarding and bridge
+		// netfilter on, and minikit down must turn them back off. The module
+		// is loaded first (minikit would load it; it is global and stays).
+		{"sh", "-c", "modprobe br_netfilter 2>/dev/null; echo 0 > /proc/sys/net/ipv4/ip_forward; f=/proc/sys/net/bridge/bridge-nf-call-iptables; [ ! -e $f ] || echo 0 > $f"},
 	} {
 		v.run(t, argv...)
 	}
