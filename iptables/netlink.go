@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
@@ -107,4 +108,81 @@ func nftChainExists(table, chain string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("looking up nf_tables chain %s/%s: %w", table, chain, err)
+}
+
+const (
+	nftMsgNewRule   = 6
+	nftMsgGetRule   = 7
+	nftaChainPolicy = 5
+	nftaRuleTable   = 1
+	nfAccept        = 1
+)
+
+// nftTablesEmpty reports whether the iptables-nft tables hold nothing at all
+// but built-in chains with policy ACCEPT and no rule: what a fresh namespace
+// (a lab node's first start) has, and what needs no iptables-save to be kept.
+// Absent tables count as empty.
+func nftTablesEmpty(tables []string) (bool, error) {
+	want := map[string]bool{}
+	for _, t := range tables {
+		want[t] = true
+	}
+	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetChain, unix.NLM_F_DUMP)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewChain)
+	if err != nil {
+		return false, fmt.Errorf("listing nf_tables chains: %w", err)
+	}
+	for _, m := range msgs {
+		attrs, err := nfAttrs(m)
+		if err != nil {
+			return false, err
+		}
+		var t, n string
+		policy := -1
+		for _, a := range attrs {
+			switch a.Attr.Type & nl.NLA_TYPE_MASK {
+			case nftaChainTable:
+				t = cString(a.Value)
+			case nftaChainName:
+				n = cString(a.Value)
+			case nftaChainPolicy:
+				if len(a.Value) >= 4 {
+					policy = int(binary.BigEndian.Uint32(a.Value))
+				}
+			}
+		}
+		if !want[t] {
+			continue
+		}
+		if !IsBuiltin(t, n) || (policy != -1 && policy != nfAccept) {
+			return false, nil
+		}
+	}
+	req = nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_DUMP)
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	msgs, err = req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewRule)
+	if err != nil {
+		return false, fmt.Errorf("listing nf_tables rules: %w", err)
+	}
+	for _, m := range msgs {
+		attrs, err := nfAttrs(m)
+		if err != nil {
+			return false, err
+		}
+		for _, a := range attrs {
+			if a.Attr.Type&nl.NLA_TYPE_MASK == nftaRuleTable && want[cString(a.Value)] {
+				return false, nil
+			}
+		}
+	}
+	return true, nil
+}
+
+// nfAttrs parses the attributes of one nfnetlink message.
+func nfAttrs(m []byte) ([]syscall.NetlinkRouteAttr, error) {
+	if len(m) < nl.SizeofNfgenmsg {
+		return nil, nil
+	}
+	return nl.ParseRouteAttr(m[nl.SizeofNfgenmsg:])
 }

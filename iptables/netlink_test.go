@@ -37,6 +37,30 @@ func TestNFTablesLookups(t *testing.T) {
 		t.Skip("iptables is not the nf_tables backend here")
 	}
 	inNewNetNS(t, func() {
+		if empty, err := nftTablesEmpty([]string{TableFilter, TableNAT}); err != nil || !empty {
+			t.Errorf("fresh namespace: empty = %v, %v; want true", empty, err)
+		}
+		for _, step := range []struct {
+			argv  []string
+			empty bool
+		}{
+			{[]string{"-t", "nat", "-S"}, true}, // creates the nat table's built-in chains only
+			{[]string{"-t", "filter", "-A", "FORWARD", "-j", "ACCEPT"}, false},
+			{[]string{"-t", "filter", "-F", "FORWARD"}, true},
+			{[]string{"-t", "filter", "-P", "INPUT", "DROP"}, false},
+			{[]string{"-t", "filter", "-P", "INPUT", "ACCEPT"}, true},
+			{[]string{"-t", "nat", "-N", "OTHER"}, false},
+			{[]string{"-t", "nat", "-X", "OTHER"}, true},
+			{[]string{"-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"}, true}, // another table
+		} {
+			if out, err := exec.Command("iptables", append([]string{"-w", "5"}, step.argv...)...).CombinedOutput(); err != nil {
+				t.Fatalf("iptables %v: %v: %s", step.argv, err, out)
+			}
+			if empty, err := nftTablesEmpty([]string{TableFilter, TableNAT}); err != nil || empty != step.empty {
+				t.Errorf("after iptables %v: empty = %v, %v; want %v", step.argv, empty, err, step.empty)
+			}
+		}
+		exec.Command("iptables", "-w", "5", "-t", "mangle", "-F", "OUTPUT").Run()
 		if ok, err := nftChainExists(TableMangle, "KUBE-PROXY-CANARY"); err != nil || ok {
 			t.Errorf("in a fresh namespace: exists = %v, %v; want false, nil", ok, err)
 		}

@@ -125,7 +125,8 @@ const smallTablesChains = 64
 
 // readSmallTables reads the tables with one iptables-save when, as at a first
 // start, they hold little (nf_tables tells the chain count over netlink without
-// an exec). ok is false when the tables are too big or the count is unknown.
+// an exec), and without any exec when they hold nothing to keep (a fresh
+// namespace). ok is false when the tables are too big or the count is unknown.
 func (r *runner) readSmallTables(tables []string, keep func(table, chain string) bool) (state map[string]*TableState, ok bool, err error) {
 	if r.backend != NFTables {
 		return nil, false, nil
@@ -140,6 +141,10 @@ func (r *runner) readSmallTables(tables []string, keep func(table, chain string)
 	}
 	if total > smallTablesChains {
 		return nil, false, nil
+	}
+	if empty, err := nftTablesEmpty(tables); err == nil && empty {
+		// Nothing to keep: the built-in chains, empty, policy ACCEPT.
+		return parseSave(nil, tables, keep), true, nil
 	}
 	out, err := exec.Command("iptables-save").Output()
 	if err != nil {
