@@ -491,6 +491,12 @@ func (n *Node) createVeth(hs, pod *host, br netlink.Link, p PodNet) (veth, eth0 
 		PeerName:      PodIfName,
 		PeerNamespace: netlink.NsFd(int(pod.ns)),
 		PeerTxQLen:    -1,
+		// The pod's MAC follows from its IP (0a:58 + the address, as the CNI
+		// bridge plugin and OVN do): a sandbox recreated with the same IP, or an
+		// IP handed to a new pod, keeps the MAC the node's and other pods' ARP
+		// caches already hold, instead of leaving them pointing at a vanished
+		// interface for up to a minute.
+		PeerHardwareAddr: podMAC(p.IP),
 	}
 	if err := hs.h.LinkAdd(link); err != nil {
 		return nil, nil, err
@@ -539,6 +545,16 @@ func (n *Node) configureHostEnd(hs *host, br, veth netlink.Link, p PodNet) error
 		}
 	}
 	return nil
+}
+
+// podMAC is the MAC of the pod end of a veth: 0a:58 (locally administered,
+// unicast) followed by the IPv4 address.
+func podMAC(ip netip.Addr) net.HardwareAddr {
+	if !ip.Is4() {
+		return nil
+	}
+	a := ip.As4()
+	return net.HardwareAddr{0x0a, 0x58, a[0], a[1], a[2], a[3]}
 }
 
 func (n *Node) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error {

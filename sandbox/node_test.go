@@ -404,6 +404,13 @@ func TestSetupPodRepairs(t *testing.T) {
 				t.Fatalf("SetupPod repair: %v", err)
 			}
 			requirePodOK(t, n, p)
+			// The repaired pod keeps its MAC (0a:58 + its IP), so the ARP
+			// entries other pods and the node hold for it stay right.
+			inPod(t, p, func(h *netlink.Handle) {
+				if got, want := mustLink(t, h, "eth0").Attrs().HardwareAddr.String(), podMAC(p.IP).String(); got != want {
+					t.Errorf("eth0 MAC after repair = %s, want %s", got, want)
+				}
+			})
 			requirePing(t, p.NetNS, n.Gateway())
 			requirePing(t, p.NetNS, other.IP)
 			requirePing(t, other.NetNS, p.IP)
