@@ -50,7 +50,10 @@ refused() {
 }
 eventually 30 refused || fail "with no endpoints, curl $VIP was not refused: $OUT"
 echo "$ minikit exec -n $NS client -- curl http://$VIP/"; echo "$OUT"
-on node1 iptables-save -t filter | grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .*\"$NS/hostnames:default has no endpoints\" .*-j REJECT" ||
-  fail "node1's filter table has no REJECT rule for $VIP"
+# The refusal may come from the client's node, or from a pod still closing:
+# node1's proxy follows within a sync.
+reject_rule() { on node1 iptables-save -t filter | grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .*\"$NS/hostnames:default has no endpoints\" .*-j REJECT"; }
+eventually 30 reject_rule || fail "node1's filter table has no REJECT rule for $VIP"
+echo "$OUT"
 
 shown "3 pods answered the VIP $VIP in turn; KUBE-SERVICES -> $SVC (probability 1/3, 1/2) -> 3 KUBE-SEP DNATs; ping $VIP gets no answer; at 0 replicas a REJECT refuses connections"
