@@ -25,9 +25,6 @@ const maxBodyBytes = 3 << 20
 
 // readBody reads a bounded request body and converts YAML to JSON.
 func readBody(r *http.Request) ([]byte, error) {
-	if r.ContentLength > maxBodyBytes {
-		return nil, tooLarge()
-	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
 		return nil, bodyReadError(err)

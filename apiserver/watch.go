@@ -94,6 +94,13 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 	sw := s.newStreamWriter(w, r)
 	defer sw.done()
 	enc := &watchEncoder{s: s, w: sw, res: rq.res, table: table, includeObject: q.Get("includeObject")}
+	// gone reports a failed write: the client stopped reading (or left).
+	gone := func(err error) bool {
+		if err != nil {
+			s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+		}
+		return err != nil
+	}
 	if errors.Is(werr, store.ErrExpired) {
 		enc.status(apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", fromRev, s.store.Rev())))
 		sw.flush()
@@ -109,8 +116,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		if err := decodeStored(kv.Value, obj); err != nil || !rq.res.matches(obj, ls, fs) {
 			continue
 		}
-		if err := enc.object("ADDED", obj); err != nil {
-			s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+		if gone(enc.object("ADDED", obj)) {
 			return nil
 		}
 	}
@@ -119,8 +125,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 	if q.Get("sendInitialEvents") == "true" && bookmarks {
 		enc.bookmark(lastRev, true)
 	}
-	if err := sw.flush(); err != nil {
-		s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+	if gone(sw.flush()) {
 		return nil
 	}
 
@@ -133,8 +138,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		case <-ticker.C:
 			if bookmarks {
 				enc.bookmark(lastRev, false)
-				if err := sw.flush(); err != nil {
-					s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+				if gone(sw.flush()) {
 					return nil
 				}
 			}
@@ -148,13 +152,11 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 			if obj == nil {
 				continue
 			}
-			if err := enc.object(typ, obj); err != nil {
-				s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+			if gone(enc.object(typ, obj)) {
 				return nil
 			}
 			if len(events) == 0 {
-				if err := sw.flush(); err != nil {
-					s.log.Debug("watch client stopped reading", "path", r.URL.Path, "err", err)
+				if gone(sw.flush()) {
 					return nil
 				}
 			}

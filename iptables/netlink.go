@@ -51,34 +51,58 @@ func nftGeneration() (uint32, error) {
 	return 0, errors.New("reading the nf_tables generation: no answer")
 }
 
-// nftChains lists the chains of an iptables-nft table (family ip).
-func nftChains(table string) ([]string, error) {
+// nftChain is one chain of family ip as nf_tables reports it.
+type nftChain struct {
+	Table, Name string
+	// Policy is the verdict of a base (built-in) chain, -1 for a user chain.
+	Policy int
+}
+
+// nftChainDump lists every chain of family ip (all iptables-nft tables) in
+// one netlink dump.
+func nftChainDump() ([]nftChain, error) {
 	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetChain, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewChain)
 	if err != nil {
 		return nil, fmt.Errorf("listing nf_tables chains: %w", err)
 	}
-	var names []string
+	var chains []nftChain
 	for _, m := range msgs {
-		if len(m) < nl.SizeofNfgenmsg {
-			continue
-		}
-		attrs, err := nl.ParseRouteAttr(m[nl.SizeofNfgenmsg:])
+		attrs, err := nfAttrs(m)
 		if err != nil {
 			return nil, err
 		}
-		var t, n string
+		c := nftChain{Policy: -1}
 		for _, a := range attrs {
 			switch a.Attr.Type & nl.NLA_TYPE_MASK {
 			case nftaChainTable:
-				t = cString(a.Value)
+				c.Table = cString(a.Value)
 			case nftaChainName:
-				n = cString(a.Value)
+				c.Name = cString(a.Value)
+			case nftaChainPolicy:
+				if len(a.Value) >= 4 {
+					c.Policy = int(binary.BigEndian.Uint32(a.Value))
+				}
 			}
 		}
-		if t == table && n != "" {
-			names = append(names, n)
+		if c.Name != "" {
+			chains = append(chains, c)
+		}
+	}
+	return chains, nil
+}
+
+// nftChains lists the chains of an iptables-nft table (family ip).
+func nftChains(table string) ([]string, error) {
+	all, err := nftChainDump()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, c := range all {
+		if c.Table == table {
+			names = append(names, c.Name)
 		}
 	}
 	return names, nil
@@ -121,47 +145,21 @@ const (
 // nftTablesEmpty reports whether the iptables-nft tables hold nothing at all
 // but built-in chains with policy ACCEPT and no rule: what a fresh namespace
 // (a lab node's first start) has, and what needs no iptables-save to be kept.
-// Absent tables count as empty.
-func nftTablesEmpty(tables []string) (bool, error) {
+// Absent tables count as empty. chains is an nftChainDump; only the rules are
+// asked for here.
+func nftTablesEmpty(tables []string, chains []nftChain) (bool, error) {
 	want := map[string]bool{}
 	for _, t := range tables {
 		want[t] = true
 	}
-	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetChain, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
-	msgs, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewChain)
-	if err != nil {
-		return false, fmt.Errorf("listing nf_tables chains: %w", err)
-	}
-	for _, m := range msgs {
-		attrs, err := nfAttrs(m)
-		if err != nil {
-			return false, err
-		}
-		var t, n string
-		policy := -1
-		for _, a := range attrs {
-			switch a.Attr.Type & nl.NLA_TYPE_MASK {
-			case nftaChainTable:
-				t = cString(a.Value)
-			case nftaChainName:
-				n = cString(a.Value)
-			case nftaChainPolicy:
-				if len(a.Value) >= 4 {
-					policy = int(binary.BigEndian.Uint32(a.Value))
-				}
-			}
-		}
-		if !want[t] {
-			continue
-		}
-		if !IsBuiltin(t, n) || (policy != -1 && policy != nfAccept) {
+	for _, c := range chains {
+		if want[c.Table] && (!IsBuiltin(c.Table, c.Name) || (c.Policy != -1 && c.Policy != nfAccept)) {
 			return false, nil
 		}
 	}
-	req = nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_DUMP)
+	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_DUMP)
 	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
-	msgs, err = req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewRule)
+	msgs, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewRule)
 	if err != nil {
 		return false, fmt.Errorf("listing nf_tables rules: %w", err)
 	}

@@ -30,6 +30,15 @@ func inNewNetNS(t *testing.T, fn func()) {
 	<-done
 }
 
+// tablesEmpty asks nftTablesEmpty about filter and nat, from a fresh dump.
+func tablesEmpty() (bool, error) {
+	chains, err := nftChainDump()
+	if err != nil {
+		return false, err
+	}
+	return nftTablesEmpty([]string{TableFilter, TableNAT}, chains)
+}
+
 // The netlink answers agree with the iptables binaries, in a fresh namespace:
 // no table, then a chain created by iptables, then another table's chains.
 func TestNFTablesLookups(t *testing.T) {
@@ -37,7 +46,7 @@ func TestNFTablesLookups(t *testing.T) {
 		t.Skip("iptables is not the nf_tables backend here")
 	}
 	inNewNetNS(t, func() {
-		if empty, err := nftTablesEmpty([]string{TableFilter, TableNAT}); err != nil || !empty {
+		if empty, err := tablesEmpty(); err != nil || !empty {
 			t.Errorf("fresh namespace: empty = %v, %v; want true", empty, err)
 		}
 		for _, step := range []struct {
@@ -56,7 +65,7 @@ func TestNFTablesLookups(t *testing.T) {
 			if out, err := exec.Command("iptables", append([]string{"-w", "5"}, step.argv...)...).CombinedOutput(); err != nil {
 				t.Fatalf("iptables %v: %v: %s", step.argv, err, out)
 			}
-			if empty, err := nftTablesEmpty([]string{TableFilter, TableNAT}); err != nil || empty != step.empty {
+			if empty, err := tablesEmpty(); err != nil || empty != step.empty {
 				t.Errorf("after iptables %v: empty = %v, %v; want %v", step.argv, empty, err, step.empty)
 			}
 		}

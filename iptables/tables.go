@@ -131,18 +131,20 @@ func (r *runner) readSmallTables(tables []string, keep func(table, chain string)
 	if r.backend != NFTables {
 		return nil, false, nil
 	}
+	chains, err := nftChainDump()
+	if err != nil {
+		return nil, false, nil
+	}
 	total := 0
-	for _, t := range tables {
-		names, err := nftChains(t)
-		if err != nil {
-			return nil, false, nil
+	for _, c := range chains {
+		if slices.Contains(tables, c.Table) {
+			total++
 		}
-		total += len(names)
 	}
 	if total > smallTablesChains {
 		return nil, false, nil
 	}
-	if empty, err := nftTablesEmpty(tables); err == nil && empty {
+	if empty, err := nftTablesEmpty(tables, chains); err == nil && empty {
 		// Nothing to keep: the built-in chains, empty, policy ACCEPT.
 		return parseSave(nil, tables, keep), true, nil
 	}

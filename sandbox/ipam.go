@@ -195,16 +195,23 @@ func (m *IPAM) save() error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(m.path)
+	return writeFileDurably(m.path, append(data, '\n'))
+}
+
+// writeFileDurably replaces path's content through a synced temporary file, a
+// rename and a sync of the directory: a crash leaves the old content or the
+// new, never a mix, and a completed write survives power loss.
+func writeFileDurably(path string, data []byte) error {
+	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(m.path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -215,7 +222,7 @@ func (m *IPAM) save() error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), m.path); err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
 	// The rename is durable only once the directory entry is.

@@ -269,7 +269,11 @@ func (n *Node) writeSysctl(name, value string) error {
 		}
 		if _, ok := rec[name]; !ok {
 			rec[name] = old
-			if err := writeFileSync(n.SysctlRecord, rec); err != nil {
+			b, err := json.Marshal(rec)
+			if err == nil {
+				err = writeFileDurably(n.SysctlRecord, b)
+			}
+			if err != nil {
 				return fmt.Errorf("recording sysctl %s: %w", name, err)
 			}
 		}
@@ -291,32 +295,6 @@ func readSysctlRecord(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return rec, nil
-}
-
-// writeFileSync writes v as JSON to path atomically and durably: a crash
-// leaves the old record or the new one.
-func writeFileSync(path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // RestoreSysctls puts back, in the node's namespace, every sysctl value that

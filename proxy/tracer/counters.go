@@ -23,11 +23,10 @@ func (r *Rules) Counters() []Counter {
 	sort.Strings(tables)
 	for _, t := range tables {
 		for _, c := range r.order[t] {
-			if p, ok := r.policies[t][c]; ok {
-				out = append(out, Counter{Table: t, Chain: c, Text: "policy " + p.verdict, Packets: p.packets, Bytes: p.bytes})
-			}
-			for i, rule := range r.tables[t][c] {
-				out = append(out, Counter{Table: t, Chain: c, Rule: i + 1, Text: rule.text, Packets: rule.packets, Bytes: rule.bytes})
+			for i := 0; i <= len(r.tables[t][c]); i++ {
+				if ctr, ok := r.Counter(t, c, i); ok {
+					out = append(out, ctr)
+				}
 			}
 		}
 	}
