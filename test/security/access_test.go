@@ -32,32 +32,8 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/test/testenv"
 )
-
-var minikitBin string
-
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "security: needs root (network namespaces); skipping")
-		return m.Run() // every test skips itself
-	}
-	dir, err := os.MkdirTemp("", "minikit-security-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	minikitBin = filepath.Join(dir, "minikit")
-	build := exec.Command("go", "build", "-o", minikitBin, "github.com/minikit/minikit/minikit")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "security: building minikit: %v\n", err)
-		return 1
-	}
-	return m.Run()
-}
 
 const serverAddr = "192.0.2.1" // TEST-NET-1, on a veth link inside the test's namespace
 
@@ -99,9 +75,7 @@ func ipCmd(t *testing.T, args ...string) {
 }
 
 func newEnv(t *testing.T) *env {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.RequireRoot(t)
 	e := &env{t: t, ns: fmt.Sprintf("mksec-%d", os.Getpid()), dataDir: filepath.Join(t.TempDir(), "data"), logs: &lockedBuffer{}}
 	ipCmd(t, "netns", "add", e.ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", e.ns).Run() })
@@ -114,7 +88,7 @@ func newEnv(t *testing.T) *env {
 	ipCmd(t, "-n", e.ns, "link", "set", "mksec1", "up")
 
 	stdout := &lockedBuffer{}
-	cmd := exec.Command("ip", "netns", "exec", e.ns, minikitBin, "server", "--data-dir", e.dataDir,
+	cmd := exec.Command("ip", "netns", "exec", e.ns, testenv.Minikit(t), "server", "--data-dir", e.dataDir,
 		"--listen", serverAddr+":6443", "--disable-agent", "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, e.logs), e.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -494,7 +468,7 @@ func TestAgentJoinNeedsTheToken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			node := "intruder-" + strings.ReplaceAll(tc.name, " ", "-")
 			logs := &lockedBuffer{}
-			args := append([]string{"netns", "exec", e.ns, minikitBin, "agent", "--data-dir", filepath.Join(t.TempDir(), "agent"),
+			args := append([]string{"netns", "exec", e.ns, testenv.Minikit(t), "agent", "--data-dir", filepath.Join(t.TempDir(), "agent"),
 				"--node-name", node, "--node-ip", serverAddr, "--disable-dns", "--log-level", "debug"}, tc.args...)
 			cmd := exec.Command("ip", args...)
 			cmd.Stdout, cmd.Stderr = logs, logs
