@@ -105,20 +105,9 @@ func (r *runner) EnsureChain(table, chain string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	exists := false
-	known := false
-	if r.backend == NFTables {
-		// Over netlink, without an exec: this runs before every full sync.
-		if ok, err := nftChainExists(table, chain); err == nil {
-			exists, known = ok, true
-		}
-	}
-	if !known {
-		ok, err := r.ipt.ChainExists(table, chain)
-		if err != nil {
-			return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
-		}
-		exists = ok
+	exists, err := r.chainExists(table, chain)
+	if err != nil {
+		return fmt.Errorf("checking chain %s/%s: %w", table, chain, err)
 	}
 	if exists {
 		return nil
@@ -159,7 +148,7 @@ func (r *runner) HasRule(table, chain string, args ...string) (bool, error) {
 func (r *runner) DeleteRule(table, chain string, args ...string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok, err := r.ipt.ChainExists(table, chain); err != nil || !ok {
+	if ok, err := r.chainExists(table, chain); err != nil || !ok {
 		return err
 	}
 	return r.ipt.DeleteIfExists(table, chain, args...)
@@ -168,6 +157,18 @@ func (r *runner) DeleteRule(table, chain string, args ...string) error {
 func (r *runner) ChainExists(table, chain string) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.chainExists(table, chain)
+}
+
+// chainExists asks nf_tables over netlink, without an exec (EnsureChain runs
+// before every full sync), and the iptables binary where that cannot answer
+// (the legacy backend).
+func (r *runner) chainExists(table, chain string) (bool, error) {
+	if r.backend == NFTables {
+		if ok, err := nftChainExists(table, chain); err == nil {
+			return ok, nil
+		}
+	}
 	return r.ipt.ChainExists(table, chain)
 }
 
@@ -177,7 +178,7 @@ func (r *runner) DeleteChain(table, chain string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ok, err := r.ipt.ChainExists(table, chain)
+	ok, err := r.chainExists(table, chain)
 	if err != nil || !ok {
 		return err
 	}

@@ -35,10 +35,7 @@ func nftGeneration() (uint32, error) {
 		return 0, fmt.Errorf("reading the nf_tables generation: %w", err)
 	}
 	for _, m := range msgs {
-		if len(m) < nl.SizeofNfgenmsg {
-			continue
-		}
-		attrs, err := nl.ParseRouteAttr(m[nl.SizeofNfgenmsg:])
+		attrs, err := nfAttrs(m)
 		if err != nil {
 			return 0, err
 		}
@@ -91,21 +88,6 @@ func nftChainDump() ([]nftChain, error) {
 		}
 	}
 	return chains, nil
-}
-
-// nftChains lists the chains of an iptables-nft table (family ip).
-func nftChains(table string) ([]string, error) {
-	all, err := nftChainDump()
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, c := range all {
-		if c.Table == table {
-			names = append(names, c.Name)
-		}
-	}
-	return names, nil
 }
 
 func cString(b []byte) string {

@@ -88,13 +88,8 @@ func (r *runner) ListChains(table string) ([]string, error) {
 // services. The legacy backend has no such shortcut.
 func (r *runner) listChains(table string) ([]string, error) {
 	if r.backend == NFTables {
-		if names, err := nftChains(table); err == nil {
-			for _, b := range BuiltinChains(table) {
-				if !slices.Contains(names, b) {
-					names = append(names, b)
-				}
-			}
-			return names, nil
+		if all, err := nftChainDump(); err == nil {
+			return chainNames(all, table), nil
 		}
 	}
 	out, err := exec.Command("iptables-save", "-t", table).Output()
@@ -123,18 +118,28 @@ func (r *runner) listChains(table string) ([]string, error) {
 // costs about one exec.
 const smallTablesChains = 64
 
+// chainNames is table's chains in an nftChainDump, with the built-in chains
+// that the table does not have yet (an absent table has them all).
+func chainNames(all []nftChain, table string) []string {
+	var names []string
+	for _, c := range all {
+		if c.Table == table {
+			names = append(names, c.Name)
+		}
+	}
+	for _, b := range BuiltinChains(table) {
+		if !slices.Contains(names, b) {
+			names = append(names, b)
+		}
+	}
+	return names
+}
+
 // readSmallTables reads the tables with one iptables-save when, as at a first
-// start, they hold little (nf_tables tells the chain count over netlink without
-// an exec), and without any exec when they hold nothing to keep (a fresh
-// namespace). ok is false when the tables are too big or the count is unknown.
-func (r *runner) readSmallTables(tables []string, keep func(table, chain string) bool) (state map[string]*TableState, ok bool, err error) {
-	if r.backend != NFTables {
-		return nil, false, nil
-	}
-	chains, err := nftChainDump()
-	if err != nil {
-		return nil, false, nil
-	}
+// start, they hold little (chains, an nftChainDump, tells the chain count
+// without an exec), and without any exec when they hold nothing to keep (a
+// fresh namespace). ok is false when the tables are too big.
+func readSmallTables(chains []nftChain, tables []string, keep func(table, chain string) bool) (state map[string]*TableState, ok bool, err error) {
 	total := 0
 	for _, c := range chains {
 		if slices.Contains(tables, c.Table) {
@@ -232,14 +237,30 @@ func (r *runner) readChain(table, name string) (*Chain, error) {
 }
 
 func (r *runner) readTables(tables []string, keep func(table, chain string) bool) (map[string]*TableState, error) {
-	if state, ok, err := r.readSmallTables(tables, keep); ok || err != nil {
-		return state, err
+	// On nf_tables, one netlink dump of the chains serves the size check, the
+	// fresh-namespace check and every table's chain names.
+	var dump []nftChain
+	dumped := false
+	if r.backend == NFTables {
+		var err error
+		dump, err = nftChainDump()
+		dumped = err == nil
+	}
+	if dumped {
+		if state, ok, err := readSmallTables(dump, tables, keep); ok || err != nil {
+			return state, err
+		}
 	}
 	state := map[string]*TableState{}
 	for _, t := range tables {
-		names, err := r.listChains(t)
-		if err != nil {
-			return nil, err
+		var names []string
+		if dumped {
+			names = chainNames(dump, t)
+		} else {
+			var err error
+			if names, err = r.listChains(t); err != nil {
+				return nil, err
+			}
 		}
 		ts := &TableState{Name: t}
 		for _, b := range BuiltinChains(t) {
