@@ -56,9 +56,9 @@ func servicePortName(namespace, name, port string) string {
 // KUBE-* chain. The node agent's MINIKIT-* chains are not the proxy's.
 func ownedChain(name string) bool { return strings.HasPrefix(name, "KUBE-") }
 
-// serviceChain reports whether a chain is a per-service or per-endpoint chain,
+// ServiceChain reports whether a chain is a per-service or per-endpoint chain,
 // the kind partial syncs create and delete.
-func serviceChain(name string) bool {
+func ServiceChain(name string) bool {
 	for _, p := range []string{prefixSVC, prefixSVL, prefixEXT, prefixFW, prefixSEP} {
 		if strings.HasPrefix(name, p) {
 			return true

@@ -501,7 +501,7 @@ func (p *Proxier) fullSync(rs *ruleSet) (chains, size int, err error) {
 				return 0, 0, err
 			}
 			for _, n := range existing {
-				if ownedChain(n) && !want[n] && (t == iptables.TableNAT && serviceChain(n)) {
+				if ownedChain(n) && !want[n] && (t == iptables.TableNAT && ServiceChain(n)) {
 					stale[t] = append(stale[t], n)
 				}
 			}

@@ -23,14 +23,14 @@ func handleAt(ns netns.NsHandle) (*netlink.Handle, error) {
 	return h, err
 }
 
-// dumpRetries bounds retryDump; a dump is interrupted only when the table
+// dumpRetries bounds RetryDump; a dump is interrupted only when the table
 // changes under it, so a handful of retries is plenty.
 const dumpRetries = 5
 
-// retryDump repeats a netlink dump that the kernel reports as interrupted
+// RetryDump repeats a netlink dump that the kernel reports as interrupted
 // (NLM_F_DUMP_INTR: the table changed during the dump and the result may be
-// inconsistent). It is the package's only way to run a dump.
-func retryDump[T any](dump func() (T, error)) (T, error) {
+// inconsistent). It is the only way minikit runs a dump.
+func RetryDump[T any](dump func() (T, error)) (T, error) {
 	var v T
 	var err error
 	for range dumpRetries {
@@ -64,7 +64,7 @@ func ipNetOf(p netip.Prefix) *net.IPNet {
 }
 
 func hasAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) (bool, error) {
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
 	if err != nil {
 		return false, err
 	}
@@ -80,7 +80,7 @@ func hasAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) (bool, err
 // ours (bridge or pod eth0), so any other IPv4 address is stale state, e.g.
 // from a previous pod CIDR.
 func ensureOnlyAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) error {
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func ensureOnlyAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) err
 }
 
 func hasDefaultRoute(h *netlink.Handle, link netlink.Link, gw netip.Addr) (bool, error) {
-	routes, err := retryDump(func() ([]netlink.Route, error) { return h.RouteList(link, netlink.FAMILY_V4) })
+	routes, err := RetryDump(func() ([]netlink.Route, error) { return h.RouteList(link, netlink.FAMILY_V4) })
 	if err != nil {
 		return false, err
 	}

@@ -506,7 +506,7 @@ func (n *Node) configureHostEnd(hs *host, br, veth netlink.Link, p PodNet) error
 	}
 	// Hairpin lets a pod reach itself through a Service IP: the DNATed
 	// packet must go back out of the port it came in on.
-	pi, err := retryDump(func() (netlink.Protinfo, error) { return hs.h.LinkGetProtinfo(veth) })
+	pi, err := RetryDump(func() (netlink.Protinfo, error) { return hs.h.LinkGetProtinfo(veth) })
 	if err != nil || !pi.Hairpin {
 		if err := hs.h.LinkSetHairpin(veth, true); err != nil {
 			return wrap("setting hairpin mode on", err)
@@ -607,7 +607,7 @@ func (n *Node) PodOK(p PodNet) (bool, string) {
 	if veth.Attrs().MasterIndex != br.Attrs().Index {
 		return false, "veth not attached to bridge"
 	}
-	if pi, err := retryDump(func() (netlink.Protinfo, error) { return hs.h.LinkGetProtinfo(veth) }); err != nil || !pi.Hairpin {
+	if pi, err := RetryDump(func() (netlink.Protinfo, error) { return hs.h.LinkGetProtinfo(veth) }); err != nil || !pi.Hairpin {
 		return false, "hairpin off"
 	}
 	if veth.Attrs().Flags&net.FlagUp == 0 {
@@ -666,7 +666,7 @@ func (n *Node) deleteHostVeths(name string) error {
 		return fmt.Errorf("tearing down pod %q: %w", name, err)
 	}
 	defer hs.Close()
-	links, err := retryDump(hs.h.LinkList)
+	links, err := RetryDump(hs.h.LinkList)
 	if err != nil {
 		return fmt.Errorf("listing links to tear down pod %q: %w", name, err)
 	}

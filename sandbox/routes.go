@@ -21,7 +21,7 @@ func (n *Node) SyncRoutes(want map[netip.Prefix]netip.Addr) (changed []string, e
 		return nil, err
 	}
 	defer hs.Close()
-	have, err := retryDump(func() ([]netlink.Route, error) {
+	have, err := RetryDump(func() ([]netlink.Route, error) {
 		return hs.h.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	})

@@ -63,8 +63,8 @@ func addrs(netns string) ([]netip.Addr, error) {
 			return err
 		}
 		defer h.Close()
-		as, err := h.AddrList(nil, netlink.FAMILY_V4)
-		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+		as, err := sandbox.RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, netlink.FAMILY_V4) })
+		if err != nil {
 			return err
 		}
 		for _, a := range as {
@@ -137,8 +137,8 @@ func routeGet(netns string, dst netip.Addr) (*kernelRoute, error) {
 		}
 		r.Dev = link.Attrs().Name
 		if link.Type() == "bridge" {
-			links, err := h.LinkList()
-			if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			links, err := sandbox.RetryDump(h.LinkList)
+			if err != nil {
 				return err
 			}
 			r.Ports, r.PortIndex = map[string]string{}, map[string]int{}
@@ -181,7 +181,9 @@ func conntrackFlows(netns string) ([]*netlink.ConntrackFlow, error) {
 			return err
 		}
 		defer h.Close()
-		flows, err = h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+		flows, err = sandbox.RetryDump(func() ([]*netlink.ConntrackFlow, error) {
+			return h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+		})
 		return err
 	})
 	if err != nil {

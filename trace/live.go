@@ -20,7 +20,7 @@ type Live struct {
 	Conntrack *Flow `json:"conntrack,omitempty"`
 	// Moved lists every counter in the node's rules that grew during the
 	// probe (other traffic included), as deltas.
-	Moved []Counter `json:"moved"`
+	Moved []tracer.Counter `json:"moved"`
 	// Path is the index in Result.Paths of the path the kernel took, or -1.
 	Path      int      `json:"path"`
 	Reached   string   `json:"reached,omitempty"`
@@ -62,25 +62,13 @@ func (f *Flow) String() string {
 	return s
 }
 
-// Counter is a rule's counter delta during the probe.
-type Counter struct {
-	Table   string `json:"table"`
-	Chain   string `json:"chain"`
-	Rule    int    `json:"rule"`
-	Text    string `json:"text"`
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-}
-
 // Confirm fills l.Path, l.Reached, l.Confirmed and l.Notes: which predicted
 // path the kernel took, judged by the conntrack entry (where the probe was
 // DNATed to, whether it was SNATed) or, when there is none, by the verdict,
 // and whether every rule on that path counted the probe.
 func Confirm(l *Live, paths []Path, moved []tracer.Counter) {
 	l.Path, l.Confirmed = -1, false
-	for _, c := range moved {
-		l.Moved = append(l.Moved, Counter{Table: c.Table, Chain: c.Chain, Rule: c.Rule, Text: c.Text, Packets: c.Packets, Bytes: c.Bytes})
-	}
+	l.Moved = moved
 	counted := map[string]bool{}
 	for _, c := range moved {
 		counted[fmt.Sprintf("%s/%s/%d", c.Table, c.Chain, c.Rule)] = true

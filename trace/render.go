@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/minikit/minikit/proxy"
 )
 
 // trie merges paths on their common steps, so the rendering branches where
@@ -70,7 +72,7 @@ func (t *trie) sort() {
 // returns to its caller, unless it is a service's chain, where falling off
 // is the news (no endpoint rule, no local endpoint, source not allowed).
 func quiet(s *Step) bool {
-	return s.Rule == 0 && s.Target == "RETURN" && !serviceChain(s.Chain)
+	return s.Rule == 0 && s.Target == "RETURN" && !proxy.ServiceChain(s.Chain)
 }
 
 func pct(p float64) string { return strconv.FormatFloat(p*100, 'f', 1, 64) + "%" }

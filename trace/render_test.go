@@ -14,12 +14,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-// result traces pkt through testdata/node2.save (iptables-save -c of a lab's
-// node2; see proxy/tracer's tests for its services) the way Run does, with
-// the routes a lab's node2 has.
+// result traces pkt through proxy/tracer's testdata/node2.save (iptables-save
+// -c of a lab's node2; see proxy/tracer's tests for its services) the way Run
+// does, with the routes a lab's node2 has.
 func result(t *testing.T, from Source, to Target, pkt tracer.Packet) *Result {
 	t.Helper()
-	b, err := os.ReadFile("testdata/node2.save")
+	b, err := os.ReadFile("../proxy/tracer/testdata/node2.save")
 	if err != nil {
 		t.Fatal(err)
 	}

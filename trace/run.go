@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,33 @@ type run struct {
 	o     Options
 	nodes []corev1.Node
 	pods  []corev1.Pod
+	// routeCache holds the answers of routeGet: the tracer asks the same
+	// route again for every rule with -o on every branch.
+	routeCache map[routeKey]routeAnswer
+}
+
+type routeKey struct {
+	netns string
+	dst   netip.Addr
+}
+
+type routeAnswer struct {
+	rt  *kernelRoute
+	err error
+}
+
+// route is routeGet, asked once per namespace and destination in a run.
+func (r *run) route(netns string, dst netip.Addr) (*kernelRoute, error) {
+	k := routeKey{netns, dst}
+	if a, ok := r.routeCache[k]; ok {
+		return a.rt, a.err
+	}
+	rt, err := routeGet(netns, dst)
+	if r.routeCache == nil {
+		r.routeCache = map[routeKey]routeAnswer{}
+	}
+	r.routeCache[k] = routeAnswer{rt, err}
+	return rt, err
 }
 
 // Run resolves FROM and TO, reads the node's rules and routes, traces, and
@@ -101,7 +129,7 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 	if from.Kind == "node" && from.Node == nodeName {
 		res.Hook, pkt.Local = "OUTPUT", true
 		// The node's own packets leave with the address its route picks.
-		if rt, err := routeGet(netns, to.Addr.Addr()); err == nil && rt.Src.IsValid() {
+		if rt, err := r.route(netns, to.Addr.Addr()); err == nil && rt.Src.IsValid() {
 			pkt.Src = rt.Src
 			res.From.IP = rt.Src
 		}
@@ -124,12 +152,12 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 	if !pkt.Local {
 		// The interface the packet arrives on is the one the node would
 		// answer it through.
-		if rt, err := routeGet(netns, pkt.Src); err == nil {
+		if rt, err := r.route(netns, pkt.Src); err == nil {
 			pkt.In = rt.Dev
 		}
 	}
 	outDev := func(dst netip.Addr) string {
-		if rt, err := routeGet(netns, dst); err == nil {
+		if rt, err := r.route(netns, dst); err == nil {
 			return rt.Dev
 		}
 		return ""
@@ -310,7 +338,7 @@ func (r *run) resolveTo(ctx context.Context, s string) (Target, string, error) {
 			switch {
 			case svc.Spec.ClusterIP == a && int(p.Port) == int(pn):
 				kind = "cluster IP"
-			case contains(svc.Spec.ExternalIPs, a) && int(p.Port) == int(pn):
+			case slices.Contains(svc.Spec.ExternalIPs, a) && int(p.Port) == int(pn):
 				kind = "external IP"
 			case lbIP(svc, a) && int(p.Port) == int(pn):
 				kind = "loadbalancer IP"
@@ -324,15 +352,6 @@ func (r *run) resolveTo(ctx context.Context, s string) (Target, string, error) {
 		}
 	}
 	return t, "tcp", nil
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func lbIP(svc *corev1.Service, a string) bool {
@@ -362,7 +381,7 @@ func (r *run) tracedNode(ctx context.Context, from Source, to Target) (string, e
 	}
 	if from.Netns != "" {
 		// Which node does FROM send it to? Its route's next hop.
-		if rt, err := routeGet(from.Netns, to.Addr.Addr()); err == nil && rt.Via.IsValid() {
+		if rt, err := r.route(from.Netns, to.Addr.Addr()); err == nil && rt.Via.IsValid() {
 			if n := r.nodeByIP(rt.Via); n != nil {
 				return n.Name, nil
 			}
@@ -449,7 +468,7 @@ func (r *run) routes(ctx context.Context, res *Result, netns string, outs []trac
 			continue
 		}
 		dst := outs[i].Dst.Addr()
-		rt, err := routeGet(netns, dst)
+		rt, err := r.route(netns, dst)
 		if err != nil {
 			p.Why = strings.TrimPrefix(p.Why+"; ", "; ") + err.Error()
 			continue
@@ -495,11 +514,7 @@ func (r *run) veth(pod *corev1.Pod, rt *kernelRoute) string {
 	if err != nil {
 		return ""
 	}
-	names := make([]string, 0, len(rt.Ports))
-	for name := range rt.Ports {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(rt.Ports))
 	for _, name := range names {
 		if rt.Ports[name] == sb {
 			return name

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/minikit/minikit/proxy"
 	"github.com/minikit/minikit/proxy/tracer"
 )
 
@@ -143,7 +144,7 @@ func why(p Path, to Target, node string) string {
 	}
 	var fell []string
 	for _, s := range p.Steps {
-		if s.Rule == 0 && s.Table == "nat" && serviceChain(s.Chain) {
+		if s.Rule == 0 && s.Table == "nat" && proxy.ServiceChain(s.Chain) {
 			fell = append(fell, s.Chain)
 		}
 	}
@@ -174,16 +175,6 @@ func why(p Path, to Target, node string) string {
 		return w
 	}
 	return ""
-}
-
-// serviceChain reports whether a chain is one of a service port's own.
-func serviceChain(c string) bool {
-	for _, p := range []string{"KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"} {
-		if strings.HasPrefix(c, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // Endpoints is the sorted set of destinations the ACCEPTed paths reach.

@@ -1,27 +1,26 @@
 package tracer
 
-import "sort"
+import (
+	"maps"
+	"slices"
+)
 
 // Counter is the packet and byte count of one rule, or of a built-in chain's
 // policy (Rule 0), as iptables-save -c printed it.
 type Counter struct {
-	Table, Chain string
-	Rule         int
-	Text         string
-	Packets      uint64
-	Bytes        uint64
+	Table   string `json:"table"`
+	Chain   string `json:"chain"`
+	Rule    int    `json:"rule"`
+	Text    string `json:"text"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // Counters lists every rule's counters, and every built-in chain's policy
 // counters, table by table in the order the rules were saved.
 func (r *Rules) Counters() []Counter {
 	var out []Counter
-	tables := make([]string, 0, len(r.tables))
-	for t := range r.tables {
-		tables = append(tables, t)
-	}
-	sort.Strings(tables)
-	for _, t := range tables {
+	for _, t := range slices.Sorted(maps.Keys(r.tables)) {
 		for _, c := range r.order[t] {
 			for i := 0; i <= len(r.tables[t][c]); i++ {
 				if ctr, ok := r.Counter(t, c, i); ok {

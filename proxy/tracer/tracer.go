@@ -475,21 +475,11 @@ func mark(cur uint32, args []string) (uint32, error) {
 	return 0, fmt.Errorf("unsupported MARK %v", args)
 }
 
-func has(args []string, f string) bool {
-	for _, a := range args {
-		if a == f {
-			return true
-		}
-	}
-	return false
-}
-
-func flag(args []string, names ...string) string {
+// flag is the value that follows the option name in args, or "".
+func flag(args []string, name string) string {
 	for i := 0; i+1 < len(args); i++ {
-		for _, n := range names {
-			if args[i] == n {
-				return args[i+1]
-			}
+		if args[i] == name {
+			return args[i+1]
 		}
 	}
 	return ""
