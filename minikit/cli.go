@@ -16,6 +16,7 @@ import (
 	"github.com/minikit/minikit/cluster"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -94,6 +95,34 @@ func defaultKubeconfig(args []string) string {
 		return local
 	}
 	return ""
+}
+
+// kubeClient connects to the API server the kubeconfig names (when kubeconfig is
+// "": KUBECONFIG, then the local server's) and returns the namespace to use:
+// namespace when it is set, else the kubeconfig context's, as kubectl does.
+func kubeClient(kubeconfig, namespace string) (*kubernetes.Clientset, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig == "" {
+		kubeconfig = defaultKubeconfig(nil)
+	}
+	rules.ExplicitPath = kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	if namespace == "" {
+		ns, _, err := loader.Namespace()
+		if err != nil {
+			return nil, "", err
+		}
+		namespace = ns
+	}
+	rc, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, "", err
+	}
+	return client, namespace, nil
 }
 
 func newVersionCommand() *cobra.Command {

@@ -12,8 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // newExecCommand runs a command inside a pod's network, UTS and mount namespaces.
@@ -28,24 +26,7 @@ func newExecCommand() *cobra.Command {
 			if cmd.ArgsLenAtDash() != 1 {
 				return errors.New("usage: minikit exec POD -- COMMAND [ARGS...]")
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			if kubeconfig == "" {
-				kubeconfig = defaultKubeconfig(nil)
-			}
-			rules.ExplicitPath = kubeconfig
-			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-			ns, _, err := loader.Namespace()
-			if err != nil {
-				return err
-			}
-			if namespace != "" {
-				ns = namespace
-			}
-			rc, err := loader.ClientConfig()
-			if err != nil {
-				return err
-			}
-			client, err := kubernetes.NewForConfig(rc)
+			client, ns, err := kubeClient(kubeconfig, namespace)
 			if err != nil {
 				return err
 			}

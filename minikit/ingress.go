@@ -8,8 +8,6 @@ import (
 	"github.com/minikit/minikit/ingress/nginxconf"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // newIngressCommand prints what minikit's Ingress controller would configure, as
@@ -22,16 +20,7 @@ func newIngressCommand() *cobra.Command {
 		Short: "Print the nginx.conf an nginx Ingress controller would use for the cluster's Ingresses",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			if kubeconfig == "" {
-				kubeconfig = defaultKubeconfig(nil)
-			}
-			rules.ExplicitPath = kubeconfig
-			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-			if err != nil {
-				return err
-			}
-			client, err := kubernetes.NewForConfig(rc)
+			client, _, err := kubeClient(kubeconfig, "")
 			if err != nil {
 				return err
 			}

@@ -7,8 +7,6 @@ import (
 	"github.com/minikit/minikit/trace"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // newTraceCommand is `minikit trace FROM TO`.
@@ -40,27 +38,11 @@ compared with the prediction.`,
 				return fmt.Errorf("-o must be tree, json or dot, not %q", output)
 			}
 			o.From, o.To = args[0], args[1]
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			if kubeconfig == "" {
-				kubeconfig = defaultKubeconfig(nil)
-			}
-			rules.ExplicitPath = kubeconfig
-			loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
-			if o.Namespace == "" {
-				ns, _, err := loader.Namespace()
-				if err != nil {
-					return err
-				}
-				o.Namespace = ns
-			}
-			rc, err := loader.ClientConfig()
+			client, ns, err := kubeClient(kubeconfig, o.Namespace)
 			if err != nil {
 				return err
 			}
-			client, err := kubernetes.NewForConfig(rc)
-			if err != nil {
-				return err
-			}
+			o.Namespace = ns
 			res, err := trace.Run(cmd.Context(), client, o)
 			if err != nil {
 				return err
