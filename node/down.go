@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -135,12 +134,8 @@ func killInNetNS(name string, keep func(pid, pgid, ppid int) bool) []int {
 		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err != nil || ns != want {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) < 4 || f[0] == "Z" {
+		f := procStat(pid)
+		if len(f) < 4 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
