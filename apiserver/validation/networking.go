@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/minikit/minikit/ingress/config"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -211,15 +213,14 @@ func validateIngressClass(ic, old *networkingv1.IngressClass) field.ErrorList {
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
-// annotationRewriteTarget is ingress-nginx's rewrite-target annotation. Its value
-// is written unquoted into the rewrite directive of the nginx.conf the Ingress
-// controller renders (ingress/nginxconf), so it is held to URL path characters
-// plus nginx's $N capture references, as ingress-nginx's own annotation
-// validation does: a quote, space, ';', '{' or '}' could end the directive.
-const annotationRewriteTarget = "nginx.ingress.kubernetes.io/rewrite-target"
-
+// validateRewriteTarget checks ingress-nginx's rewrite-target annotation. Its
+// value is written unquoted into the rewrite directive of the nginx.conf the
+// Ingress controller renders (ingress/nginxconf), so it is held to URL path
+// characters plus nginx's $N capture references, as ingress-nginx's own
+// annotation validation does: a quote, space, ';', '{' or '}' could end the
+// directive.
 func validateRewriteTarget(annotations map[string]string) field.ErrorList {
-	v, ok := annotations[annotationRewriteTarget]
+	v, ok := annotations[config.AnnotationRewriteTarget]
 	if !ok {
 		return nil
 	}
@@ -228,7 +229,7 @@ func validateRewriteTarget(annotations map[string]string) field.ErrorList {
 		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(rewriteTargetPunct, c) >= 0 {
 			continue
 		}
-		return field.ErrorList{field.Invalid(metaPath.Child("annotations").Key(annotationRewriteTarget), v,
+		return field.ErrorList{field.Invalid(metaPath.Child("annotations").Key(config.AnnotationRewriteTarget), v,
 			fmt.Sprintf("must be a URL path with $1-style capture references, of letters, digits and %q only (found %q)", rewriteTargetPunct, c))}
 	}
 	return nil
