@@ -20,10 +20,6 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/iptables"
-
-	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // TestBenchProxy is the benchmark of issue 5, run by scripts/bench-proxy.sh
@@ -135,28 +131,6 @@ func bareRestore(t *testing.T, data []byte, noFlush bool) time.Duration {
 	return time.Since(start)
 }
 
-func benchServices(p *Proxier, S int) {
-	for i := 0; i < S; i++ {
-		n := i + 10
-		vip := fmt.Sprintf("10.%d.%d.%d", 96+(n>>16), (n>>8)&255, n&255)
-		name := "svc" + strconv.Itoa(i)
-		p.OnServiceUpdate(makeService("ns", name, vip, withPorts(corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)})))
-		p.OnEndpointSliceUpdate(benchSlice(name, i, 5, ""))
-	}
-}
-
-func benchSlice(name string, i, E int, override string) *discovery.EndpointSlice {
-	var eps []ep
-	for e := 0; e < E; e++ {
-		k := i*E + e + 2
-		eps = append(eps, ep{ip: fmt.Sprintf("10.244.%d.%d", k>>8, k&255), node: testOther})
-	}
-	if override != "" {
-		eps[E-1].ip = override
-	}
-	return makeSlice("ns", name, []discovery.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}, eps...)
-}
-
 type stat []time.Duration
 
 func (s stat) String() string {
@@ -219,7 +193,7 @@ func benchSize(t *testing.T, real iptables.Interface, S, reps int, perRule bool)
 		partialReps, _ = strconv.Atoi(s)
 	}
 	for r := 0; r < partialReps; r++ {
-		p.OnEndpointSliceUpdate(benchSlice("svc0", 0, 5, alt[0]))
+		p.OnEndpointSliceUpdate(benchSlice("svc0", 0, alt[0]))
 		start := time.Now()
 		mustSync(t, p)
 		partial = append(partial, time.Since(start))
@@ -228,10 +202,10 @@ func benchSize(t *testing.T, real iptables.Interface, S, reps int, perRule bool)
 			t.Fatal("partial sync did not use --noflush")
 		}
 		// Back to the previous state, then the floor of the same input.
-		p.OnEndpointSliceUpdate(benchSlice("svc0", 0, 5, alt[1]))
+		p.OnEndpointSliceUpdate(benchSlice("svc0", 0, alt[1]))
 		mustSync(t, p)
 		floorPartial = append(floorPartial, bareRestore(t, lastText, true))
-		p.OnEndpointSliceUpdate(benchSlice("svc0", 0, 5, alt[1]))
+		p.OnEndpointSliceUpdate(benchSlice("svc0", 0, alt[1]))
 		mustSync(t, p) // no-op
 	}
 	st := p.Stats()

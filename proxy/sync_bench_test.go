@@ -19,7 +19,9 @@ type discardRestores struct{ *iptables.Fake }
 
 func (discardRestores) Restore([]byte, bool) error { return nil }
 
-func syncBenchSlice(name string, i int, override string) *discovery.EndpointSlice {
+// benchSlice is service i's EndpointSlice: 5 endpoints on another node, the
+// last one's IP replaced by override when it is set.
+func benchSlice(name string, i int, override string) *discovery.EndpointSlice {
 	var eps []ep
 	for e := 0; e < 5; e++ {
 		k := i*5 + e + 2
@@ -31,14 +33,14 @@ func syncBenchSlice(name string, i int, override string) *discovery.EndpointSlic
 	return makeSlice("ns", name, []discovery.EndpointPort{slicePort("http", corev1.ProtocolTCP, 8080)}, eps...)
 }
 
-// addSyncBenchServices gives p S services of 5 endpoints each.
-func addSyncBenchServices(p *Proxier, S int) {
+// benchServices gives p S services of 5 endpoints each.
+func benchServices(p *Proxier, S int) {
 	for i := 0; i < S; i++ {
 		n := i + 10
 		vip := fmt.Sprintf("10.%d.%d.%d", 96+(n>>16), (n>>8)&255, n&255)
 		name := "svc" + strconv.Itoa(i)
 		p.OnServiceUpdate(makeService("ns", name, vip, withPorts(corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)})))
-		p.OnEndpointSliceUpdate(syncBenchSlice(name, i, ""))
+		p.OnEndpointSliceUpdate(benchSlice(name, i, ""))
 	}
 }
 
@@ -52,14 +54,14 @@ func BenchmarkPartialSyncWork(b *testing.B) {
 			p, _ := testProxier(t, iptables.NewFake())
 			p.ipt = discardRestores{iptables.NewFake()}
 			defer p.health.close()
-			addSyncBenchServices(p, S)
+			benchServices(p, S)
 			if err := p.syncProxyRules(); err != nil {
 				b.Fatal(err)
 			}
 			alt := []string{"10.250.0.1", ""}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				p.OnEndpointSliceUpdate(syncBenchSlice("svc0", 0, alt[i%2]))
+				p.OnEndpointSliceUpdate(benchSlice("svc0", 0, alt[i%2]))
 				if err := p.syncProxyRules(); err != nil {
 					b.Fatal(err)
 				}
@@ -96,7 +98,7 @@ func BenchmarkFullSyncWork(b *testing.B) {
 			p, _ := testProxier(t, iptables.NewFake())
 			p.ipt = discardTables{discardRestores{iptables.NewFake()}}
 			defer p.health.close()
-			addSyncBenchServices(p, S)
+			benchServices(p, S)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				p.forceFullSync()
