@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/test/testenv"
+
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -374,7 +376,7 @@ func TestKubectl(t *testing.T) {
 
 	t.Run("get svc -w", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		var out, errOut syncBuffer
+		var out, errOut testenv.Buffer
 		w := k.command(ctx, "get", "svc", "-w")
 		w.Stdout, w.Stderr = &out, &errOut
 		if err := w.Start(); err != nil {

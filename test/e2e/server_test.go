@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/test/testenv"
+
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -65,7 +67,7 @@ type serverProc struct {
 	t       testing.TB
 	dataDir string
 	listen  string
-	logs    *syncBuffer // stderr of every incarnation, in order
+	logs    *testenv.Buffer // stderr of every incarnation, in order
 	starts  int
 
 	mu     sync.Mutex // guards cmd and exited, which restart replaces
@@ -91,7 +93,7 @@ func startServer(t testing.TB, dataDir string) *serverProc {
 // kernel choose; the server prints and writes into the kubeconfig the real port.
 func startServerListen(t testing.TB, dataDir, listen string) *serverProc {
 	t.Helper()
-	p := &serverProc{t: t, dataDir: dataDir, listen: listen, logs: &syncBuffer{}}
+	p := &serverProc{t: t, dataDir: dataDir, listen: listen, logs: &testenv.Buffer{}}
 	t.Cleanup(p.cleanup)
 	p.start()
 	return p
@@ -104,7 +106,7 @@ func (p *serverProc) start() {
 	t.Helper()
 	p.starts++
 	fmt.Fprintf(p.logs, "=== start %d: minikit server --data-dir %s --listen %s\n", p.starts, p.dataDir, p.listen)
-	stdout := &syncBuffer{}
+	stdout := &testenv.Buffer{}
 	// API and controllers only: these tests run in the root namespace, where a node
 	// agent would create cni0 and rules; pod tests run in labs.
 	cmd := exec.Command(minikitBin, "server", "--data-dir", p.dataDir, "--listen", p.listen, "--disable-agent")
@@ -317,24 +319,6 @@ func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, s
 		}
 		<-tick.C
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a process and the test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func tail(s string, n int) string {

@@ -528,10 +528,10 @@ func converged(t *testing.T, l *lab.Lab, c kubernetes.Interface, led *ledger, pr
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	client := nsHTTPClient(sandbox.NetNSPath(lab.NS(l.Name(), lab.Client)), 3*time.Second)
+	client := nsHTTPClient(lab.NS(l.Name(), lab.Client), 3*time.Second)
 	for _, s := range svcs.Items {
 		for _, p := range probes {
-			ns := sandbox.NetNSPath(testenv.SandboxName(t, c, p))
+			ns := testenv.SandboxName(t, c, p)
 			ips, err := lookupA(ns, "10.96.0.10:53", s.Name+".default.svc.cluster.local")
 			if err != nil || !slices.Equal(ips, []string{s.Spec.ClusterIP}) {
 				return fmt.Errorf("DNS from pod %s: %s answered %v (%v), want [%s]", p.Name, s.Name, ips, err, s.Spec.ClusterIP)

@@ -281,7 +281,7 @@ func TestDownLeavesNothing(t *testing.T) {
 			podProcs = append(podProcs, procID{pid, procStart(pid)})
 		}
 		if p.Name == "client" {
-			clientNS = sandbox.NetNSPath(name)
+			clientNS = name
 		}
 	}
 	// The cluster works on the VM: a pod reaches the Service by name and VIP.

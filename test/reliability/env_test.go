@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/sandbox"
 
 	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,21 +64,15 @@ func labClient(t testing.TB, l *lab.Lab, timeout time.Duration) kubernetes.Inter
 	return c
 }
 
-// nsHTTPClient makes its connections from inside the network namespace at
-// nsPath (a lab host or a pod sandbox), one new connection per request, as
-// a curl loop does. No packet leaves the root namespace.
-func nsHTTPClient(nsPath string, timeout time.Duration) *http.Client {
+// nsHTTPClient makes its connections from inside the named network namespace
+// (a lab host or a pod sandbox), one new connection per request, as a curl loop
+// does. No packet leaves the root namespace.
+func nsHTTPClient(netns string, timeout time.Duration) *http.Client {
 	tr := &http.Transport{
 		DisableKeepAlives:  true,
 		DisableCompression: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := sandbox.DoPath(nsPath, func() error {
-				var err error
-				c, err = (&net.Dialer{Timeout: timeout}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
+			return lab.DialIn(ctx, netns, network, addr)
 		},
 	}
 	return &http.Client{Transport: tr, Timeout: timeout}
@@ -109,15 +102,12 @@ func httpGet(client *http.Client, url, host string) (string, error) {
 	return string(body), nil
 }
 
-// lookupA asks server (ip:port) for name's A records from inside the network
-// namespace at nsPath, over UDP, as a pod's resolver does.
-func lookupA(nsPath, server, name string) ([]string, error) {
-	var conn net.Conn
-	err := sandbox.DoPath(nsPath, func() error {
-		var err error
-		conn, err = net.DialTimeout("udp", server, 2*time.Second)
-		return err
-	})
+// lookupA asks server (ip:port) for name's A records from inside the named
+// network namespace, over UDP, as a pod's resolver does.
+func lookupA(netns, server, name string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, err := lab.DialIn(ctx, netns, "udp", server)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +245,7 @@ func (s procStats) String() string {
 // readGoroutines reads go_goroutines from the node's debug endpoint
 // (127.0.0.1:10249/metrics, as kube-proxy serves it) inside its namespace.
 func readGoroutines(nodeNS string) (int, error) {
-	body, err := httpGet(nsHTTPClient(sandbox.NetNSPath(nodeNS), 5*time.Second), "http://127.0.0.1:10249/metrics", "")
+	body, err := httpGet(nsHTTPClient(nodeNS, 5*time.Second), "http://127.0.0.1:10249/metrics", "")
 	if err != nil {
 		return 0, fmt.Errorf("reading %s's /metrics: %w", nodeNS, err)
 	}

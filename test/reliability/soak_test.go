@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/sandbox"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,8 +122,8 @@ func TestSoak(t *testing.T) {
 		return nil
 	})
 
-	podNS := sandbox.NetNSPath(testenv.SandboxName(t, c, loader))
-	clientNS := sandbox.NetNSPath(lab.NS(l.Name(), lab.Client))
+	podNS := testenv.SandboxName(t, c, loader)
+	clientNS := lab.NS(l.Name(), lab.Client)
 	type target struct{ name, ns, url, host string }
 	targets := []target{
 		{"ClusterIP from pod loader", podNS, "http://" + svc.Spec.ClusterIP + "/", ""},

@@ -26,34 +26,15 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/lab"
 	"github.com/minikit/minikit/test/testenv"
 )
 
 const serverAddr = "192.0.2.1" // TEST-NET-1, on a veth link inside the test's namespace
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // env is a server running off loopback inside a throwaway namespace.
 type env struct {
@@ -62,7 +43,7 @@ type env struct {
 	dataDir string
 	url     string
 	token   string
-	logs    *lockedBuffer
+	logs    *testenv.Buffer
 	secure  *http.Client // trusts the server's CA, sends no credentials by itself
 	plain   *http.Client
 }
@@ -76,7 +57,7 @@ func ipCmd(t *testing.T, args ...string) {
 
 func newEnv(t *testing.T) *env {
 	testenv.RequireRoot(t)
-	e := &env{t: t, ns: fmt.Sprintf("mksec-%d", os.Getpid()), dataDir: filepath.Join(t.TempDir(), "data"), logs: &lockedBuffer{}}
+	e := &env{t: t, ns: fmt.Sprintf("mksec-%d", os.Getpid()), dataDir: filepath.Join(t.TempDir(), "data"), logs: &testenv.Buffer{}}
 	ipCmd(t, "netns", "add", e.ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", e.ns).Run() })
 	ipCmd(t, "-n", e.ns, "link", "set", "lo", "up")
@@ -87,7 +68,7 @@ func newEnv(t *testing.T) *env {
 	ipCmd(t, "-n", e.ns, "link", "set", "mksec0", "up")
 	ipCmd(t, "-n", e.ns, "link", "set", "mksec1", "up")
 
-	stdout := &lockedBuffer{}
+	stdout := &testenv.Buffer{}
 	cmd := exec.Command("ip", "netns", "exec", e.ns, testenv.Minikit(t), "server", "--data-dir", e.dataDir,
 		"--listen", serverAddr+":6443", "--disable-agent", "--log-level", "debug")
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, e.logs), e.logs
@@ -136,13 +117,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal("tls/ca.crt holds no certificate")
 	}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := sandbox.DoPath(sandbox.NetNSPath(e.ns), func() error {
-			var err error
-			c, err = (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
-			return err
-		})
-		return c, err
+		return lab.DialIn(ctx, e.ns, network, addr)
 	}
 	e.secure = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: dial, ForceAttemptHTTP2: true,
 		TLSClientConfig: &tls.Config{RootCAs: pool}}}
@@ -467,7 +442,7 @@ func TestAgentJoinNeedsTheToken(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			node := "intruder-" + strings.ReplaceAll(tc.name, " ", "-")
-			logs := &lockedBuffer{}
+			logs := &testenv.Buffer{}
 			args := append([]string{"netns", "exec", e.ns, testenv.Minikit(t), "agent", "--data-dir", filepath.Join(t.TempDir(), "agent"),
 				"--node-name", node, "--node-ip", serverAddr, "--disable-dns", "--log-level", "debug"}, tc.args...)
 			cmd := exec.Command("ip", args...)
