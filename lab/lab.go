@@ -183,12 +183,14 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	l = &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
+	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
 		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
 			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
+	l = made
 	defer func() {
+		// made, not l: a failed return has already set l to nil.
 		if err != nil {
-			l.Down()
+			made.Down()
 		}
 	}()
 	if err := l.buildNetwork(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/minikit/minikit/lab"
 	"github.com/minikit/minikit/node"
+	"github.com/minikit/minikit/sandbox"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -242,6 +243,45 @@ func TestLabDownLeavesNothing(t *testing.T) {
 	}
 	if after := testenv.RootSnapshot(t, mine); after != before {
 		t.Fatalf("root namespace changed by lab up/down:\n--- before\n%s\n--- after\n%s", before, after)
+	}
+}
+
+// A lab up that fails part way (here: node2's namespace is taken) returns the
+// error and removes what it made, and nothing that it did not make.
+func TestLabUpFailureRemovesWhatItMade(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.Minikit(t)
+	name := fmt.Sprintf("mkf%d", os.Getpid()%100000)
+	mine := func(n string) bool { return strings.HasPrefix(n, name+"-") }
+	before := testenv.RootSnapshot(t, mine)
+	taken := lab.NS(name, "node2")
+	if err := sandbox.CreateNamed(taken); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sandbox.DeleteNamed(taken) })
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := lab.Up(ctx, lab.Config{Name: name, Nodes: 2, Dir: filepath.Join(t.TempDir(), "lab"), Binary: bin})
+	if err == nil {
+		l.Down()
+		t.Fatal("lab up succeeded with node2's namespace taken")
+	}
+	if !strings.Contains(err.Error(), taken) {
+		t.Errorf("lab up: %v; want an error naming %s", err, taken)
+	}
+	for _, h := range []string{"net", "node1", lab.Client, lab.External} {
+		if sandbox.ExistsNamed(lab.NS(name, h)) {
+			t.Errorf("namespace %s left behind by the failed lab up", lab.NS(name, h))
+		}
+	}
+	if !sandbox.ExistsNamed(taken) {
+		t.Errorf("the failed lab up removed %s, which it did not make", taken)
+	}
+	if err := sandbox.DeleteNamed(taken); err != nil {
+		t.Fatal(err)
+	}
+	if after := testenv.RootSnapshot(t, mine); after != before {
+		t.Fatalf("root namespace changed by the failed lab up:\n--- before\n%s\n--- after\n%s", before, after)
 	}
 }
 
