@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/sandbox"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,15 +51,18 @@ const (
 
 // State is what a lab persists in Dir/lab.json so `lab down` works after a crash.
 type State struct {
-	Name       string              `json:"name"`
-	Nodes      int                 `json:"nodes"`
-	Dir        string              `json:"dir"`
-	Subnet     string              `json:"subnet"`
-	Namespaces []string            `json:"namespaces"`
-	PIDs       map[string]int      `json:"pids"`
-	Args       map[string][]string `json:"args"`
-	Addresses  map[string]string   `json:"addresses"`
-	APIPort    int                 `json:"apiPort"`
+	Name       string         `json:"name"`
+	Nodes      int            `json:"nodes"`
+	Dir        string         `json:"dir"`
+	Subnet     string         `json:"subnet"`
+	Namespaces []string       `json:"namespaces"`
+	PIDs       map[string]int `json:"pids"`
+	// Starts holds each PID's start time (node.ProcStartTime), so that down
+	// stops the process the lab started and never one that reused its PID.
+	Starts    map[string]uint64   `json:"starts,omitempty"`
+	Args      map[string][]string `json:"args"`
+	Addresses map[string]string   `json:"addresses"`
+	APIPort   int                 `json:"apiPort"`
 }
 
 // Lab is a running lab.
@@ -276,10 +280,19 @@ func (l *Lab) start(host, role string, argv ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s on %s: %w", role, host, err)
 	}
-	l.state.PIDs[host] = cmd.Process.Pid
+	l.recordPID(host, cmd.Process.Pid)
 	l.state.Args[host] = argv
 	go cmd.Wait()
 	return l.saveState()
+}
+
+// recordPID notes the process the lab started for host, with its start time.
+func (l *Lab) recordPID(host string, pid int) {
+	if l.state.Starts == nil {
+		l.state.Starts = map[string]uint64{}
+	}
+	l.state.PIDs[host] = pid
+	l.state.Starts[host] = node.ProcStartTime(pid)
 }
 
 // PID is the process running on a lab host (0 if none).
@@ -372,7 +385,7 @@ func down(st State, binary string, log *slog.Logger) error {
 	var errs []error
 	// Stop the node processes (and the forwarder) first so nothing recreates pods.
 	for host, pid := range st.PIDs {
-		if pid > 0 && isMinikit(pid) {
+		if pid > 0 && st.owns(host, pid) {
 			syscall.Kill(-pid, syscall.SIGTERM)
 			syscall.Kill(pid, syscall.SIGTERM)
 			if !waitGone(pid, 5*time.Second) {
@@ -408,6 +421,16 @@ func down(st State, binary string, log *slog.Logger) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// owns reports whether pid is still the process the lab started for host: the
+// same start time, whatever the binary is called. A state file written before
+// start times were recorded falls back to the command line naming minikit.
+func (st State) owns(host string, pid int) bool {
+	if start := st.Starts[host]; start != 0 {
+		return node.ProcStartTime(pid) == start
+	}
+	return isMinikit(pid)
 }
 
 func isMinikit(pid int) bool {

@@ -112,7 +112,7 @@ func (l *Lab) startForwarder() error {
 		return fmt.Errorf("starting the API forwarder: %w", err)
 	}
 	go cmd.Wait()
-	l.state.PIDs["forwarder"] = cmd.Process.Pid
+	l.recordPID("forwarder", cmd.Process.Pid)
 	return l.saveState()
 }
 

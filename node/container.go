@@ -77,7 +77,7 @@ func (c *container) persisted() *containerState {
 // adoptContainer picks up a process a previous agent started, if it still runs.
 func adoptContainer(w *podWorker, name string, cs *containerState) *container {
 	c := &container{w: w, name: name, restartCount: cs.RestartCount, image: cs.Image}
-	if cs.PID > 0 && procStartTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
+	if cs.PID > 0 && ProcStartTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
 		c.pid, c.procStart, c.startedAt, c.running = cs.PID, cs.ProcStart, cs.StartedAt, true
 		c.exited, c.adopted = make(chan struct{}), true
 		go c.watchAdopted()
@@ -116,7 +116,7 @@ func (c *container) watchAdopted() {
 		if detached {
 			return
 		}
-		if procStartTime(pid) != start {
+		if ProcStartTime(pid) != start {
 			// Exit code unknown: the process was reaped by init.
 			c.finished(-1, "Unknown")
 			return
@@ -144,8 +144,9 @@ func procStat(pid int) []string {
 	return f
 }
 
-// procStartTime reads a process's start time in clock ticks (0 if it is gone).
-func procStartTime(pid int) uint64 {
+// ProcStartTime reads a process's start time in clock ticks since boot (0 if it
+// is gone or a zombie): with its PID, it names one process for good.
+func ProcStartTime(pid int) uint64 {
 	f := procStat(pid)
 	if len(f) < 20 {
 		return 0
@@ -240,7 +241,7 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 		return fmt.Errorf("starting container %q: %w", c.name, err)
 	}
 	c.mu.Lock()
-	c.pid, c.procStart, c.startedAt, c.running = cmd.Process.Pid, procStartTime(cmd.Process.Pid), time.Now(), true
+	c.pid, c.procStart, c.startedAt, c.running = cmd.Process.Pid, ProcStartTime(cmd.Process.Pid), time.Now(), true
 	c.exited = make(chan struct{})
 	c.waitReason, c.waitMessage, c.image = "", "", spec.Image
 	c.ready, c.started, c.livenessFailed = spec.ReadinessProbe == nil, spec.StartupProbe == nil, false

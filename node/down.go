@@ -40,10 +40,10 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 			continue
 		}
 		for _, cs := range w.state.Containers {
-			if cs.PID > 0 && cs.ProcStart != 0 && procStartTime(cs.PID) == cs.ProcStart {
+			if cs.PID > 0 && cs.ProcStart != 0 && ProcStartTime(cs.PID) == cs.ProcStart {
 				syscall.Kill(-cs.PID, syscall.SIGKILL)
 				syscall.Kill(cs.PID, syscall.SIGKILL)
-				for i := 0; i < 50 && procStartTime(cs.PID) == cs.ProcStart; i++ {
+				for i := 0; i < 50 && ProcStartTime(cs.PID) == cs.ProcStart; i++ {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}

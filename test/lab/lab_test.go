@@ -285,6 +285,45 @@ func TestLabUpFailureRemovesWhatItMade(t *testing.T) {
 	}
 }
 
+// Down stops every process a lab started, whatever its binary is called (here
+// a copy named "mk"): it knows them by PID and start time.
+func TestLabDownStopsARenamedBinary(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := filepath.Join(t.TempDir(), "mk")
+	src, err := os.ReadFile(testenv.Minikit(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("mkr%d", os.Getpid()%100000)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := lab.Up(ctx, lab.Config{Name: name, Nodes: 1, Dir: filepath.Join(t.TempDir(), "lab"), Binary: bin})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	pids := map[string]int{}
+	for _, h := range append(l.Hosts(), "forwarder") {
+		if pid := l.PID(h); pid != 0 {
+			pids[h] = pid
+		}
+	}
+	if len(pids) < 2 {
+		t.Fatalf("lab up recorded processes %v; want node1's and the forwarder at least", pids)
+	}
+	if err := l.Down(); err != nil {
+		t.Errorf("lab down: %v", err)
+	}
+	for h, pid := range pids {
+		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(st), ") Z ") {
+			t.Errorf("%s's process %d still runs after lab down: %s", h, pid, st)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // BenchmarkLabUp measures `lab up` until every node is Ready, for 2 and 5 nodes.
 func BenchmarkLabUp(b *testing.B) {
 	for _, n := range []int{2, 5} {
