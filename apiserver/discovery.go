@@ -3,7 +3,6 @@ package apiserver
 import (
 	"net/http"
 	"runtime"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -117,67 +116,3 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 	writeValue(w, r, http.StatusOK, list)
 	return nil
 }
-
-// serveOpenAPI answers the OpenAPI v3 endpoints kubectl probes. minikit publishes no
-// schemas, only what clients need to know: every kind's PATCH accepts the
-// fieldValidation parameter, so kubectl validates on the server (which reports unknown
-// fields by name) and computes strategic merge patches from its compiled-in types,
-// which are ours too. OpenAPI v2 is a stub for older kubectl (openapiv2.go).
-func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) error {
-	if path == "openapi/v2" {
-		serveOpenAPIV2(w, r)
-		return nil
-	}
-	if path == "openapi/v3" {
-		paths := map[string]any{"api/v1": map[string]string{"serverRelativeURL": "/openapi/v3/api/v1?hash=" + openAPIHash}}
-		for _, gv := range groups() {
-			paths["apis/"+gv.String()] = map[string]string{"serverRelativeURL": "/openapi/v3/apis/" + gv.String() + "?hash=" + openAPIHash}
-		}
-		writeValue(w, r, http.StatusOK, map[string]any{"paths": paths})
-		return nil
-	}
-	rest, ok := strings.CutPrefix(path, "openapi/v3/")
-	if !ok {
-		return notFoundPath()
-	}
-	var gv schema.GroupVersion
-	switch parts := strings.Split(rest, "/"); {
-	case len(parts) == 2 && parts[0] == "api":
-		gv = schema.GroupVersion{Version: parts[1]}
-	case len(parts) == 3 && parts[0] == "apis":
-		gv = schema.GroupVersion{Group: parts[1], Version: parts[2]}
-	default:
-		return notFoundPath()
-	}
-	paths := map[string]any{}
-	for _, res := range resources {
-		if res.gv != gv {
-			continue
-		}
-		p := "/" + rest + "/"
-		if res.namespaced {
-			p += "namespaces/{namespace}/"
-		}
-		p += res.name + "/{name}"
-		paths[p] = map[string]any{"patch": map[string]any{
-			"x-kubernetes-group-version-kind": map[string]string{"group": gv.Group, "version": gv.Version, "kind": res.kind},
-			"parameters": []map[string]any{
-				{"name": "fieldValidation", "in": "query", "schema": map[string]string{"type": "string"}},
-				{"name": "dryRun", "in": "query", "schema": map[string]string{"type": "string"}},
-			},
-		}}
-	}
-	if len(paths) == 0 {
-		return notFoundPath()
-	}
-	w.Header().Set("Cache-Control", "no-cache")
-	writeValue(w, r, http.StatusOK, map[string]any{
-		"openapi": "3.0.0",
-		"info":    map[string]string{"title": "Kubernetes", "version": KubernetesVersion},
-		"paths":   paths,
-	})
-	return nil
-}
-
-// openAPIHash changes whenever the served OpenAPI documents change shape.
-const openAPIHash = "minikit1"
