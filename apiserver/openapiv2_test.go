@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/discovery"
@@ -21,7 +22,22 @@ func TestOpenAPIV2ForOldKubectl(t *testing.T) {
 		t.Fatalf("client-go could not load /openapi/v2: %v", err)
 	}
 	if doc.GetSwagger() != "2.0" || doc.GetInfo().GetTitle() != "Kubernetes" {
-		t.Fatalf("unexpected document: %v", doc)
+		t.Fatalf("unexpected document: %v", doc.GetInfo())
+	}
+	// The definitions kubectl validates manifests against and explains, each
+	// kind marked with its group-version-kind.
+	found := map[string]bool{}
+	for _, def := range doc.GetDefinitions().GetAdditionalProperties() {
+		for _, ext := range def.GetValue().GetVendorExtension() {
+			if ext.GetName() == "x-kubernetes-group-version-kind" {
+				found[def.GetName()] = strings.Contains(ext.GetValue().GetYaml(), "kind: "+strings.TrimPrefix(def.GetName()[strings.LastIndex(def.GetName(), "."):], "."))
+			}
+		}
+	}
+	for _, name := range []string{"io.k8s.api.core.v1.Service", "io.k8s.api.apps.v1.Deployment", "io.k8s.api.networking.v1.Ingress"} {
+		if !found[name] {
+			t.Errorf("protobuf /openapi/v2 has no definition of %s marked with its kind", name)
+		}
 	}
 	// Plain JSON for everyone else (curl).
 	r := a.do("GET", "/openapi/v2", "", nil, "Accept", "application/json")
