@@ -15,9 +15,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The garbage collector deletes Pods and EndpointSlices whose owners are
-// all gone, as Kubernetes' garbage collector does for background cascading
-// deletion. It knows two kinds of owner, Deployments and Services; an
+// The garbage collector deletes Pods, ReplicaSets and EndpointSlices whose
+// owners are all gone, as Kubernetes' garbage collector does for background
+// cascading deletion (Deployment -> ReplicaSet -> Pod). It knows the owner
+// kinds Deployment, ReplicaSet, ReplicationController and Service; an
 // object with an owner of another kind is never collected. An owner counts
 // as gone when neither the cache nor a live GET finds it with the UID the
 // reference names, so a Deployment deleted and re-created under the same
@@ -31,6 +32,7 @@ type collector struct {
 const (
 	gcPod   = "pod/"
 	gcSlice = "slice/"
+	gcRS    = "replicaset/"
 )
 
 func newCollector(c *Controllers) *collector {
@@ -59,6 +61,33 @@ func newCollector(c *Controllers) *collector {
 		func(obj any) {
 			if d, ok := obj.(*appsv1.Deployment); ok {
 				g.dependentsGone(gcPod, c.podInf.GetIndexer(), d.UID)
+				list, _ := c.replicaSets.ReplicaSets(d.Namespace).List(labels.Everything())
+				for _, rs := range list {
+					if ownedBy(rs, d.UID) {
+						g.loop.add(gcRS + keyOf(rs))
+					}
+				}
+			}
+		},
+	))
+	c.factory.Apps().V1().ReplicaSets().Informer().AddEventHandler(handlers(
+		func(obj any) { g.enqueue(gcRS, obj.(metav1.Object)) },
+		func(old, cur any) {
+			if ownersChanged(old.(metav1.Object), cur.(metav1.Object)) {
+				g.enqueue(gcRS, cur.(metav1.Object))
+			}
+		},
+		func(obj any) {
+			if rs, ok := obj.(*appsv1.ReplicaSet); ok {
+				g.dependentsGone(gcPod, c.podInf.GetIndexer(), rs.UID)
+			}
+		},
+	))
+	c.factory.Core().V1().ReplicationControllers().Informer().AddEventHandler(handlers(
+		func(any) {}, func(_, _ any) {},
+		func(obj any) {
+			if rc, ok := obj.(*corev1.ReplicationController); ok {
+				g.dependentsGone(gcPod, c.podInf.GetIndexer(), rc.UID)
 			}
 		},
 	))
@@ -131,6 +160,13 @@ func (g *collector) sync(ctx context.Context, key string) error {
 		}
 		obj = p
 		del = func(o metav1.DeleteOptions) error { return g.c.client.CoreV1().Pods(ns).Delete(ctx, name, o) }
+	case gcRS:
+		rs, err := g.c.replicaSets.ReplicaSets(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		obj = rs
+		del = func(o metav1.DeleteOptions) error { return g.c.client.AppsV1().ReplicaSets(ns).Delete(ctx, name, o) }
 	case gcSlice:
 		s, err := g.c.slices.EndpointSlices(ns).Get(name)
 		if err != nil {
@@ -180,6 +216,20 @@ func (g *collector) ownerExists(ctx context.Context, ns string, ref metav1.Owner
 		}
 		live = func() (metav1.Object, error) {
 			return g.c.client.AppsV1().Deployments(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
+	case gv.Group == appsv1.GroupName && ref.Kind == "ReplicaSet":
+		if rs, err := g.c.replicaSets.ReplicaSets(ns).Get(ref.Name); err == nil {
+			cached = rs
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.AppsV1().ReplicaSets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
+	case gv.Group == corev1.GroupName && ref.Kind == "ReplicationController":
+		if rc, err := g.c.rcs.ReplicationControllers(ns).Get(ref.Name); err == nil {
+			cached = rc
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.CoreV1().ReplicationControllers(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		}
 	case gv.Group == corev1.GroupName && ref.Kind == "Service":
 		if s, err := g.c.services.Services(ns).Get(ref.Name); err == nil {
