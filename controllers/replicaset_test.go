@@ -369,3 +369,58 @@ func TestDeploymentUpgradeAdoptsPods(t *testing.T) {
 	tc.waitRolledOut("web")
 	tc.waitReplicaSets("web", map[string]string{"web-" + hash: "0/0@1 v1", "web-" + h2: "3/3@2 v2"})
 }
+
+func TestDeploymentCascadingDeletion(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.createNode("node-a", true, nil)
+	tc.startAgent(true)
+	tc.startControllers(Options{})
+	deps := tc.client.AppsV1().Deployments("default")
+
+	// Orphan (kubectl delete --cascade=orphan): the ReplicaSet and its pods
+	// stay, without the reference to the deployment.
+	tc.createDeployment(testDeployment("keep", 2, "v1"))
+	tc.waitRolledOut("keep")
+	orphan := metav1.DeletePropagationOrphan
+	if err := deps.Delete(tc.ctx, "keep", metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := tc.client.AppsV1().ReplicaSets("default").List(tc.ctx, metav1.ListOptions{LabelSelector: "app=keep"})
+	if err != nil || len(l.Items) != 1 || len(l.Items[0].OwnerReferences) != 0 {
+		t.Fatalf("replica sets after orphaning delete: %+v %v", l, err)
+	}
+	if pods := activePods(tc.pods("default", "app=keep")); len(pods) != 2 {
+		t.Errorf("pods after orphaning delete: %s", podNames(pods))
+	}
+
+	// Foreground: the deployment stays, marked, until its ReplicaSet and
+	// pods are gone.
+	tc.createDeployment(testDeployment("web", 2, "v1"))
+	tc.waitRolledOut("web")
+	fg := metav1.DeletePropagationForeground
+	if err := deps.Delete(tc.ctx, "web", metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := deps.Get(tc.ctx, "web", metav1.GetOptions{}); err == nil {
+		if d.DeletionTimestamp == nil || !slices.Contains(d.Finalizers, metav1.FinalizerDeleteDependents) {
+			t.Errorf("deployment deleted in the foreground: %v %v", d.DeletionTimestamp, d.Finalizers)
+		}
+	}
+	eventually(t, "deployment, replica set and pods gone", func() (bool, string) {
+		_, err := deps.Get(tc.ctx, "web", metav1.GetOptions{})
+		rs := tc.replicaSets("web")
+		pods := tc.pods("default", "app=web")
+		return err != nil && len(rs) == 0 && len(pods) == 0, fmt.Sprintf("%v %v %s", err, rs, podNames(pods))
+	})
+	// Background (the default): the collector follows Deployment -> RS -> Pod.
+	tc.createDeployment(testDeployment("bg", 2, "v1"))
+	tc.waitRolledOut("bg")
+	if err := deps.Delete(tc.ctx, "bg", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "background cascade", func() (bool, string) {
+		rs := tc.replicaSets("bg")
+		pods := tc.pods("default", "app=bg")
+		return len(rs) == 0 && len(pods) == 0, fmt.Sprintf("%v %s", rs, podNames(pods))
+	})
+}
