@@ -28,6 +28,8 @@ var collectionPaths = map[string]string{
 	"v1/Namespace":                      "/api/v1/namespaces",
 	"v1/Node":                           "/api/v1/nodes",
 	"apps/v1/Deployment":                "/apis/apps/v1/namespaces/default/deployments",
+	"apps/v1/ReplicaSet":                "/apis/apps/v1/namespaces/default/replicasets",
+	"v1/ReplicationController":          "/api/v1/namespaces/default/replicationcontrollers",
 	"discovery.k8s.io/v1/EndpointSlice": "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
 	"networking.k8s.io/v1/Ingress":      "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
 	"networking.k8s.io/v1/IngressClass": "/apis/networking.k8s.io/v1/ingressclasses",

@@ -93,6 +93,9 @@ func (s *Server) Delete(res *resource, ns, name string, opts metav1.DeleteOption
 			n.DeletionTimestamp = &now
 			return s.put(tx, res, key, obj)
 		}
+		if marked, err := s.propagate(tx, res, key, obj, opts); err != nil || marked {
+			return err
+		}
 		if p, ok := obj.(*corev1.Pod); ok {
 			if grace, graceful := s.podGrace(tx, p, opts); graceful {
 				if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil && *p.DeletionGracePeriodSeconds <= grace {

@@ -16,6 +16,7 @@ import (
 	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/store"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,6 +160,8 @@ func TestInformers(t *testing.T) {
 		"endpointslices": factory.Discovery().V1().EndpointSlices().Informer(),
 		"pods":           factory.Core().V1().Pods().Informer(),
 		"nodes":          factory.Core().V1().Nodes().Informer(),
+		"replicasets":    factory.Apps().V1().ReplicaSets().Informer(),
+		"rcs":            factory.Core().V1().ReplicationControllers().Informer(),
 	} {
 		recs[kind] = newRecorder(kind)
 		if _, err := inf.AddEventHandler(recs[kind].handler()); err != nil {
@@ -243,6 +246,42 @@ func TestInformers(t *testing.T) {
 					return err
 				},
 				func(n string) error { return cs.CoreV1().Nodes().Delete(ctx, n, metav1.DeleteOptions{}) }},
+			{"replicasets", "default/web" + suffix,
+				func(n string) error {
+					_, err := cs.AppsV1().ReplicaSets("default").Create(ctx, newReplicaSet(n), metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					// kubectl scale rs: the scale subresource, then a status write.
+					sc, err := cs.AppsV1().ReplicaSets("default").GetScale(ctx, n, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					sc.Spec.Replicas = 3
+					if _, err := cs.AppsV1().ReplicaSets("default").UpdateScale(ctx, n, sc, metav1.UpdateOptions{}); err != nil {
+						return err
+					}
+					rs, err := cs.AppsV1().ReplicaSets("default").Get(ctx, n, metav1.GetOptions{})
+					if err == nil {
+						rs.Status.Replicas = 3
+						_, err = cs.AppsV1().ReplicaSets("default").UpdateStatus(ctx, rs, metav1.UpdateOptions{})
+					}
+					return err
+				},
+				func(n string) error { return cs.AppsV1().ReplicaSets("default").Delete(ctx, n, metav1.DeleteOptions{}) }},
+			{"rcs", "default/web" + suffix,
+				func(n string) error {
+					_, err := cs.CoreV1().ReplicationControllers("default").Create(ctx, newRC(n), metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					_, err := cs.CoreV1().ReplicationControllers("default").Patch(ctx, n, "application/merge-patch+json",
+						[]byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+					return err
+				},
+				func(n string) error {
+					return cs.CoreV1().ReplicationControllers("default").Delete(ctx, n, metav1.DeleteOptions{})
+				}},
 		}
 		for _, st := range steps {
 			name := st.name[strings.LastIndex(st.name, "/")+1:]
@@ -298,6 +337,43 @@ func TestInformers(t *testing.T) {
 	}
 	if len(names) != 1 || names[0] != "default/kubernetes" {
 		t.Errorf("service cache holds %v, want only default/kubernetes", names)
+	}
+	// The ReplicaSet kept from before the restart is in the cache with the
+	// replicas its update set.
+	rs, err := factory.Apps().V1().ReplicaSets().Lister().ReplicaSets("default").Get("web-2")
+	if err != nil || *rs.Spec.Replicas != 3 || rs.Status.Replicas != 3 {
+		t.Errorf("replica set cache: %+v %v", rs, err)
+	}
+	rc, err := factory.Core().V1().ReplicationControllers().Lister().ReplicationControllers("default").Get("web-2")
+	if err != nil || *rc.Spec.Replicas != 0 || rc.Spec.Selector["app"] != "web-2" {
+		t.Errorf("replication controller cache: %+v %v", rc, err)
+	}
+}
+
+func newReplicaSet(name string) *appsv1.ReplicaSet {
+	lbls := map[string]string{"app": name}
+	return &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.ReplicaSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: lbls},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: lbls},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "serve-hostname"}}},
+			},
+		},
+	}
+}
+
+// newRC leaves the selector to be defaulted from the template's labels.
+func newRC(name string) *corev1.ReplicationController {
+	return &corev1.ReplicationController{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ReplicationControllerSpec{
+			Template: &corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "serve-hostname"}}},
+			},
+		},
 	}
 }
 

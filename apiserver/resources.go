@@ -127,6 +127,16 @@ var resources = []*resource{
 		}},
 	{gv: appsv1.SchemeGroupVersion, name: "deployments", singular: "deployment", kind: "Deployment", namespaced: true, shortNames: []string{"deploy"},
 		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.Deployment{} }, status: true, scale: true, generation: true},
+	{gv: appsv1.SchemeGroupVersion, name: "replicasets", singular: "replicaset", kind: "ReplicaSet", namespaced: true, shortNames: []string{"rs"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.ReplicaSet{} }, status: true, scale: true, generation: true,
+		fields: func(o runtime.Object) fields.Set {
+			return fields.Set{"status.replicas": fmt.Sprint(o.(*appsv1.ReplicaSet).Status.Replicas)}
+		}},
+	{gv: corev1.SchemeGroupVersion, name: "replicationcontrollers", singular: "replicationcontroller", kind: "ReplicationController", namespaced: true, shortNames: []string{"rc"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &corev1.ReplicationController{} }, status: true, scale: true, generation: true,
+		fields: func(o runtime.Object) fields.Set {
+			return fields.Set{"status.replicas": fmt.Sprint(o.(*corev1.ReplicationController).Status.Replicas)}
+		}},
 	{gv: discoveryv1.SchemeGroupVersion, name: "endpointslices", singular: "endpointslice", kind: "EndpointSlice", namespaced: true,
 		newObj: func() runtime.Object { return &discoveryv1.EndpointSlice{} }},
 	{gv: networkingv1.SchemeGroupVersion, name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"},

@@ -6,35 +6,59 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func scaleOf(d *appsv1.Deployment) *autoscalingv1.Scale {
+// scaleParts reads what the scale subresource shows of obj: the spec's
+// replicas (nil when unset), the status replicas and the selector.
+func scaleParts(obj runtime.Object) (replicas **int32, status int32, sel string) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return &o.Spec.Replicas, o.Status.Replicas, selectorString(o.Spec.Selector)
+	case *appsv1.ReplicaSet:
+		return &o.Spec.Replicas, o.Status.Replicas, selectorString(o.Spec.Selector)
+	case *corev1.ReplicationController:
+		// An RC's selector is a plain map (Kubernetes shows it as a.b=c,...).
+		return &o.Spec.Replicas, o.Status.Replicas, labels.SelectorFromSet(o.Spec.Selector).String()
+	}
+	return nil, 0, ""
+}
+
+func selectorString(ls *metav1.LabelSelector) string {
+	if ls == nil {
+		return ""
+	}
+	if s, err := metav1.LabelSelectorAsSelector(ls); err == nil {
+		return s.String()
+	}
+	return ""
+}
+
+func scaleOf(obj runtime.Object) *autoscalingv1.Scale {
+	spec, status, sel := scaleParts(obj)
 	replicas := int32(1)
-	if d.Spec.Replicas != nil {
-		replicas = *d.Spec.Replicas
+	if spec != nil && *spec != nil {
+		replicas = **spec
 	}
-	sel := ""
-	if d.Spec.Selector != nil {
-		if s, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
-			sel = s.String()
-		}
-	}
+	m := metaOf(obj)
 	return &autoscalingv1.Scale{
 		TypeMeta: metav1.TypeMeta{Kind: scaleGVK.Kind, APIVersion: scaleGVK.GroupVersion().String()},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: d.Name, Namespace: d.Namespace, UID: d.UID,
-			ResourceVersion: d.ResourceVersion, CreationTimestamp: d.CreationTimestamp,
+			Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
+			ResourceVersion: m.GetResourceVersion(), CreationTimestamp: m.GetCreationTimestamp(),
 		},
 		Spec:   autoscalingv1.ScaleSpec{Replicas: replicas},
-		Status: autoscalingv1.ScaleStatus{Replicas: d.Status.Replicas, Selector: sel},
+		Status: autoscalingv1.ScaleStatus{Replicas: status, Selector: sel},
 	}
 }
 
-// serveScale implements the autoscaling/v1 scale subresource of Deployments, which
+// serveScale implements the autoscaling/v1 scale subresource of Deployments,
+// ReplicaSets and ReplicationControllers, which
 // `kubectl scale` uses.
 func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) error {
 	var body []byte
@@ -50,8 +74,8 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 		updated, err = s.get(rq.res, rq.namespace, rq.name)
 	case http.MethodPut, http.MethodPatch:
 		updated, err = s.Update(rq.res, rq.namespace, rq.name, "", func(cur runtime.Object) (runtime.Object, error) {
-			d := cur.(*appsv1.Deployment)
-			sc := scaleOf(d)
+			d := metaOf(cur)
+			sc := scaleOf(cur)
 			if r.Method == http.MethodPut {
 				sc = &autoscalingv1.Scale{}
 				if _, err := decodeInto(body, sc, scaleGVK, "Ignore"); err != nil {
@@ -72,13 +96,17 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 					return nil, err
 				}
 			}
-			if sc.ResourceVersion != "" && sc.ResourceVersion != d.ResourceVersion {
+			if sc.ResourceVersion != "" && sc.ResourceVersion != d.GetResourceVersion() {
 				return nil, apierrors.NewConflict(rq.res.gr(), rq.name, errConflict)
 			}
 			replicas := sc.Spec.Replicas
-			d.Spec.Replicas = &replicas
-			d.ResourceVersion = ""
-			return d, nil
+			spec, _, _ := scaleParts(cur)
+			if spec == nil {
+				return nil, apierrors.NewMethodNotSupported(rq.res.gr(), "scale")
+			}
+			*spec = &replicas
+			d.SetResourceVersion("")
+			return cur, nil
 		})
 	default:
 		return apierrors.NewMethodNotSupported(rq.res.gr(), strings.ToLower(r.Method))
@@ -86,6 +114,6 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	if err != nil {
 		return err
 	}
-	writeValue(w, r, http.StatusOK, scaleOf(updated.(*appsv1.Deployment)))
+	writeValue(w, r, http.StatusOK, scaleOf(updated))
 	return nil
 }

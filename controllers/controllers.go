@@ -86,10 +86,14 @@ type Controllers struct {
 	endpoints   corelisters.EndpointsLister
 	slices      discoverylisters.EndpointSliceLister
 	deployments appslisters.DeploymentLister
+	replicaSets appslisters.ReplicaSetLister
+	rcs         corelisters.ReplicationControllerLister
 	synced      []cache.InformerSynced
 
 	loops []*loop
 	dc    *deploymentController
+	rsc   *replicaSetController
+	rcc   *replicaSetController
 	sched *scheduler
 	ec    *endpointsController
 	ipam  *nodeIPAM
@@ -131,6 +135,8 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controlle
 	c.endpoints = c.factory.Core().V1().Endpoints().Lister()
 	c.slices = c.factory.Discovery().V1().EndpointSlices().Lister()
 	c.deployments = c.factory.Apps().V1().Deployments().Lister()
+	c.replicaSets = c.factory.Apps().V1().ReplicaSets().Lister()
+	c.rcs = c.factory.Core().V1().ReplicationControllers().Lister()
 	for _, inf := range []cache.SharedIndexInformer{
 		c.podInf,
 		c.factory.Core().V1().Nodes().Informer(),
@@ -138,11 +144,15 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controlle
 		c.factory.Core().V1().Endpoints().Informer(),
 		c.factory.Discovery().V1().EndpointSlices().Informer(),
 		c.factory.Apps().V1().Deployments().Informer(),
+		c.factory.Apps().V1().ReplicaSets().Informer(),
+		c.factory.Core().V1().ReplicationControllers().Informer(),
 	} {
 		c.synced = append(c.synced, inf.HasSynced)
 	}
 
 	c.dc = newDeploymentController(c)
+	c.rsc = newReplicaSetController(c)
+	c.rcc = newReplicationController(c)
 	c.sched = newScheduler(c)
 	c.ec = newEndpointsController(c)
 	c.ipam = newNodeIPAM(c)

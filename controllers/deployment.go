@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,20 +22,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/tools/cache"
 )
 
-// The deployment controller owns Pods directly: minikit serves no
-// ReplicaSets. Each pod template revision plays the part of a ReplicaSet:
-// its pods carry the label pod-template-hash=<hash> and are named
-// <deployment>-<hash>-<suffix>, exactly as the pods of the ReplicaSet
-// <deployment>-<hash> would be, and the messages and condition reasons speak
-// of that ReplicaSet so kubectl output reads as it does against Kubernetes.
-// The revision of each template is kept on its pods in the annotation
-// deployment.kubernetes.io/revision (Kubernetes keeps it on the ReplicaSet).
+// The deployment controller owns ReplicaSets, as Kubernetes' does
+// (pkg/controller/deployment): one ReplicaSet <deployment>-<hash> per pod
+// template revision, labelled pod-template-hash=<hash> and annotated with
+// deployment.kubernetes.io/revision, desired-replicas and max-replicas. A
+// rollout scales ReplicaSets (RollingUpdate within maxSurge and
+// maxUnavailable, or Recreate); the ReplicaSet controller makes the pods.
+// Old ReplicaSets scaled to zero stay as revision history, up to
+// revisionHistoryLimit, so that `kubectl rollout undo` can read them.
+//
+// Earlier minikit versions had the Deployment own its pods directly, named
+// and labelled as its ReplicaSets' pods would be. On its first sync the
+// controller creates the ReplicaSet of each template hash those pods carry,
+// sized to them, and the ReplicaSet controller takes them over.
 
 const (
 	revisionAnnotation     = "deployment.kubernetes.io/revision"
@@ -64,34 +70,53 @@ var deploymentKind = appsv1.SchemeGroupVersion.WithKind("Deployment")
 type deploymentController struct {
 	c     *Controllers
 	loop  *loop
-	exp   *expectations
 	fresh *freshness
 }
 
+const (
+	desiredReplicasAnnotation = "deployment.kubernetes.io/desired-replicas"
+	maxReplicasAnnotation     = "deployment.kubernetes.io/max-replicas"
+	revisionHistoryAnnotation = "deployment.kubernetes.io/revision-history"
+	lastAppliedAnnotation     = "kubectl.kubernetes.io/last-applied-configuration"
+	rollbackToAnnotation      = "deprecated.deployment.rollback.to"
+)
+
+// skipCopyAnnotation lists the Deployment annotations a ReplicaSet does not
+// inherit (deploymentutil.skipCopyAnnotation).
+var skipCopyAnnotation = map[string]bool{
+	lastAppliedAnnotation: true, revisionAnnotation: true, revisionHistoryAnnotation: true,
+	desiredReplicasAnnotation: true, maxReplicasAnnotation: true, rollbackToAnnotation: true,
+}
+
 func newDeploymentController(c *Controllers) *deploymentController {
-	d := &deploymentController{c: c, exp: newExpectations(), fresh: newFreshness()}
+	d := &deploymentController{c: c, fresh: newFreshness()}
 	d.loop = c.newLoop("deployment", c.opts.Workers, d.sync)
 	c.factory.Apps().V1().Deployments().Informer().AddEventHandler(handlers(
 		func(obj any) { d.loop.add(keyOf(obj.(*appsv1.Deployment))) },
 		func(_, cur any) { d.loop.add(keyOf(cur.(*appsv1.Deployment))) },
 		func(obj any) {
 			if dep, ok := obj.(*appsv1.Deployment); ok {
-				d.exp.forget(keyOf(dep))
 				d.fresh.forget(keyOf(dep))
 			}
 		},
 	))
-	c.podInf.AddEventHandler(handlers(d.addPod, d.updatePod, d.deletePod))
+	c.factory.Apps().V1().ReplicaSets().Informer().AddEventHandler(handlers(
+		d.replicaSetChanged,
+		func(old, cur any) { d.replicaSetChanged(old); d.replicaSetChanged(cur) },
+		d.replicaSetChanged,
+	))
+	// A Recreate rollout waits for the old pods to be gone; pods still owned
+	// by a Deployment directly (made before the upgrade) wake it too.
+	c.podInf.AddEventHandler(handlers(
+		func(obj any) { d.podChanged(obj.(*corev1.Pod)) },
+		func(_, _ any) {},
+		func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				d.podChanged(p)
+			}
+		},
+	))
 	return d
-}
-
-// ownerKey is the key of the Deployment controlling pod, or "".
-func ownerKey(pod *corev1.Pod) string {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != deploymentKind.Kind || !isAppsGroup(ref.APIVersion) {
-		return ""
-	}
-	return pod.Namespace + "/" + ref.Name
 }
 
 func isAppsGroup(apiVersion string) bool {
@@ -99,107 +124,61 @@ func isAppsGroup(apiVersion string) bool {
 	return err == nil && gv.Group == appsv1.GroupName
 }
 
-func (d *deploymentController) addPod(obj any) {
-	pod := obj.(*corev1.Pod)
-	key := ownerKey(pod)
-	if key == "" {
-		return
+// deploymentOf is the key of the Deployment controlling obj, or "".
+func deploymentOf(obj metav1.Object) string {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != deploymentKind.Kind || !isAppsGroup(ref.APIVersion) {
+		return ""
 	}
-	d.exp.creationObserved(key)
-	if pod.DeletionTimestamp != nil {
-		d.exp.deletionObserved(key, keyOf(pod))
-	}
-	d.loop.add(key)
+	return obj.GetNamespace() + "/" + ref.Name
 }
 
-func (d *deploymentController) updatePod(old, cur any) {
-	o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
-	if o.ResourceVersion == p.ResourceVersion {
-		return
-	}
-	key := ownerKey(p)
-	if key != "" {
-		if p.DeletionTimestamp != nil {
-			d.exp.deletionObserved(key, keyOf(p))
-		}
-		d.loop.add(key)
-	}
-	if ok := ownerKey(o); ok != "" && ok != key {
-		d.loop.add(ok)
-	}
-}
-
-func (d *deploymentController) deletePod(obj any) {
-	pod, ok := obj.(*corev1.Pod)
+func (d *deploymentController) replicaSetChanged(obj any) {
+	rs, ok := obj.(*appsv1.ReplicaSet)
 	if !ok {
 		return
 	}
-	if key := ownerKey(pod); key != "" {
-		d.exp.deletionObserved(key, keyOf(pod))
+	if key := deploymentOf(rs); key != "" {
 		d.loop.add(key)
+		return
+	}
+	if metav1.GetControllerOf(rs) != nil {
+		return
+	}
+	// An orphan: the deployments whose selector matches may adopt it.
+	deps, _ := d.c.deployments.Deployments(rs.Namespace).List(labels.Everything())
+	for _, dep := range deps {
+		if sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector); err == nil && !sel.Empty() && sel.Matches(labels.Set(rs.Labels)) {
+			d.loop.add(keyOf(dep))
+		}
 	}
 }
 
-// podGroups is a deployment's pods sorted by template revision and state.
-type podGroups struct {
-	hash string
-	// active pods are neither terminating nor finished, and match the selector.
-	newPods, oldPods []*corev1.Pod
-	// terminating counts pods being deleted that are not finished.
-	terminating int
-	// oldRunning counts old pods, active or terminating, that are not finished:
-	// the Recreate strategy waits for them to be gone.
-	oldRunning int
-	// live is every pod not being deleted, finished ones included: the
-	// revision bookkeeping looks at all of them.
-	live []*corev1.Pod
-	// everHadNew is true when any pod of the current template exists.
-	everHadNew bool
-	// created counts the pods this sync created.
-	created int
+func (d *deploymentController) podChanged(pod *corev1.Pod) {
+	if key := deploymentOf(pod); key != "" {
+		d.loop.add(key)
+		return
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != replicaSetKind.Kind {
+		return
+	}
+	if rs, err := d.c.replicaSets.ReplicaSets(pod.Namespace).Get(ref.Name); err == nil {
+		if key := deploymentOf(rs); key != "" && pod.DeletionTimestamp == nil {
+			d.loop.add(key)
+		}
+	}
 }
 
-func (d *deploymentController) groupPods(dep *appsv1.Deployment, hash string) (*podGroups, error) {
-	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("parsing selector of deployment %q: %w", keyOf(dep), err)
-	}
-	objs, err := d.c.podInf.GetIndexer().ByIndex(byControllerUID, string(dep.UID))
-	if err != nil {
-		return nil, err
-	}
-	g := &podGroups{hash: hash}
-	for _, o := range objs {
-		pod := o.(*corev1.Pod)
-		if pod.Namespace != dep.Namespace || ownerKey(pod) != keyOf(dep) || !sel.Matches(labels.Set(pod.Labels)) {
-			continue
-		}
-		isNew := pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey] == hash
-		g.everHadNew = g.everHadNew || isNew
-		finished := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		if !finished && !isNew {
-			g.oldRunning++
-		}
-		switch {
-		case pod.DeletionTimestamp != nil:
-			if !finished {
-				g.terminating++
-			}
-		case finished:
-			g.live = append(g.live, pod)
-		case isNew:
-			g.live = append(g.live, pod)
-			g.newPods = append(g.newPods, pod)
-		default:
-			g.live = append(g.live, pod)
-			g.oldPods = append(g.oldPods, pod)
-		}
-	}
-	return g, nil
-}
-
-func (g *podGroups) active() []*corev1.Pod {
-	return append(slices.Clip(g.newPods), g.oldPods...)
+// rollout is one sync's view of a deployment and its ReplicaSets. The
+// ReplicaSets are copies: scaling one updates it in place.
+type rollout struct {
+	dep     *appsv1.Deployment
+	hash    string
+	all     []*appsv1.ReplicaSet
+	newRS   *appsv1.ReplicaSet
+	old     []*appsv1.ReplicaSet
+	created bool // newRS was created by this sync
 }
 
 func (d *deploymentController) sync(ctx context.Context, key string) error {
@@ -209,18 +188,13 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 	}
 	dep, err := d.c.deployments.Deployments(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		d.exp.forget(key)
-		return nil // the garbage collector removes its pods
+		return nil // the garbage collector removes its ReplicaSets
 	}
 	if err != nil {
 		return err
 	}
 	if d.fresh.stale(key, dep) {
 		return errStale
-	}
-	if ok, wait := d.exp.satisfied(key, d.c.now()); !ok {
-		d.loop.queue.AddAfter(key, wait)
-		return nil
 	}
 	if dep.DeletionTimestamp != nil {
 		return nil
@@ -229,60 +203,47 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 	if dep.Spec.Replicas == nil {
 		dep.Spec.Replicas = ptrTo[int32](1)
 	}
-	hash := computeHash(&dep.Spec.Template, dep.Status.CollisionCount)
-	g, err := d.groupPods(dep, hash)
+	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	if err != nil || sel.Empty() {
+		return nil // validation refuses these
+	}
+	r := &rollout{dep: dep, hash: computeHash(&dep.Spec.Template, dep.Status.CollisionCount)}
+	newKey := "rs/" + ns + "/" + rsName(dep, r.hash)
+	cached, err := d.c.replicaSets.ReplicaSets(ns).Get(rsName(dep, r.hash))
+	if err != nil {
+		cached = nil
+	}
+	if d.fresh.stale(newKey, cached) {
+		return errStale // a ReplicaSet we created is not in the cache yet
+	}
+	if r.all, err = d.claimReplicaSets(ctx, dep, sel); err != nil {
+		return err
+	}
+	for _, rs := range r.all {
+		if d.fresh.stale("rs/"+keyOf(rs), rs) {
+			return errStale // a scale we wrote is not in the cache yet
+		}
+	}
+	if r.all, err = d.migratePods(ctx, dep, r.all); err != nil {
+		return err
+	}
+	if dep.Spec.Paused {
+		err = d.syncPaused(ctx, r)
+	} else {
+		err = d.rollout(ctx, r)
+	}
 	if err != nil {
 		return err
 	}
-
-	for _, pod := range g.live {
-		if d.fresh.stale("pod/"+keyOf(pod), pod) {
-			return errStale // a revision we wrote on a pod is not in the cache yet
-		}
-	}
-	rev, relabel := revisionFor(dep, g)
-	// The template went back to one whose pods still exist: they become the
-	// newest revision, as Kubernetes renumbers the old ReplicaSet.
-	for _, pod := range relabel {
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, revisionAnnotation, strconv.FormatInt(rev, 10))
-		res, err := d.c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("setting revision %d on pod %q: %w", rev, keyOf(pod), err)
-		}
-		d.fresh.wrote("pod/"+keyOf(res), res)
-	}
-	if want := strconv.FormatInt(rev, 10); dep.Annotations[revisionAnnotation] != want {
-		upd := dep.DeepCopy()
-		if upd.Annotations == nil {
-			upd.Annotations = map[string]string{}
-		}
-		upd.Annotations[revisionAnnotation] = want
-		res, err := d.c.client.AppsV1().Deployments(ns).Update(ctx, upd, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("setting revision of deployment %q: %w", key, err)
-		}
-		d.fresh.wrote(key, res)
-		dep = res
-	}
-
-	if _, err := d.manage(ctx, dep, g, rev); err != nil {
-		return err
-	}
-	createdNew := !g.everHadNew && g.created > 0
-
-	now := d.c.now()
-	status, requeue := calculateStatus(dep, g, createdNew, now)
+	st, requeue := calculateStatus(r, d.c.now())
 	if requeue > 0 {
 		d.loop.queue.AddAfter(key, requeue)
 	}
-	if apiequality.Semantic.DeepEqual(dep.Status, status) {
+	if apiequality.Semantic.DeepEqual(r.dep.Status, st) {
 		return nil
 	}
-	upd := dep.DeepCopy()
-	upd.Status = status
+	upd := r.dep.DeepCopy()
+	upd.Status = st
 	res, err := d.c.client.AppsV1().Deployments(ns).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 	if err != nil {
 		return fmt.Errorf("updating status of deployment %q: %w", key, err)
@@ -291,157 +252,527 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// revisionFor decides the deployment's revision from its pods' revisions
-// (see the package comment of this file), and which pods of the current
-// template must be renumbered. It is a pure function of the current state,
-// so it converges after a restart at any point.
-func revisionFor(dep *appsv1.Deployment, g *podGroups) (int64, []*corev1.Pod) {
-	cur, _ := strconv.ParseInt(dep.Annotations[revisionAnnotation], 10, 64)
-	var maxNew, maxOther int64
-	curInUse := false
-	var newPods []*corev1.Pod
-	for _, pod := range g.live {
-		r := podRevision(pod)
-		if pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey] == g.hash {
-			maxNew = max(maxNew, r)
-			newPods = append(newPods, pod)
-		} else {
-			maxOther = max(maxOther, r)
+// claimReplicaSets returns copies of the ReplicaSets dep controls, after
+// adopting orphans its selector matches and releasing owned ones it no
+// longer matches (ReplicaSetControllerRefManager.ClaimReplicaSets).
+func (d *deploymentController) claimReplicaSets(ctx context.Context, dep *appsv1.Deployment, sel labels.Selector) ([]*appsv1.ReplicaSet, error) {
+	list, err := d.c.replicaSets.ReplicaSets(dep.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var owned []*appsv1.ReplicaSet
+	for _, rs := range list {
+		ref := metav1.GetControllerOf(rs)
+		matches := sel.Matches(labels.Set(rs.Labels))
+		var upd *appsv1.ReplicaSet
+		switch {
+		case ref != nil && ref.UID == dep.UID && matches:
+			owned = append(owned, rs.DeepCopy())
+			continue
+		case ref != nil && ref.UID == dep.UID && rs.DeletionTimestamp == nil:
+			upd = rs.DeepCopy()
+			upd.OwnerReferences = slices.DeleteFunc(upd.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == dep.UID })
+		case ref == nil && matches && rs.DeletionTimestamp == nil:
+			upd = rs.DeepCopy()
+			upd.OwnerReferences = append(upd.OwnerReferences, *metav1.NewControllerRef(dep, deploymentKind))
+		default:
+			continue
 		}
-		curInUse = curInUse || (r == cur && r > 0)
+		res, err := d.c.client.AppsV1().ReplicaSets(rs.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("claiming replica set %q for deployment %q: %w", keyOf(rs), keyOf(dep), err)
+		}
+		d.fresh.wrote("rs/"+keyOf(res), res)
+		if matches {
+			owned = append(owned, res)
+		}
 	}
-	switch {
-	case maxNew > 0 && maxNew > maxOther && maxNew >= cur:
-		return maxNew, nil
-	case maxNew > 0:
-		rev := max(maxOther, cur) + 1
-		return rev, newPods
-	case cur > 0 && !curInUse:
-		// Nothing contradicts the recorded revision belonging to this template.
-		return cur, nil
-	case len(newPods) > 0:
-		// Pods of this template without a revision (made by hand): adopt it.
-		return max(maxOther, cur) + 1, newPods
-	default:
-		return max(maxOther, cur) + 1, nil
-	}
+	return owned, nil
 }
 
-func podRevision(pod *corev1.Pod) int64 {
-	r, _ := strconv.ParseInt(pod.Annotations[revisionAnnotation], 10, 64)
+// migratePods creates, for pods dep controls directly (made before
+// Deployments owned ReplicaSets), the ReplicaSet of their template hash,
+// sized to them; the ReplicaSet controller then adopts them.
+func (d *deploymentController) migratePods(ctx context.Context, dep *appsv1.Deployment, all []*appsv1.ReplicaSet) ([]*appsv1.ReplicaSet, error) {
+	objs, err := d.c.podInf.GetIndexer().ByIndex(byControllerUID, string(dep.UID))
+	if err != nil || len(objs) == 0 {
+		return all, err
+	}
+	byHash := map[string][]*corev1.Pod{}
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if h := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; h != "" && p.Namespace == dep.Namespace && isPodActive(p) {
+			byHash[h] = append(byHash[h], p)
+		}
+	}
+	have := map[string]bool{}
+	for _, rs := range all {
+		have[rs.Name] = true
+	}
+	hashes := slices.Sorted(maps.Keys(byHash))
+	cur := computeHash(&dep.Spec.Template, dep.Status.CollisionCount)
+	for _, h := range hashes {
+		pods := byHash[h]
+		if have[rsName(dep, h)] {
+			continue
+		}
+		var tmpl corev1.PodTemplateSpec
+		if h == cur {
+			tmpl = *dep.Spec.Template.DeepCopy()
+		} else {
+			// The template of an older revision is known only from its pods.
+			p := pods[0]
+			tmpl.Labels = maps.Clone(p.Labels)
+			tmpl.Annotations = maps.Clone(p.Annotations)
+			delete(tmpl.Annotations, revisionAnnotation)
+			tmpl.Spec = *p.Spec.DeepCopy()
+			tmpl.Spec.NodeName = ""
+		}
+		var rev int64
+		for _, p := range pods {
+			r, _ := strconv.ParseInt(p.Annotations[revisionAnnotation], 10, 64)
+			rev = max(rev, r)
+		}
+		rs := newReplicaSet(dep, tmpl, h, int32(len(pods)), max(rev, 1))
+		res, err := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Create(ctx, rs, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) || apierrors.IsInvalid(err) {
+			d.loop.log.Warn("not migrating pods to a replica set", "deployment", keyOf(dep), "hash", h, "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("creating replica set for the pods of deployment %q: %w", keyOf(dep), err)
+		}
+		d.loop.log.Info("created replica set for pods the deployment owned directly", "deployment", keyOf(dep), "replicaset", res.Name, "pods", len(pods))
+		d.fresh.wrote("rs/"+keyOf(res), res)
+		all = append(all, res)
+	}
+	return all, nil
+}
+
+// newReplicaSet is the ReplicaSet of dep for template (Kubernetes'
+// getNewReplicaSet): the pod-template-hash label on its template, selector
+// and itself, and the deployment's annotations.
+func newReplicaSet(dep *appsv1.Deployment, template corev1.PodTemplateSpec, hash string, replicas int32, rev int64) *appsv1.ReplicaSet {
+	template.Labels = maps.Clone(template.Labels)
+	if template.Labels == nil {
+		template.Labels = map[string]string{}
+	}
+	template.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
+	sel := dep.Spec.Selector.DeepCopy()
+	if sel.MatchLabels == nil {
+		sel.MatchLabels = map[string]string{}
+	}
+	sel.MatchLabels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            rsName(dep, hash),
+			Namespace:       dep.Namespace,
+			Labels:          maps.Clone(template.Labels),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, deploymentKind)},
+			Annotations:     map[string]string{},
+		},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas:        &replicas,
+			MinReadySeconds: dep.Spec.MinReadySeconds,
+			Selector:        sel,
+			Template:        template,
+		},
+	}
+	for k, v := range dep.Annotations {
+		if !skipCopyAnnotation[k] {
+			rs.Annotations[k] = v
+		}
+	}
+	rs.Annotations[revisionAnnotation] = strconv.FormatInt(rev, 10)
+	setReplicasAnnotations(rs, dep)
+	return rs
+}
+
+// setReplicasAnnotations records the deployment's size on rs; it reports
+// whether anything changed.
+func setReplicasAnnotations(rs *appsv1.ReplicaSet, dep *appsv1.Deployment) bool {
+	replicas := int(*dep.Spec.Replicas)
+	surge := 0
+	if dep.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		surge, _ = resolveFenceposts(dep.Spec.Strategy.RollingUpdate, replicas)
+	}
+	want := map[string]string{
+		desiredReplicasAnnotation: strconv.Itoa(replicas),
+		maxReplicasAnnotation:     strconv.Itoa(replicas + surge),
+	}
+	changed := false
+	if rs.Annotations == nil {
+		rs.Annotations = map[string]string{}
+	}
+	for k, v := range want {
+		if rs.Annotations[k] != v {
+			rs.Annotations[k] = v
+			changed = true
+		}
+	}
+	return changed
+}
+
+func rsRevision(rs *appsv1.ReplicaSet) int64 {
+	r, _ := strconv.ParseInt(rs.Annotations[revisionAnnotation], 10, 64)
 	return r
 }
 
-// manage creates and deletes pods towards the strategy's next step. It
-// reports whether it changed anything.
-func (d *deploymentController) manage(ctx context.Context, dep *appsv1.Deployment, g *podGroups, rev int64) (bool, error) {
-	replicas := int(*dep.Spec.Replicas)
-	if dep.Spec.Paused && len(g.oldPods) > 0 {
-		// A paused rollout neither starts nor continues; without ReplicaSets
-		// there is no old template to scale, so nothing is done.
-		return false, nil
+func rsReplicas(rs *appsv1.ReplicaSet) int32 {
+	if rs == nil || rs.Spec.Replicas == nil {
+		return 0
 	}
-	if dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
-		if len(g.oldPods) > 0 {
-			return true, d.deletePods(ctx, dep, g.oldPods, len(g.oldPods), g)
-		}
-		if g.oldRunning > 0 {
-			return false, nil // wait for the old pods to be gone
-		}
-		return d.scaleNew(ctx, dep, g, replicas, rev)
-	}
-	if len(g.oldPods) == 0 {
-		return d.scaleNew(ctx, dep, g, replicas, rev)
-	}
-
-	// A rolling update step, as Kubernetes' rolloutRolling: first scale the
-	// new template up within maxSurge, then the old ones down within
-	// maxUnavailable.
-	surge, unavailable := resolveFenceposts(dep.Spec.Strategy.RollingUpdate, replicas)
-	newCount, total := len(g.newPods), len(g.newPods)+len(g.oldPods)
-	if newCount > replicas {
-		return d.scaleNew(ctx, dep, g, replicas, rev)
-	}
-	if room := replicas + surge - total; room > 0 && newCount < replicas {
-		return d.scaleNew(ctx, dep, g, newCount+min(room, replicas-newCount), rev)
-	}
-	now := d.c.now()
-	minAvailable := replicas - unavailable
-	available, newAvailable := 0, 0
-	for _, p := range g.newPods {
-		if isPodAvailable(p, dep.Spec.MinReadySeconds, now) {
-			available++
-			newAvailable++
-		}
-	}
-	var unhealthyOld, healthyOld []*corev1.Pod
-	for _, p := range g.oldPods {
-		if isPodAvailable(p, dep.Spec.MinReadySeconds, now) {
-			available++
-			healthyOld = append(healthyOld, p)
-		} else {
-			unhealthyOld = append(unhealthyOld, p)
-		}
-	}
-	maxScaledDown := total - minAvailable - (newCount - newAvailable)
-	if maxScaledDown <= 0 {
-		return false, nil
-	}
-	// Unhealthy old pods go first: removing them cannot lower availability.
-	sortOldForDeletion(unhealthyOld, g.active(), now)
-	victims := unhealthyOld[:min(maxScaledDown, len(unhealthyOld))]
-	remaining := append(slices.Clip(unhealthyOld[len(victims):]), healthyOld...)
-	if extra := available - minAvailable; extra > 0 {
-		sortOldForDeletion(remaining, g.active(), now)
-		victims = append(victims, remaining[:min(extra, len(remaining))]...)
-	}
-	if len(victims) == 0 {
-		return false, nil
-	}
-	return true, d.deletePods(ctx, dep, victims, len(victims), g)
+	return *rs.Spec.Replicas
 }
 
-// scaleNew brings the pods of the current template to target.
-func (d *deploymentController) scaleNew(ctx context.Context, dep *appsv1.Deployment, g *podGroups, target int, rev int64) (bool, error) {
-	have := len(g.newPods)
-	switch {
-	case have < target:
-		return true, d.createPods(ctx, dep, g, target-have, rev)
-	case have > target:
-		pods := slices.Clone(g.newPods)
-		sortForDeletion(pods, g.active(), d.c.now())
-		return true, d.deletePods(ctx, dep, pods, have-target, g)
+// equalIgnoreHash compares pod templates without the pod-template-hash label.
+func equalIgnoreHash(a, b *corev1.PodTemplateSpec) bool {
+	a, b = a.DeepCopy(), b.DeepCopy()
+	delete(a.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	delete(b.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	if len(a.Labels) == 0 {
+		a.Labels = nil
 	}
-	return false, nil
+	if len(b.Labels) == 0 {
+		b.Labels = nil
+	}
+	return apiequality.Semantic.DeepEqual(a, b)
 }
 
-func rsName(dep *appsv1.Deployment, hash string) string { return dep.Name + "-" + hash }
-
-func (d *deploymentController) createPods(ctx context.Context, dep *appsv1.Deployment, g *podGroups, n int, rev int64) error {
-	key := keyOf(dep)
-	template := newPodFromTemplate(dep, g.hash, rev)
-	d.exp.expect(key, n, nil, d.c.now())
-	created, err := slowStart(n, func() error {
-		_, err := d.c.client.CoreV1().Pods(dep.Namespace).Create(ctx, template.DeepCopy(), metav1.CreateOptions{})
-		if err != nil {
-			d.exp.creationObserved(key)
+// findReplicaSets splits r.all into the ReplicaSet of the current template
+// (the oldest such, as FindNewReplicaSet) and the old ones, and brings
+// revision numbers up to date (getAllReplicaSetsAndSyncRevision); with
+// create, a missing new ReplicaSet is created.
+func (d *deploymentController) findReplicaSets(ctx context.Context, r *rollout, create bool) error {
+	dep := r.dep
+	slices.SortStableFunc(r.all, func(a, b *appsv1.ReplicaSet) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
 		}
-		return err
+		return strings.Compare(a.Name, b.Name)
 	})
-	for range n - created - failedCount(err) {
-		d.exp.creationObserved(key) // never attempted
+	r.newRS, r.old = nil, nil
+	for _, rs := range r.all {
+		if r.newRS == nil && equalIgnoreHash(&rs.Spec.Template, &dep.Spec.Template) {
+			r.newRS = rs
+		} else {
+			r.old = append(r.old, rs)
+		}
 	}
-	from := len(g.newPods)
-	g.created += created
-	if created > 0 {
+	var maxOld int64
+	for _, rs := range r.old {
+		maxOld = max(maxOld, rsRevision(rs))
+	}
+	rev := maxOld + 1
+	switch {
+	case r.newRS != nil:
+		upd := r.newRS.DeepCopy()
+		changed := setReplicasAnnotations(upd, dep)
+		if cur := rsRevision(upd); cur < rev {
+			if cur > 0 {
+				hist := upd.Annotations[revisionHistoryAnnotation]
+				if hist != "" {
+					hist += ","
+				}
+				upd.Annotations[revisionHistoryAnnotation] = hist + strconv.FormatInt(cur, 10)
+			}
+			upd.Annotations[revisionAnnotation] = strconv.FormatInt(rev, 10)
+			changed = true
+		} else {
+			rev = cur
+		}
+		if upd.Spec.MinReadySeconds != dep.Spec.MinReadySeconds {
+			upd.Spec.MinReadySeconds = dep.Spec.MinReadySeconds
+			changed = true
+		}
+		if changed {
+			if err := d.writeReplicaSet(ctx, r.newRS, upd); err != nil {
+				return err
+			}
+		}
+	case create:
+		rs := newReplicaSet(dep, *dep.Spec.Template.DeepCopy(), r.hash, 0, rev)
+		res, err := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Create(ctx, rs, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			// Someone else's ReplicaSet has the name: count a hash collision
+			// so the next sync computes another name.
+			existing, gerr := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Get(ctx, rs.Name, metav1.GetOptions{})
+			if gerr == nil && metav1.IsControlledBy(existing, dep) && equalIgnoreHash(&existing.Spec.Template, &dep.Spec.Template) {
+				d.fresh.wrote("rs/"+keyOf(existing), existing)
+				return errStale
+			}
+			upd := dep.DeepCopy()
+			upd.Status.CollisionCount = ptrTo(ptrValue(dep.Status.CollisionCount) + 1)
+			res, err := d.c.client.AppsV1().Deployments(dep.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+			if err != nil {
+				return fmt.Errorf("counting a hash collision of deployment %q: %w", keyOf(dep), err)
+			}
+			d.fresh.wrote(keyOf(dep), res)
+			return fmt.Errorf("replica set %q of deployment %q exists with another template: hash collision", rs.Name, keyOf(dep))
+		}
+		if err != nil {
+			return fmt.Errorf("creating replica set for deployment %q: %w", keyOf(dep), err)
+		}
+		d.fresh.wrote("rs/"+keyOf(res), res)
 		d.c.recordEvent(ctx, deploymentComponent, dep, deploymentKind.Kind, deploymentKind.GroupVersion().String(), corev1.EventTypeNormal,
-			"ScalingReplicaSet", fmt.Sprintf("Scaled up replica set %s from %d to %d", rsName(dep, g.hash), from, from+created))
+			"ScalingReplicaSet", fmt.Sprintf("Created new replica set %q", res.Name))
+		r.newRS, r.created = res, true
+		r.all = append(r.all, res)
+	default:
+		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("creating pods for deployment %q: %w", key, err)
+	if want := strconv.FormatInt(rev, 10); dep.Annotations[revisionAnnotation] != want {
+		upd := dep.DeepCopy()
+		if upd.Annotations == nil {
+			upd.Annotations = map[string]string{}
+		}
+		upd.Annotations[revisionAnnotation] = want
+		upd.Spec.Replicas = r.dep.Spec.Replicas
+		res, err := d.c.client.AppsV1().Deployments(dep.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("setting revision of deployment %q: %w", keyOf(dep), err)
+		}
+		d.fresh.wrote(keyOf(dep), res)
+		if res.Spec.Replicas == nil {
+			res.Spec.Replicas = ptrTo[int32](1)
+		}
+		r.dep = res
 	}
 	return nil
 }
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// writeReplicaSet updates rs (our copy) to upd and keeps the copy current.
+func (d *deploymentController) writeReplicaSet(ctx context.Context, rs, upd *appsv1.ReplicaSet) error {
+	res, err := d.c.client.AppsV1().ReplicaSets(rs.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return fmt.Errorf("updating replica set %q: %w", keyOf(rs), err)
+	}
+	d.fresh.wrote("rs/"+keyOf(res), res)
+	*rs = *res
+	return nil
+}
+
+// scale sets rs's replicas (and the deployment's size annotations).
+func (d *deploymentController) scale(ctx context.Context, r *rollout, rs *appsv1.ReplicaSet, n int32) error {
+	from := rsReplicas(rs)
+	upd := rs.DeepCopy()
+	changed := setReplicasAnnotations(upd, r.dep)
+	if from == n && !changed {
+		return nil
+	}
+	upd.Spec.Replicas = &n
+	if err := d.writeReplicaSet(ctx, rs, upd); err != nil {
+		return err
+	}
+	if from != n {
+		dir := "up"
+		if n < from {
+			dir = "down"
+		}
+		d.c.recordEvent(ctx, deploymentComponent, r.dep, deploymentKind.Kind, deploymentKind.GroupVersion().String(), corev1.EventTypeNormal,
+			"ScalingReplicaSet", fmt.Sprintf("Scaled %s replica set %s from %d to %d", dir, rs.Name, from, n))
+	}
+	return nil
+}
+
+// syncPaused is Kubernetes' sync for a paused deployment: no new
+// ReplicaSet and no rollout, but the deployment's size still applies when
+// one ReplicaSet is active.
+func (d *deploymentController) syncPaused(ctx context.Context, r *rollout) error {
+	if err := d.findReplicaSets(ctx, r, false); err != nil {
+		return err
+	}
+	var active []*appsv1.ReplicaSet
+	for _, rs := range r.all {
+		if rsReplicas(rs) > 0 {
+			active = append(active, rs)
+		}
+	}
+	switch {
+	case len(active) == 1:
+		if err := d.scale(ctx, r, active[0], *r.dep.Spec.Replicas); err != nil {
+			return err
+		}
+	case len(active) == 0 && r.newRS != nil:
+		if err := d.scale(ctx, r, r.newRS, *r.dep.Spec.Replicas); err != nil {
+			return err
+		}
+	}
+	return d.cleanup(ctx, r)
+}
+
+// rollout moves the deployment one step towards its template: Kubernetes'
+// rolloutRecreate and rolloutRolling.
+func (d *deploymentController) rollout(ctx context.Context, r *rollout) error {
+	if err := d.findReplicaSets(ctx, r, true); err != nil {
+		return err
+	}
+	dep := r.dep
+	replicas := *dep.Spec.Replicas
+	if dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		scaledDown := false
+		for _, rs := range r.old {
+			if rsReplicas(rs) > 0 {
+				if err := d.scale(ctx, r, rs, 0); err != nil {
+					return err
+				}
+				scaledDown = true
+			}
+		}
+		if scaledDown || d.oldPodsRunning(r) {
+			return nil
+		}
+		if err := d.scale(ctx, r, r.newRS, replicas); err != nil {
+			return err
+		}
+		if deploymentComplete(dep, &dep.Status) {
+			return d.cleanup(ctx, r)
+		}
+		return nil
+	}
+
+	// reconcileNewReplicaSet: scale the new ReplicaSet up within maxSurge.
+	surge, _ := resolveFenceposts(dep.Spec.Strategy.RollingUpdate, int(replicas))
+	cur := rsReplicas(r.newRS)
+	target := cur
+	if cur > replicas {
+		target = replicas
+	} else if cur < replicas {
+		var total int32
+		for _, rs := range r.all {
+			total += rsReplicas(rs)
+		}
+		if maxTotal := replicas + int32(surge); total < maxTotal {
+			target = cur + min(maxTotal-total, replicas-cur)
+		}
+	}
+	if target != cur {
+		return d.scale(ctx, r, r.newRS, target)
+	}
+
+	// reconcileOldReplicaSets: scale old ones down within maxUnavailable,
+	// unhealthy pods first.
+	var oldCount, allCount int32
+	for _, rs := range r.old {
+		oldCount += rsReplicas(rs)
+	}
+	if oldCount == 0 {
+		if deploymentComplete(dep, &dep.Status) {
+			return d.cleanup(ctx, r)
+		}
+		return nil
+	}
+	for _, rs := range r.all {
+		allCount += rsReplicas(rs)
+	}
+	minAvailable := replicas - int32(maxUnavailable(dep))
+	newUnavailable := rsReplicas(r.newRS) - r.newRS.Status.AvailableReplicas
+	maxScaledDown := allCount - minAvailable - newUnavailable
+	if maxScaledDown <= 0 {
+		return nil
+	}
+	// Oldest first (cleanupUnhealthyReplicas).
+	var cleaned int32
+	for _, rs := range r.old {
+		if cleaned >= maxScaledDown {
+			break
+		}
+		n := rsReplicas(rs)
+		unhealthy := n - rs.Status.AvailableReplicas
+		if n == 0 || unhealthy <= 0 {
+			continue
+		}
+		down := min(maxScaledDown-cleaned, unhealthy)
+		if err := d.scale(ctx, r, rs, n-down); err != nil {
+			return err
+		}
+		cleaned += down
+	}
+	// scaleDownOldReplicaSetsForRollingUpdate.
+	var available int32
+	for _, rs := range r.all {
+		available += rs.Status.AvailableReplicas
+	}
+	if available <= minAvailable {
+		return nil
+	}
+	total := available - minAvailable
+	var done int32
+	for _, rs := range r.old {
+		if done >= total {
+			break
+		}
+		n := rsReplicas(rs)
+		if n == 0 {
+			continue
+		}
+		down := min(n, total-done)
+		if err := d.scale(ctx, r, rs, n-down); err != nil {
+			return err
+		}
+		done += down
+	}
+	return nil
+}
+
+// oldPodsRunning reports whether any pod of an old ReplicaSet has not
+// finished, terminating ones included (Recreate waits for them).
+func (d *deploymentController) oldPodsRunning(r *rollout) bool {
+	for _, rs := range r.old {
+		if rs.Status.Replicas > 0 {
+			return true
+		}
+		objs, _ := d.c.podInf.GetIndexer().ByIndex(byControllerUID, string(rs.UID))
+		for _, o := range objs {
+			if p := o.(*corev1.Pod); p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// cleanup deletes the oldest ReplicaSets scaled to zero beyond
+// revisionHistoryLimit (cleanupDeployment).
+func (d *deploymentController) cleanup(ctx context.Context, r *rollout) error {
+	limit := r.dep.Spec.RevisionHistoryLimit
+	if limit == nil {
+		return nil
+	}
+	var cleanable []*appsv1.ReplicaSet
+	for _, rs := range r.old {
+		if rsReplicas(rs) == 0 && rs.Status.Replicas == 0 && rs.DeletionTimestamp == nil && rs.Status.ObservedGeneration >= rs.Generation {
+			cleanable = append(cleanable, rs)
+		}
+	}
+	diff := len(cleanable) - int(*limit)
+	if diff <= 0 {
+		return nil
+	}
+	slices.SortStableFunc(cleanable, func(a, b *appsv1.ReplicaSet) int { return cmpInt(rsRevision(a), rsRevision(b)) })
+	for _, rs := range cleanable[:diff] {
+		uid := rs.UID
+		err := d.c.client.AppsV1().ReplicaSets(rs.Namespace).Delete(ctx, rs.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting old replica set %q of deployment %q: %w", keyOf(rs), keyOf(r.dep), err)
+		}
+		d.loop.log.Debug("deleted old replica set", "deployment", keyOf(r.dep), "replicaset", rs.Name)
+	}
+	return nil
+}
+
+func rsName(dep *appsv1.Deployment, hash string) string { return dep.Name + "-" + hash }
 
 // failedCount is how many attempts a slowStart error stands for.
 func failedCount(err error) int {
@@ -489,83 +820,6 @@ func slowStart(n int, fn func() error) (int, error) {
 		}
 	}
 	return done, nil
-}
-
-// deletePods deletes the first n of pods (already in deletion order).
-func (d *deploymentController) deletePods(ctx context.Context, dep *appsv1.Deployment, pods []*corev1.Pod, n int, g *podGroups) error {
-	pods = pods[:n]
-	key := keyOf(dep)
-	keys := make([]string, len(pods))
-	for i, p := range pods {
-		keys[i] = keyOf(p)
-	}
-	d.exp.expect(key, 0, keys, d.c.now())
-	var firstErr error
-	byHash := map[string]int{}
-	deleted := map[types.UID]bool{}
-	for _, p := range pods {
-		uid := p.UID
-		err := d.c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil {
-			d.exp.deletionObserved(key, keyOf(p))
-			if !apierrors.IsNotFound(err) && firstErr == nil {
-				firstErr = fmt.Errorf("deleting pod %q of deployment %q: %w", keyOf(p), key, err)
-			}
-			continue
-		}
-		byHash[p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]]++
-		deleted[p.UID] = true
-	}
-	counts := map[string]int{}
-	for _, p := range g.active() {
-		counts[p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]]++
-	}
-	// The status written after this sync counts the pods as gone, as
-	// Kubernetes' does from the ReplicaSets' new sizes.
-	wasDeleted := func(p *corev1.Pod) bool { return deleted[p.UID] }
-	g.newPods = slices.DeleteFunc(g.newPods, wasDeleted)
-	g.oldPods = slices.DeleteFunc(g.oldPods, wasDeleted)
-	hashes := make([]string, 0, len(byHash))
-	for h := range byHash {
-		hashes = append(hashes, h)
-	}
-	slices.Sort(hashes)
-	for _, h := range hashes {
-		from := counts[h]
-		d.c.recordEvent(ctx, deploymentComponent, dep, deploymentKind.Kind, deploymentKind.GroupVersion().String(), corev1.EventTypeNormal,
-			"ScalingReplicaSet", fmt.Sprintf("Scaled down replica set %s from %d to %d", rsName(dep, h), from, from-byHash[h]))
-	}
-	return firstErr
-}
-
-// newPodFromTemplate is the pod a ReplicaSet <deployment>-<hash> would create.
-func newPodFromTemplate(dep *appsv1.Deployment, hash string, rev int64) *corev1.Pod {
-	t := dep.Spec.Template.DeepCopy()
-	lbls := map[string]string{}
-	for k, v := range t.Labels {
-		lbls[k] = v
-	}
-	lbls[appsv1.DefaultDeploymentUniqueLabelKey] = hash
-	ann := map[string]string{}
-	for k, v := range t.Annotations {
-		ann[k] = v
-	}
-	ann[revisionAnnotation] = strconv.FormatInt(rev, 10)
-	prefix := rsName(dep, hash) + "-"
-	if len(prefix) > maxGeneratedNameBase {
-		prefix = prefix[:maxGeneratedNameBase]
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName:    prefix,
-			Namespace:       dep.Namespace,
-			Labels:          lbls,
-			Annotations:     ann,
-			Finalizers:      t.Finalizers,
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, deploymentKind)},
-		},
-		Spec: t.Spec,
-	}
 }
 
 // computeHash is Kubernetes' controller.ComputeHash: fnv32a over the
@@ -620,38 +874,39 @@ func hasProgressDeadline(dep *appsv1.Deployment) bool {
 // calculateStatus is the deployment controller's calculateStatus and
 // syncRolloutStatus. It returns when to look again (0: not needed) for
 // minReadySeconds and the progress deadline.
-func calculateStatus(dep *appsv1.Deployment, g *podGroups, createdNew bool, now time.Time) (appsv1.DeploymentStatus, time.Duration) {
+func calculateStatus(r *rollout, now time.Time) (appsv1.DeploymentStatus, time.Duration) {
+	dep := r.dep
 	replicas := int(*dep.Spec.Replicas)
-	active := g.active()
-	ready, available := 0, 0
-	var requeue time.Duration
-	for _, p := range active {
-		if !isPodReady(p) {
-			continue
-		}
-		ready++
-		if wait := availableIn(p, dep.Spec.MinReadySeconds, now); wait <= 0 {
-			available++
-		} else if requeue == 0 || wait < requeue {
-			requeue = wait
-		}
+	var total, ready, available, terminating int32
+	for _, rs := range r.all {
+		total += rs.Status.Replicas
+		ready += rs.Status.ReadyReplicas
+		available += rs.Status.AvailableReplicas
+		terminating += ptrValue(rs.Status.TerminatingReplicas)
 	}
+	var requeue time.Duration
 	st := *dep.Status.DeepCopy()
 	st.ObservedGeneration = dep.Generation
-	st.Replicas = int32(len(active))
-	st.UpdatedReplicas = int32(len(g.newPods))
-	st.ReadyReplicas = int32(ready)
-	st.AvailableReplicas = int32(available)
-	st.UnavailableReplicas = int32(max(0, max(len(active), replicas)-available))
-	st.TerminatingReplicas = ptrTo(int32(g.terminating))
+	st.Replicas = total
+	st.UpdatedReplicas = 0
+	if r.newRS != nil {
+		st.UpdatedReplicas = r.newRS.Status.Replicas
+	}
+	st.ReadyReplicas = ready
+	st.AvailableReplicas = available
+	st.UnavailableReplicas = max(0, int32(replicas)-available)
+	st.TerminatingReplicas = ptrTo(terminating)
 
-	if available >= replicas-maxUnavailable(dep) {
+	if int(available) >= replicas-maxUnavailable(dep) {
 		setCondition(&st, newCondition(appsv1.DeploymentAvailable, corev1.ConditionTrue, reasonMinimumAvailable, "Deployment has minimum availability.", now))
 	} else {
 		setCondition(&st, newCondition(appsv1.DeploymentAvailable, corev1.ConditionFalse, reasonMinimumUnavail, "Deployment does not have minimum availability.", now))
 	}
 
-	rs := rsName(dep, g.hash)
+	rs := rsName(dep, r.hash)
+	if r.newRS != nil {
+		rs = r.newRS.Name
+	}
 	if !hasProgressDeadline(dep) {
 		removeCondition(&st, appsv1.DeploymentProgressing)
 		return st, requeue
@@ -669,9 +924,9 @@ func calculateStatus(dep *appsv1.Deployment, g *podGroups, createdNew bool, now 
 	case pausedCond:
 		setCondition(&st, newCondition(appsv1.DeploymentProgressing, corev1.ConditionUnknown, reasonResumed, "Deployment is resumed", now))
 	}
-	if createdNew {
+	if r.created {
 		setCondition(&st, newCondition(appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonNewRSCreated, fmt.Sprintf("Created new replica set %q", rs), now))
-	} else if getCondition(st, appsv1.DeploymentProgressing) == nil && len(g.newPods) > 0 {
+	} else if getCondition(st, appsv1.DeploymentProgressing) == nil && r.newRS != nil {
 		setCondition(&st, newCondition(appsv1.DeploymentProgressing, corev1.ConditionTrue, reasonFoundNewRS, fmt.Sprintf("Found new replica set %q", rs), now))
 	}
 	cur := getCondition(dep.Status, appsv1.DeploymentProgressing)
@@ -784,22 +1039,6 @@ func availableIn(pod *corev1.Pod, minReadySeconds int32, now time.Time) time.Dur
 
 func isPodAvailable(pod *corev1.Pod, minReadySeconds int32, now time.Time) bool {
 	return isPodReady(pod) && availableIn(pod, minReadySeconds, now) <= 0
-}
-
-// sortOldForDeletion orders old pods oldest revision first (Kubernetes
-// scales the oldest ReplicaSet down first), then by deletion rank.
-func sortOldForDeletion(pods, related []*corev1.Pod, now time.Time) {
-	sortForDeletion(pods, related, now)
-	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
-		ra, rb := podRevision(a), podRevision(b)
-		switch {
-		case ra < rb:
-			return -1
-		case ra > rb:
-			return 1
-		}
-		return 0
-	})
 }
 
 var phaseOrdinal = map[corev1.PodPhase]int{corev1.PodPending: 0, corev1.PodUnknown: 1, corev1.PodRunning: 2}

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,9 +16,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// The garbage collector deletes Pods and EndpointSlices whose owners are
-// all gone, as Kubernetes' garbage collector does for background cascading
-// deletion. It knows two kinds of owner, Deployments and Services; an
+// The garbage collector deletes Pods, ReplicaSets and EndpointSlices whose
+// owners are all gone, as Kubernetes' garbage collector does for background
+// cascading deletion (Deployment -> ReplicaSet -> Pod). It knows the owner
+// kinds Deployment, ReplicaSet, ReplicationController and Service; an
 // object with an owner of another kind is never collected. An owner counts
 // as gone when neither the cache nor a live GET finds it with the UID the
 // reference names, so a Deployment deleted and re-created under the same
@@ -31,6 +33,10 @@ type collector struct {
 const (
 	gcPod   = "pod/"
 	gcSlice = "slice/"
+	gcRS    = "replicaset/"
+	// gcForeground keys are fg/<kind>/<namespace>/<name> of an owner being
+	// deleted in the foreground.
+	gcForeground = "fg/"
 )
 
 func newCollector(c *Controllers) *collector {
@@ -43,8 +49,15 @@ func newCollector(c *Controllers) *collector {
 				g.enqueue(gcPod, cur.(metav1.Object))
 			}
 		},
-		func(any) {},
+		g.enqueueOwners,
 	))
+	for _, inf := range []cache.SharedIndexInformer{
+		c.factory.Apps().V1().Deployments().Informer(),
+		c.factory.Apps().V1().ReplicaSets().Informer(),
+		c.factory.Core().V1().ReplicationControllers().Informer(),
+	} {
+		inf.AddEventHandler(handlers(g.enqueueForeground, func(_, cur any) { g.enqueueForeground(cur) }, g.enqueueOwners))
+	}
 	c.factory.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handlers(
 		func(obj any) { g.enqueue(gcSlice, obj.(metav1.Object)) },
 		func(old, cur any) {
@@ -59,6 +72,33 @@ func newCollector(c *Controllers) *collector {
 		func(obj any) {
 			if d, ok := obj.(*appsv1.Deployment); ok {
 				g.dependentsGone(gcPod, c.podInf.GetIndexer(), d.UID)
+				list, _ := c.replicaSets.ReplicaSets(d.Namespace).List(labels.Everything())
+				for _, rs := range list {
+					if ownedBy(rs, d.UID) {
+						g.loop.add(gcRS + keyOf(rs))
+					}
+				}
+			}
+		},
+	))
+	c.factory.Apps().V1().ReplicaSets().Informer().AddEventHandler(handlers(
+		func(obj any) { g.enqueue(gcRS, obj.(metav1.Object)) },
+		func(old, cur any) {
+			if ownersChanged(old.(metav1.Object), cur.(metav1.Object)) {
+				g.enqueue(gcRS, cur.(metav1.Object))
+			}
+		},
+		func(obj any) {
+			if rs, ok := obj.(*appsv1.ReplicaSet); ok {
+				g.dependentsGone(gcPod, c.podInf.GetIndexer(), rs.UID)
+			}
+		},
+	))
+	c.factory.Core().V1().ReplicationControllers().Informer().AddEventHandler(handlers(
+		func(any) {}, func(_, _ any) {},
+		func(obj any) {
+			if rc, ok := obj.(*corev1.ReplicationController); ok {
+				g.dependentsGone(gcPod, c.podInf.GetIndexer(), rc.UID)
 			}
 		},
 	))
@@ -117,6 +157,9 @@ func ownedBy(obj metav1.Object, uid types.UID) bool {
 
 func (g *collector) sync(ctx context.Context, key string) error {
 	kind, objKey, _ := strings.Cut(key, "/")
+	if kind+"/" == gcForeground {
+		return g.syncForeground(ctx, objKey)
+	}
 	ns, name, err := cache.SplitMetaNamespaceKey(objKey)
 	if err != nil {
 		return nil
@@ -131,6 +174,13 @@ func (g *collector) sync(ctx context.Context, key string) error {
 		}
 		obj = p
 		del = func(o metav1.DeleteOptions) error { return g.c.client.CoreV1().Pods(ns).Delete(ctx, name, o) }
+	case gcRS:
+		rs, err := g.c.replicaSets.ReplicaSets(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		obj = rs
+		del = func(o metav1.DeleteOptions) error { return g.c.client.AppsV1().ReplicaSets(ns).Delete(ctx, name, o) }
 	case gcSlice:
 		s, err := g.c.slices.EndpointSlices(ns).Get(name)
 		if err != nil {
@@ -181,6 +231,20 @@ func (g *collector) ownerExists(ctx context.Context, ns string, ref metav1.Owner
 		live = func() (metav1.Object, error) {
 			return g.c.client.AppsV1().Deployments(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		}
+	case gv.Group == appsv1.GroupName && ref.Kind == "ReplicaSet":
+		if rs, err := g.c.replicaSets.ReplicaSets(ns).Get(ref.Name); err == nil {
+			cached = rs
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.AppsV1().ReplicaSets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
+	case gv.Group == corev1.GroupName && ref.Kind == "ReplicationController":
+		if rc, err := g.c.rcs.ReplicationControllers(ns).Get(ref.Name); err == nil {
+			cached = rc
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.CoreV1().ReplicationControllers(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
 	case gv.Group == corev1.GroupName && ref.Kind == "Service":
 		if s, err := g.c.services.Services(ns).Get(ref.Name); err == nil {
 			cached = s
@@ -203,4 +267,146 @@ func (g *collector) ownerExists(ctx context.Context, ns string, ref metav1.Owner
 		return false, true, fmt.Errorf("looking up owner %s %s/%s: %w", ref.Kind, ns, ref.Name, err)
 	}
 	return obj.GetUID() == ref.UID, true, nil
+}
+
+// foregroundKinds are the owners whose foreground deletion the collector
+// carries out, by the kind their dependents' references name.
+var foregroundKinds = map[string]string{"Deployment": "deployment", "ReplicaSet": "replicaset", "ReplicationController": "rc"}
+
+func (g *collector) enqueueForeground(obj any) {
+	m, ok := obj.(metav1.Object)
+	if !ok || m.GetDeletionTimestamp() == nil || !slices.Contains(m.GetFinalizers(), metav1.FinalizerDeleteDependents) {
+		return
+	}
+	var kind string
+	switch obj.(type) {
+	case *appsv1.Deployment:
+		kind = "deployment"
+	case *appsv1.ReplicaSet:
+		kind = "replicaset"
+	case *corev1.ReplicationController:
+		kind = "rc"
+	default:
+		return
+	}
+	g.loop.add(gcForeground + kind + "/" + keyOf(m))
+}
+
+// enqueueOwners looks again at the owners of a deleted object: one being
+// deleted in the foreground may now have no dependents left.
+func (g *collector) enqueueOwners(obj any) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	for _, ref := range m.GetOwnerReferences() {
+		if kind, ok := foregroundKinds[ref.Kind]; ok {
+			g.loop.add(gcForeground + kind + "/" + m.GetNamespace() + "/" + ref.Name)
+		}
+	}
+}
+
+// syncForeground deletes the dependents of an owner marked for foreground
+// deletion and, once none is left, removes the foregroundDeletion finalizer
+// so the API server deletes the owner (Kubernetes' processDeletingDependentsItem).
+func (g *collector) syncForeground(ctx context.Context, key string) error {
+	kind, objKey, _ := strings.Cut(key, "/")
+	ns, name, err := cache.SplitMetaNamespaceKey(objKey)
+	if err != nil {
+		return nil
+	}
+	var owner metav1.Object
+	var dependents []metav1.Object
+	var deleteDependent func(m metav1.Object, o metav1.DeleteOptions) error
+	var removeFinalizer func() error
+	podsOf := func(uid types.UID) {
+		objs, _ := g.c.podInf.GetIndexer().ByIndex(byControllerUID, string(uid))
+		for _, o := range objs {
+			dependents = append(dependents, o.(metav1.Object))
+		}
+		deleteDependent = func(m metav1.Object, o metav1.DeleteOptions) error {
+			return g.c.client.CoreV1().Pods(ns).Delete(ctx, m.GetName(), o)
+		}
+	}
+	switch kind {
+	case "deployment":
+		d, err := g.c.deployments.Deployments(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		owner = d
+		list, _ := g.c.replicaSets.ReplicaSets(ns).List(labels.Everything())
+		for _, rs := range list {
+			if ownedBy(rs, d.UID) {
+				dependents = append(dependents, rs)
+			}
+		}
+		deleteDependent = func(m metav1.Object, o metav1.DeleteOptions) error {
+			return g.c.client.AppsV1().ReplicaSets(ns).Delete(ctx, m.GetName(), o)
+		}
+		removeFinalizer = func() error {
+			cur, err := g.c.client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || cur.UID != d.UID {
+				return err
+			}
+			cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == metav1.FinalizerDeleteDependents })
+			_, err = g.c.client.AppsV1().Deployments(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}
+	case "replicaset":
+		rs, err := g.c.replicaSets.ReplicaSets(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		owner = rs
+		podsOf(rs.UID)
+		removeFinalizer = func() error {
+			cur, err := g.c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || cur.UID != rs.UID {
+				return err
+			}
+			cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == metav1.FinalizerDeleteDependents })
+			_, err = g.c.client.AppsV1().ReplicaSets(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}
+	case "rc":
+		rc, err := g.c.rcs.ReplicationControllers(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		owner = rc
+		podsOf(rc.UID)
+		removeFinalizer = func() error {
+			cur, err := g.c.client.CoreV1().ReplicationControllers(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || cur.UID != rc.UID {
+				return err
+			}
+			cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == metav1.FinalizerDeleteDependents })
+			_, err = g.c.client.CoreV1().ReplicationControllers(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}
+	default:
+		return nil
+	}
+	if owner.GetDeletionTimestamp() == nil || !slices.Contains(owner.GetFinalizers(), metav1.FinalizerDeleteDependents) {
+		return nil
+	}
+	fg := metav1.DeletePropagationForeground
+	for _, dep := range dependents {
+		if dep.GetDeletionTimestamp() != nil {
+			continue
+		}
+		uid := dep.GetUID()
+		err := deleteDependent(dep, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &fg})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting dependent %q of %s %q: %w", dep.GetName(), kind, objKey, err)
+		}
+	}
+	if len(dependents) > 0 {
+		return nil // each dependent's deletion brings the owner back here
+	}
+	if err := removeFinalizer(); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("finishing foreground deletion of %s %q: %w", kind, objKey, err)
+	}
+	return nil
 }

@@ -56,47 +56,6 @@ func TestResolveFenceposts(t *testing.T) {
 	}
 }
 
-func revPod(name, hash string, rev string) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{appsv1.DefaultDeploymentUniqueLabelKey: hash}}}
-	if rev != "" {
-		p.Annotations = map[string]string{revisionAnnotation: rev}
-	}
-	return p
-}
-
-func TestRevisionFor(t *testing.T) {
-	for _, tt := range []struct {
-		name    string
-		current string
-		pods    []*corev1.Pod
-		want    int64
-		relabel int
-	}{
-		{"new deployment", "", nil, 1, 0},
-		{"steady", "1", []*corev1.Pod{revPod("a", "new", "1")}, 1, 0},
-		{"template changed", "1", []*corev1.Pod{revPod("a", "old", "1")}, 2, 0},
-		{"mid rollout", "2", []*corev1.Pod{revPod("a", "old", "1"), revPod("b", "new", "2")}, 2, 0},
-		{"pods created, annotation not yet written", "1", []*corev1.Pod{revPod("a", "old", "1"), revPod("b", "new", "2")}, 2, 0},
-		{"template changed while scaled to zero", "3", nil, 3, 0},
-		{"revision bumped, no new pods yet", "2", []*corev1.Pod{revPod("a", "old", "1")}, 2, 0},
-		{"rollback to a template with pods", "2", []*corev1.Pod{revPod("a", "new", "1"), revPod("b", "old", "2")}, 3, 1},
-		{"hand-made pods of this template", "", []*corev1.Pod{revPod("a", "new", "")}, 1, 1},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			d := &appsv1.Deployment{}
-			if tt.current != "" {
-				d.Annotations = map[string]string{revisionAnnotation: tt.current}
-			}
-			g := &podGroups{hash: "new", live: tt.pods}
-			got, relabel := revisionFor(d, g)
-			if got != tt.want || len(relabel) != tt.relabel {
-				t.Errorf("revision %d relabel %d; want %d, %d", got, len(relabel), tt.want, tt.relabel)
-			}
-		})
-	}
-}
-
 func TestSortForDeletion(t *testing.T) {
 	now := time.Now()
 	ago := func(d time.Duration) metav1.Time { return metav1.NewTime(now.Add(-d).Truncate(time.Second)) }

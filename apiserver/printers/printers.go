@@ -53,6 +53,8 @@ var known = []printer{
 	{resource: "endpoints", kind: coreKind("Endpoints"), columns: endpointsColumns, cells: typed(endpointsCells)},
 	{resource: "endpointslices", kind: discoveryKind("EndpointSlice"), columns: endpointSliceColumns, cells: typed(endpointSliceCells)},
 	{resource: "deployments", kind: appsKind("Deployment"), columns: deploymentColumns, cells: typed(deploymentCells)},
+	{resource: "replicasets", kind: appsKind("ReplicaSet"), columns: replicaSetColumns, cells: typed(replicaSetCells)},
+	{resource: "replicationcontrollers", kind: coreKind("ReplicationController"), columns: replicaSetColumns, cells: typed(replicationControllerCells)},
 	{resource: "ingresses", kind: networkingKind("Ingress"), columns: ingressColumns, cells: typed(ingressCells)},
 	{resource: "ingressclasses", kind: networkingKind("IngressClass"), columns: ingressClassColumns, cells: typed(ingressClassCells)},
 	{resource: "secrets", kind: coreKind("Secret"), columns: secretColumns, cells: typed(secretCells)},

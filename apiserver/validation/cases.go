@@ -12,7 +12,7 @@ type BadManifest struct{ Name, YAML, Field, Message string }
 // them against Validate; the API server's tests can post them and expect a
 // 422 naming the same field.
 func BadManifests() []BadManifest {
-	return []BadManifest{
+	all := []BadManifest{
 		// Services.
 		{
 			Name:    "service-nodeport-out-of-range",
@@ -1419,4 +1419,5 @@ spec:
 `,
 		},
 	}
+	return append(all, replicaSetBadManifests()...)
 }

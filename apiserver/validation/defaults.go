@@ -53,6 +53,10 @@ func Default(obj runtime.Object, cfg Config) {
 		defaultSecret(o)
 	case *appsv1.Deployment:
 		defaultDeployment(o)
+	case *appsv1.ReplicaSet:
+		defaultReplicaSet(o)
+	case *corev1.ReplicationController:
+		defaultReplicationController(o)
 	case *discoveryv1.EndpointSlice:
 		for i := range o.Ports {
 			p := &o.Ports[i]

@@ -101,6 +101,10 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateEvent(o, oldAs[*corev1.Event](old))
 	case *appsv1.Deployment:
 		return validateDeployment(o, oldAs[*appsv1.Deployment](old))
+	case *appsv1.ReplicaSet:
+		return validateReplicaSet(o, oldAs[*appsv1.ReplicaSet](old))
+	case *corev1.ReplicationController:
+		return validateReplicationController(o, oldAs[*corev1.ReplicationController](old))
 	case *discoveryv1.EndpointSlice:
 		return validateEndpointSlice(o, oldAs[*discoveryv1.EndpointSlice](old))
 	case *networkingv1.Ingress:

@@ -707,6 +707,10 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 		obj = &corev1.Event{}
 	case "apps/v1/Deployment":
 		obj = &appsv1.Deployment{}
+	case "apps/v1/ReplicaSet":
+		obj = &appsv1.ReplicaSet{}
+	case "v1/ReplicationController":
+		obj = &corev1.ReplicationController{}
 	case "discovery.k8s.io/v1/EndpointSlice":
 		obj = &discoveryv1.EndpointSlice{}
 	case "networking.k8s.io/v1/Ingress":
@@ -752,7 +756,8 @@ func TestBadManifests(t *testing.T) {
 		})
 	}
 	for _, k := range []string{"*v1.Service", "*v1.Pod", "*v1.Deployment", "*v1.Namespace", "*v1.Ingress",
-		"*v1.ConfigMap", "*v1.Secret", "*v1.Endpoints", "*v1.EndpointSlice"} {
+		"*v1.ConfigMap", "*v1.Secret", "*v1.Endpoints", "*v1.EndpointSlice",
+		"*v1.ReplicaSet", "*v1.ReplicationController"} {
 		if !kinds[k] {
 			t.Errorf("no bad manifest of kind %s", k)
 		}
@@ -762,6 +767,45 @@ func TestBadManifests(t *testing.T) {
 // goodManifests are realistic manifests, most from the Kubernetes docs, that
 // must pass once defaulted.
 var goodManifests = map[string]string{
+	"frontend-replicaset": `apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: frontend
+  labels:
+    app: guestbook
+    tier: frontend
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      tier: frontend
+  template:
+    metadata:
+      labels:
+        tier: frontend
+    spec:
+      containers:
+      - name: php-redis
+        image: us-docker.pkg.dev/google-samples/containers/gke/gb-frontend:v5
+`,
+	"nginx-replicationcontroller": `apiVersion: v1
+kind: ReplicationController
+metadata:
+  name: nginx
+spec:
+  replicas: 3
+  template:
+    metadata:
+      name: nginx
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx
+        ports:
+        - containerPort: 80
+`,
 	"nginx-deployment": `apiVersion: apps/v1
 kind: Deployment
 metadata:
