@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -12,30 +13,50 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-func scaleOf(d *appsv1.Deployment) *autoscalingv1.Scale {
+// scalable is what the scale subresource reads and writes of an object.
+type scalable struct {
+	meta     *metav1.ObjectMeta
+	replicas **int32 // spec.replicas
+	status   int32   // status.replicas
+	selector *metav1.LabelSelector
+}
+
+// scalableOf returns the scale fields of a kind with a scale subresource.
+func scalableOf(obj runtime.Object) scalable {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return scalable{&o.ObjectMeta, &o.Spec.Replicas, o.Status.Replicas, o.Spec.Selector}
+	case *appsv1.StatefulSet:
+		return scalable{&o.ObjectMeta, &o.Spec.Replicas, o.Status.Replicas, o.Spec.Selector}
+	}
+	panic(fmt.Sprintf("%T has no scale subresource", obj))
+}
+
+func scaleOf(obj runtime.Object) *autoscalingv1.Scale {
+	d := scalableOf(obj)
 	replicas := int32(1)
-	if d.Spec.Replicas != nil {
-		replicas = *d.Spec.Replicas
+	if *d.replicas != nil {
+		replicas = **d.replicas
 	}
 	sel := ""
-	if d.Spec.Selector != nil {
-		if s, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
+	if d.selector != nil {
+		if s, err := metav1.LabelSelectorAsSelector(d.selector); err == nil {
 			sel = s.String()
 		}
 	}
 	return &autoscalingv1.Scale{
 		TypeMeta: metav1.TypeMeta{Kind: scaleGVK.Kind, APIVersion: scaleGVK.GroupVersion().String()},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: d.Name, Namespace: d.Namespace, UID: d.UID,
-			ResourceVersion: d.ResourceVersion, CreationTimestamp: d.CreationTimestamp,
+			Name: d.meta.Name, Namespace: d.meta.Namespace, UID: d.meta.UID,
+			ResourceVersion: d.meta.ResourceVersion, CreationTimestamp: d.meta.CreationTimestamp,
 		},
 		Spec:   autoscalingv1.ScaleSpec{Replicas: replicas},
-		Status: autoscalingv1.ScaleStatus{Replicas: d.Status.Replicas, Selector: sel},
+		Status: autoscalingv1.ScaleStatus{Replicas: d.status, Selector: sel},
 	}
 }
 
-// serveScale implements the autoscaling/v1 scale subresource of Deployments, which
-// `kubectl scale` uses.
+// serveScale implements the autoscaling/v1 scale subresource of Deployments and
+// StatefulSets, which `kubectl scale` uses.
 func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) error {
 	var body []byte
 	var err error
@@ -50,8 +71,8 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 		updated, err = s.get(rq.res, rq.namespace, rq.name)
 	case http.MethodPut, http.MethodPatch:
 		updated, err = s.Update(rq.res, rq.namespace, rq.name, "", func(cur runtime.Object) (runtime.Object, error) {
-			d := cur.(*appsv1.Deployment)
-			sc := scaleOf(d)
+			d := scalableOf(cur)
+			sc := scaleOf(cur)
 			if r.Method == http.MethodPut {
 				sc = &autoscalingv1.Scale{}
 				if _, err := decodeInto(body, sc, scaleGVK, "Ignore"); err != nil {
@@ -72,13 +93,13 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 					return nil, err
 				}
 			}
-			if sc.ResourceVersion != "" && sc.ResourceVersion != d.ResourceVersion {
+			if sc.ResourceVersion != "" && sc.ResourceVersion != d.meta.ResourceVersion {
 				return nil, apierrors.NewConflict(rq.res.gr(), rq.name, errConflict)
 			}
 			replicas := sc.Spec.Replicas
-			d.Spec.Replicas = &replicas
-			d.ResourceVersion = ""
-			return d, nil
+			*d.replicas = &replicas
+			d.meta.ResourceVersion = ""
+			return cur, nil
 		})
 	default:
 		return apierrors.NewMethodNotSupported(rq.res.gr(), strings.ToLower(r.Method))
@@ -86,6 +107,6 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	if err != nil {
 		return err
 	}
-	writeValue(w, r, http.StatusOK, scaleOf(updated.(*appsv1.Deployment)))
+	writeValue(w, r, http.StatusOK, scaleOf(updated))
 	return nil
 }
