@@ -49,7 +49,7 @@ var daemonSetKind = appsv1.SchemeGroupVersion.WithKind("DaemonSet")
 
 // Labels Kubernetes puts on daemon pods.
 const (
-	podTemplateGenerationLabel = appsv1.DeprecatedTemplateGeneration // pod-template-generation
+	podTemplateGenerationLabel = "pod-template-generation"
 )
 
 type daemonSetController struct {
