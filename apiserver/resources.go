@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	extv1beta1 "k8s.io/api/extensions/v1beta1"
@@ -147,6 +148,12 @@ var resources = []*resource{
 	// here for discovery only.
 	{gv: extv1beta1.SchemeGroupVersion, name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"},
 		newObj: func() runtime.Object { return &extv1beta1.Ingress{} }, status: true, generation: true},
+	{gv: appsv1.SchemeGroupVersion, name: "statefulsets", singular: "statefulset", kind: "StatefulSet", namespaced: true, shortNames: []string{"sts"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.StatefulSet{} }, status: true, scale: true, generation: true},
+	{gv: appsv1.SchemeGroupVersion, name: "daemonsets", singular: "daemonset", kind: "DaemonSet", namespaced: true, shortNames: []string{"ds"},
+		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.DaemonSet{} }, status: true, generation: true},
+	{gv: batchv1.SchemeGroupVersion, name: "jobs", singular: "job", kind: "Job", namespaced: true,
+		categories: []string{"all"}, newObj: func() runtime.Object { return &batchv1.Job{} }, status: true, generation: true},
 }
 
 // scaleGVK is the kind of the scale subresource.

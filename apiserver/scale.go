@@ -22,6 +22,8 @@ func scaleParts(obj runtime.Object) (replicas **int32, status int32, sel string)
 		return &o.Spec.Replicas, o.Status.Replicas, selectorString(o.Spec.Selector)
 	case *appsv1.ReplicaSet:
 		return &o.Spec.Replicas, o.Status.Replicas, selectorString(o.Spec.Selector)
+	case *appsv1.StatefulSet:
+		return &o.Spec.Replicas, o.Status.Replicas, selectorString(o.Spec.Selector)
 	case *corev1.ReplicationController:
 		// An RC's selector is a plain map (Kubernetes shows it as a.b=c,...).
 		return &o.Spec.Replicas, o.Status.Replicas, labels.SelectorFromSet(o.Spec.Selector).String()
@@ -58,7 +60,7 @@ func scaleOf(obj runtime.Object) *autoscalingv1.Scale {
 }
 
 // serveScale implements the autoscaling/v1 scale subresource of Deployments,
-// ReplicaSets and ReplicationControllers, which
+// ReplicaSets, ReplicationControllers and StatefulSets, which
 // `kubectl scale` uses.
 func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) error {
 	var body []byte

@@ -158,6 +158,9 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controlle
 	c.ipam = newNodeIPAM(c)
 	c.gc = newCollector(c)
 	c.nl = newNodeLifecycle(c)
+	newJobController(c)
+	newDaemonSetController(c)
+	newStatefulSetController(c)
 	return c
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +20,8 @@ import (
 // The garbage collector deletes Pods, ReplicaSets and EndpointSlices whose
 // owners are all gone, as Kubernetes' garbage collector does for background
 // cascading deletion (Deployment -> ReplicaSet -> Pod). It knows the owner
-// kinds Deployment, ReplicaSet, ReplicationController and Service; an
+// kinds Deployment, ReplicaSet, ReplicationController, StatefulSet,
+// DaemonSet, Job and Service; an
 // object with an owner of another kind is never collected. An owner counts
 // as gone when neither the cache nor a live GET finds it with the UID the
 // reference names, so a Deployment deleted and re-created under the same
@@ -102,6 +104,20 @@ func newCollector(c *Controllers) *collector {
 			}
 		},
 	))
+	for _, inf := range []cache.SharedIndexInformer{
+		c.factory.Apps().V1().StatefulSets().Informer(),
+		c.factory.Apps().V1().DaemonSets().Informer(),
+		c.factory.Batch().V1().Jobs().Informer(),
+	} {
+		inf.AddEventHandler(handlers(
+			func(any) {}, func(_, _ any) {},
+			func(obj any) {
+				if o, ok := obj.(metav1.Object); ok {
+					g.dependentsGone(gcPod, c.podInf.GetIndexer(), o.GetUID())
+				}
+			},
+		))
+	}
 	c.factory.Core().V1().Services().Informer().AddEventHandler(handlers(
 		func(any) {}, func(_, _ any) {},
 		func(obj any) {
@@ -244,6 +260,27 @@ func (g *collector) ownerExists(ctx context.Context, ns string, ref metav1.Owner
 		}
 		live = func() (metav1.Object, error) {
 			return g.c.client.CoreV1().ReplicationControllers(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
+	case gv.Group == appsv1.GroupName && ref.Kind == "StatefulSet":
+		if o, err := g.c.factory.Apps().V1().StatefulSets().Lister().StatefulSets(ns).Get(ref.Name); err == nil {
+			cached = o
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.AppsV1().StatefulSets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
+	case gv.Group == appsv1.GroupName && ref.Kind == "DaemonSet":
+		if o, err := g.c.factory.Apps().V1().DaemonSets().Lister().DaemonSets(ns).Get(ref.Name); err == nil {
+			cached = o
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.AppsV1().DaemonSets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
+	case gv.Group == batchv1.GroupName && ref.Kind == "Job":
+		if o, err := g.c.factory.Batch().V1().Jobs().Lister().Jobs(ns).Get(ref.Name); err == nil {
+			cached = o
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.BatchV1().Jobs(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		}
 	case gv.Group == corev1.GroupName && ref.Kind == "Service":
 		if s, err := g.c.services.Services(ns).Get(ref.Name); err == nil {

@@ -60,6 +60,9 @@ var known = []printer{
 	{resource: "secrets", kind: coreKind("Secret"), columns: secretColumns, cells: typed(secretCells)},
 	{resource: "configmaps", kind: coreKind("ConfigMap"), columns: configMapColumns, cells: typed(configMapCells)},
 	{resource: "events", kind: coreKind("Event"), columns: eventColumns, cells: typed(eventCells)},
+	{resource: "statefulsets", kind: appsKind("StatefulSet"), columns: statefulSetColumns, cells: typed(statefulSetCells)},
+	{resource: "daemonsets", kind: appsKind("DaemonSet"), columns: daemonSetColumns, cells: typed(daemonSetCells)},
+	{resource: "jobs", kind: batchKind("Job"), columns: jobColumns, cells: typed(jobCells)},
 }
 
 // typed adapts a cell function for one concrete type to the printer table.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -71,6 +72,12 @@ func Default(obj runtime.Object, cfg Config) {
 		if p := o.Spec.Parameters; p != nil && p.Scope == nil {
 			p.Scope = ptr(networkingv1.IngressClassParametersReferenceScopeCluster)
 		}
+	case *appsv1.StatefulSet:
+		defaultStatefulSet(o)
+	case *appsv1.DaemonSet:
+		defaultDaemonSet(o)
+	case *batchv1.Job:
+		defaultJob(o)
 	}
 }
 

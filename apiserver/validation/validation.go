@@ -29,6 +29,7 @@ import (
 	"net/netip"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -111,6 +112,12 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateIngress(o, oldAs[*networkingv1.Ingress](old))
 	case *networkingv1.IngressClass:
 		return validateIngressClass(o, oldAs[*networkingv1.IngressClass](old))
+	case *appsv1.StatefulSet:
+		return validateStatefulSet(o, oldAs[*appsv1.StatefulSet](old))
+	case *appsv1.DaemonSet:
+		return validateDaemonSet(o, oldAs[*appsv1.DaemonSet](old))
+	case *batchv1.Job:
+		return validateJob(o, oldAs[*batchv1.Job](old))
 	}
 	return nil
 }

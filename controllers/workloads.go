@@ -1,0 +1,260 @@
+package controllers
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/rand"
+)
+
+// Helpers shared by the StatefulSet, DaemonSet and Job controllers: each owns
+// its pods directly through a controller ownerReference, finds them through
+// the pod index by controller UID, and waits for the pods it has just created
+// or deleted to show in the cache before acting again.
+
+// ownedPods returns the pods controlled by owner (by UID) that match sel, in
+// owner's namespace.
+func (c *Controllers) ownedPods(owner metav1.Object, sel labels.Selector) ([]*corev1.Pod, error) {
+	objs, err := c.podInf.GetIndexer().ByIndex(byControllerUID, string(owner.GetUID()))
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for _, o := range objs {
+		p := o.(*corev1.Pod)
+		if p.Namespace == owner.GetNamespace() && sel.Matches(labels.Set(p.Labels)) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// controllerKey is "namespace/name" of the controller of obj when it is of
+// kind gvk, or "".
+func controllerKey(obj metav1.Object, gvk schema.GroupVersionKind) string {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != gvk.Kind {
+		return ""
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != gvk.Group {
+		return ""
+	}
+	return obj.GetNamespace() + "/" + ref.Name
+}
+
+// podsOf registers pod handlers that wake the controller of kind gvk and
+// record what its expectations wait for.
+func (c *Controllers) podsOf(gvk schema.GroupVersionKind, l *loop, exp *pending) {
+	c.podInf.AddEventHandler(handlers(
+		func(obj any) {
+			p := obj.(*corev1.Pod)
+			if key := controllerKey(p, gvk); key != "" {
+				exp.created(key)
+				l.add(key)
+			}
+		},
+		func(old, cur any) {
+			o, p := old.(*corev1.Pod), cur.(*corev1.Pod)
+			if o.ResourceVersion == p.ResourceVersion {
+				return
+			}
+			if key := controllerKey(p, gvk); key != "" {
+				if p.DeletionTimestamp != nil {
+					exp.deleted(key, keyOf(p))
+				}
+				l.add(key)
+			}
+			if key := controllerKey(o, gvk); key != "" && key != controllerKey(p, gvk) {
+				l.add(key)
+			}
+		},
+		func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				if key := controllerKey(p, gvk); key != "" {
+					exp.deleted(key, keyOf(p))
+					l.add(key)
+				}
+			}
+		},
+	))
+}
+
+func newControllerRef(owner metav1.Object, gvk schema.GroupVersionKind) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{
+		APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: owner.GetName(), UID: owner.GetUID(),
+		Controller: &yes, BlockOwnerDeletion: &yes,
+	}
+}
+
+// podFromTemplate is a pod of template owned by owner, with extra labels.
+func podFromTemplate(t *corev1.PodTemplateSpec, owner metav1.Object, gvk schema.GroupVersionKind, extra map[string]string) *corev1.Pod {
+	t = t.DeepCopy()
+	lbls := map[string]string{}
+	for k, v := range t.Labels {
+		lbls[k] = v
+	}
+	for k, v := range extra {
+		lbls[k] = v
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       owner.GetNamespace(),
+			Labels:          lbls,
+			Annotations:     t.Annotations,
+			Finalizers:      t.Finalizers,
+			OwnerReferences: []metav1.OwnerReference{newControllerRef(owner, gvk)},
+		},
+		Spec: t.Spec,
+	}
+}
+
+// podNamePrefix is name + "-", cut to what the API server keeps before
+// its five random characters.
+func podNamePrefix(name string) string {
+	p := name + "-"
+	if len(p) > 58 {
+		p = p[:58]
+	}
+	return p
+}
+
+// templateHash is a short stable hash of a pod template, in the alphabet
+// Kubernetes uses for controller-revision-hash values.
+func templateHash(t *corev1.PodTemplateSpec) string {
+	b, _ := json.Marshal(t)
+	h := fnv.New32a()
+	h.Write(b)
+	return rand.SafeEncodeString(fmt.Sprint(h.Sum32()))
+}
+
+func podFinishedPhase(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// podActive is a pod that is neither being deleted nor finished.
+func podActive(p *corev1.Pod) bool { return p.DeletionTimestamp == nil && !podFinishedPhase(p) }
+
+func podIsReady(p *corev1.Pod) bool {
+	c := podCondition(p, corev1.PodReady)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+func podRunningAndReady(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodRunning && podIsReady(p)
+}
+
+// podAvailableSince reports whether p has been ready for minReadySeconds, and
+// if not yet but ready, how long until it is.
+func podAvailableSince(p *corev1.Pod, minReadySeconds int32, now time.Time) (bool, time.Duration) {
+	c := podCondition(p, corev1.PodReady)
+	if c == nil || c.Status != corev1.ConditionTrue {
+		return false, 0
+	}
+	if minReadySeconds == 0 {
+		return true, 0
+	}
+	left := c.LastTransitionTime.Add(time.Duration(minReadySeconds) * time.Second).Sub(now)
+	if left <= 0 {
+		return true, 0
+	}
+	return false, left
+}
+
+// pending is what a controller waits to see in the cache after creating or
+// deleting pods, per owner key, as Kubernetes' ControllerExpectations: a
+// sync acts only on a cache that shows its previous writes (or after
+// pendingTimeout, in case an event was missed).
+type pending struct {
+	mu sync.Mutex
+	m  map[string]*pendingOps
+}
+
+type pendingOps struct {
+	adds int
+	dels map[string]bool
+	at   time.Time
+}
+
+const pendingTimeout = time.Minute
+
+func newPending() *pending { return &pending{m: map[string]*pendingOps{}} }
+
+func (p *pending) expect(key string, adds int, dels []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.m[key]
+	if e == nil {
+		e = &pendingOps{dels: map[string]bool{}}
+		p.m[key] = e
+	}
+	e.adds += adds
+	for _, d := range dels {
+		e.dels[d] = true
+	}
+	e.at = time.Now()
+}
+
+func (p *pending) created(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.m[key]; e != nil && e.adds > 0 {
+		e.adds--
+	}
+}
+
+func (p *pending) deleted(key, pod string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.m[key]; e != nil {
+		delete(e.dels, pod)
+	}
+}
+
+// satisfied reports whether key's last writes are all in the cache.
+func (p *pending) satisfied(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.m[key]
+	if e == nil {
+		return true
+	}
+	if (e.adds <= 0 && len(e.dels) == 0) || time.Since(e.at) > pendingTimeout {
+		delete(p.m, key)
+		return true
+	}
+	return false
+}
+
+func (p *pending) forget(key string) {
+	p.mu.Lock()
+	delete(p.m, key)
+	p.mu.Unlock()
+}
+
+// ordinalOf parses the ordinal of a StatefulSet pod NAME-N, or -1.
+func ordinalOf(setName, podName string) int {
+	rest, ok := strings.CutPrefix(podName, setName+"-")
+	if !ok || rest == "" || len(rest) > 9 {
+		return -1
+	}
+	n := 0
+	for _, r := range rest {
+		if r < '0' || r > '9' {
+			return -1
+		}
+		n = n*10 + int(r-'0')
+	}
+	if len(rest) > 1 && rest[0] == '0' {
+		return -1
+	}
+	return n
+}
