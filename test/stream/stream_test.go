@@ -168,6 +168,9 @@ func TestKubectlStreaming(t *testing.T) {
 			t.Run("run -i --rm", func(t *testing.T) {
 				runRemoved(t, l, k)
 			})
+			t.Run("run -it --rm", func(t *testing.T) {
+				runTerminal(t, l, k)
+			})
 			t.Run("attach", func(t *testing.T) {
 				attach(t, k)
 			})
@@ -267,6 +270,42 @@ func runRemoved(t *testing.T, l *lab.Lab, k kubectl) {
 	c := testenv.Client(t, l)
 	if _, err := c.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("pod %s still there after run --rm (get: %v)", name, err)
+	}
+}
+
+// runTerminal is run -it: the pod gets a terminal (tty: true) that kubectl
+// attaches to, from a terminal of its own.
+func runTerminal(t *testing.T, l *lab.Lab, k kubectl) {
+	name := "boxt-" + strings.ReplaceAll(k.name, ".", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := k.cmd(ctx, "run", "-it", "--rm", "--restart=Never", name, "--image=busybox", "--",
+		"sh", "-c", "stty size; read x; echo got:$x")
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 37, Cols: 91})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var out testenv.Buffer
+	go io.Copy(&out, ptmx)
+	// Typed until the shell has read it: keys pressed before kubectl attached
+	// are not seen, as on a real cluster.
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "got:hello") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer through run -it:\n%s", out.String())
+		}
+		if strings.Contains(out.String(), "try pressing enter") {
+			io.WriteString(ptmx, "hello\r")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("kubectl run -it: %v\n%s", err, out.String())
+	}
+	c := testenv.Client(t, l)
+	if _, err := c.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod %s still there after run -it --rm (get: %v)", name, err)
 	}
 }
 
