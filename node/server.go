@@ -26,6 +26,23 @@ const KubeletPort = 10250
 // node's log directory). Every request must carry the cluster's bearer token:
 // the agent runs as root and its port is for the API server only.
 func (a *Agent) serveLogs(ctx context.Context, addr string, token string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for log requests on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: a.kubeletHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// kubeletHandler routes the kubelet paths, behind the token check.
+func (a *Agent) kubeletHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/containerLogs/", func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/containerLogs/"), "/")
@@ -46,26 +63,13 @@ func (a *Agent) serveLogs(ctx context.Context, addr string, token string) error 
 		logDir = "/var/log"
 	}
 	mux.Handle("/logs/", http.StripPrefix("/logs/", http.FileServer(http.Dir(logDir))))
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !tokenOK(r, token) {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening for log requests on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
 }
 
 func (a *Agent) writeLogs(ctx context.Context, w http.ResponseWriter, ns, name, ctr string, q map[string][]string) error {

@@ -61,23 +61,22 @@ func (a *Agent) resolveStream(ns, name, ctr string) (*streamTarget, error) {
 		return nil, &streamError{http.StatusNotFound, "pod does not exist"}
 	}
 	t := &streamTarget{a: a, pod: pod, netns: a.sandboxName(pod.UID)}
+	if ctr != "" {
+		found := false
+		for _, s := range pod.Spec.Containers {
+			if s.Name == ctr {
+				t.spec, found = s, true
+			}
+		}
+		c := a.liveContainer(pod.UID, ctr)
+		if !found || c == nil || !c.isRunning() {
+			return nil, &streamError{http.StatusInternalServerError, fmt.Sprintf("container not found (%q)", ctr)}
+		}
+		t.c = c
+	}
 	if !sandbox.PodNamespacesExist(t.netns) || !sandbox.ExistsNamed(t.netns) {
 		return nil, &streamError{http.StatusInternalServerError, fmt.Sprintf("pod %q has no running sandbox", ns+"/"+name)}
 	}
-	if ctr == "" {
-		return t, nil
-	}
-	found := false
-	for _, s := range pod.Spec.Containers {
-		if s.Name == ctr {
-			t.spec, found = s, true
-		}
-	}
-	c := a.liveContainer(pod.UID, ctr)
-	if !found || c == nil || !c.isRunning() {
-		return nil, &streamError{http.StatusInternalServerError, fmt.Sprintf("container not found (%q)", ctr)}
-	}
-	t.c = c
 	return t, nil
 }
 
