@@ -104,6 +104,16 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 				Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"},
 			})
 		}
+		if res.name == "pods" {
+			// The streaming subresources (stream.go), as kube-apiserver lists them.
+			for _, sub := range []struct{ name, kind string }{
+				{"attach", "PodAttachOptions"}, {"exec", "PodExecOptions"}, {"portforward", "PodPortForwardOptions"},
+			} {
+				list.APIResources = append(list.APIResources, metav1.APIResource{
+					Name: "pods/" + sub.name, Namespaced: true, Kind: sub.kind, Verbs: metav1.Verbs{"create", "get"},
+				})
+			}
+		}
 		if res.name == "namespaces" {
 			list.APIResources = append(list.APIResources, metav1.APIResource{
 				Name: "namespaces/finalize", Kind: "Namespace", Verbs: metav1.Verbs{"update"},

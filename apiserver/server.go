@@ -161,6 +161,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if isStreamSub(rq) {
+		return s.serveStream(w, r, rq)
+	}
 	return s.serveResource(w, r, rq)
 }
 
@@ -213,7 +216,7 @@ func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 		if rq.res.name != "namespaces" {
 			return rq, notFoundPath()
 		}
-	case "log":
+	case "log", "exec", "attach", "portforward":
 		if rq.res.name != "pods" {
 			return rq, notFoundPath()
 		}

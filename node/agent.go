@@ -77,6 +77,9 @@ type Config struct {
 	// served (default NodeIP:10250). Without a token, no log endpoint is served.
 	Token    string
 	LogsAddr string
+	// LogDir is the node's log directory served at /logs/ (default /var/log,
+	// as the kubelet serves it).
+	LogDir string
 }
 
 // Agent is a running node agent.
@@ -94,8 +97,11 @@ type Agent struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
-	ready   chan struct{}
-	prefix  string // netns prefix of this node's pods
+	// live indexes containers by "UID/NAME" for the streaming handlers, which
+	// run outside the pod workers that own the workers' maps.
+	live   sync.Map
+	ready  chan struct{}
+	prefix string // netns prefix of this node's pods
 }
 
 // New checks cfg and returns an agent; Run starts it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +67,12 @@ type container struct {
 	adopted        bool
 	probeCancel    context.CancelFunc
 	livenessFailed bool
+
+	// stdin is the write end of the container's stdin (a pipe, or its
+	// terminal's master ptmx) for containers with stdin: true, held for attach.
+	// It is lost with the agent: a container adopted after a restart has none.
+	stdin io.WriteCloser
+	ptmx  *os.File
 }
 
 func (c *container) persisted() *containerState {
@@ -166,6 +173,7 @@ func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
 		if c == nil {
 			c = &container{w: w, name: spec.Name}
 			w.containers[spec.Name] = c
+			w.track(c)
 		}
 		c.mu.Lock()
 		running, lastTerm, due := c.running, c.lastTerm, time.Now().After(c.nextStart)
@@ -234,13 +242,23 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group, no parent-death signal: containers outlive an agent restart.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	stdio, err := c.openStdio(cmd, spec, logf)
+	if err != nil {
 		c.mu.Lock()
 		c.waitReason, c.waitMessage = "RunContainerError", err.Error()
 		c.mu.Unlock()
 		return fmt.Errorf("starting container %q: %w", c.name, err)
 	}
+	if err := cmd.Start(); err != nil {
+		stdio.abort()
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "RunContainerError", err.Error()
+		c.mu.Unlock()
+		return fmt.Errorf("starting container %q: %w", c.name, err)
+	}
+	stdio.started()
 	c.mu.Lock()
+	c.stdin, c.ptmx = stdio.stdin, stdio.ptmx
 	c.pid, c.procStart, c.startedAt, c.running = cmd.Process.Pid, ProcStartTime(cmd.Process.Pid), time.Now(), true
 	c.exited = make(chan struct{})
 	c.waitReason, c.waitMessage, c.image = "", "", spec.Image
@@ -256,6 +274,7 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 				code = 128 + int(ws.Signal())
 			}
 		}
+		stdio.exited()
 		c.finished(code, "")
 	}()
 	return nil

@@ -268,6 +268,7 @@ func (w *podWorker) cleanup() error {
 	}
 	for _, c := range w.containers {
 		c.closeProbes()
+		w.untrack(c)
 	}
 	// Whatever still runs in the pod's netns is the pod's (an unrecorded
 	// container, a process it left behind): it would keep the namespace alive.
@@ -302,6 +303,7 @@ func (w *podWorker) loadState() {
 	for name, cs := range st.Containers {
 		if c := adoptContainer(w, name, cs); c != nil {
 			w.containers[name] = c
+			w.track(c)
 		}
 	}
 }

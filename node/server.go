@@ -15,21 +15,36 @@ import (
 	"time"
 )
 
-// KubeletPort is where the agent serves container logs to the API server, like the
-// kubelet's port.
+// KubeletPort is where the agent serves the API server, like the kubelet's port:
+// container logs, exec, attach, port-forward, its health and the node's logs.
 const KubeletPort = 10250
 
-// serveLogs serves GET /containerLogs/NS/POD/CONTAINER?follow=true&tailLines=N, the
-// kubelet path the API server proxies `kubectl logs` to. Every request must carry
-// the cluster's bearer token: the agent runs as root.
+// serveLogs serves the kubelet paths the API server proxies to:
+// GET /containerLogs/NS/POD/CONTAINER?follow=true&tailLines=N (kubectl logs),
+// /exec/NS/POD/CONTAINER, /attach/NS/POD/CONTAINER and /portForward/NS/POD
+// (kubectl exec, attach, port-forward; see stream.go), /healthz and /logs/ (the
+// node's log directory). Every request must carry the cluster's bearer token:
+// the agent runs as root and its port is for the API server only.
 func (a *Agent) serveLogs(ctx context.Context, addr string, token string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening for log requests on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: a.kubeletHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// kubeletHandler routes the kubelet paths, behind the token check.
+func (a *Agent) kubeletHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/containerLogs/", func(w http.ResponseWriter, r *http.Request) {
-		tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(token)) != 1 {
-			http.Error(w, "Unauthorized", http.StatusUnauthorized)
-			return
-		}
 		parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/containerLogs/"), "/")
 		if len(parts) != 3 {
 			http.Error(w, "want /containerLogs/NAMESPACE/POD/CONTAINER", http.StatusBadRequest)
@@ -39,19 +54,22 @@ func (a *Agent) serveLogs(ctx context.Context, addr string, token string) error 
 			http.Error(w, err.Error(), http.StatusNotFound)
 		}
 	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening for log requests on %s: %w", addr, err)
+	mux.HandleFunc("/exec/", a.serveExec)
+	mux.HandleFunc("/attach/", a.serveAttach)
+	mux.HandleFunc("/portForward/", a.servePortForward)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	logDir := a.cfg.LogDir
+	if logDir == "" {
+		logDir = "/var/log"
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	mux.Handle("/logs/", http.StripPrefix("/logs/", http.FileServer(http.Dir(logDir))))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !tokenOK(r, token) {
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func (a *Agent) writeLogs(ctx context.Context, w http.ResponseWriter, ns, name, ctr string, q map[string][]string) error {
@@ -140,4 +158,20 @@ func seekTail(f *os.File, n int) error {
 	}
 	_, err = f.Seek(0, io.SeekStart)
 	return err
+}
+
+// tokenOK checks the API server's credential: the bearer token, or the same
+// token as the password of basic auth. The latter is how the API server's
+// WebSocket-to-SPDY translator (k8s.io/apiserver's StreamTranslatorHandler)
+// carries it: that client has no header hook, so the token rides in the agent
+// URL's user info, which net/http sends as basic auth.
+func tokenOK(r *http.Request, token string) bool {
+	if token == "" {
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		_, got, ok = r.BasicAuth()
+	}
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }

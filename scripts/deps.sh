@@ -28,6 +28,18 @@ if ! command -v nginx >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq nginx >/dev/null
 fi
+# Debian's kubectl 1.20 (package kubernetes-client) is the old SPDY-only client
+# the streaming tests drive next to the current kubectl. It is extracted, not
+# installed, so it never replaces /usr/bin/kubectl.
+kubectl120=/var/cache/minikit/kubectl-1.20
+if [ ! -x "$kubectl120/usr/bin/kubectl" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  tmp=$(mktemp -d)
+  ( cd "$tmp" && { apt-get download kubernetes-client >/dev/null 2>&1 || { apt-get update -qq && apt-get download kubernetes-client >/dev/null 2>&1; }; } ) &&
+    mkdir -p "$kubectl120" && dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$kubectl120" ||
+    echo "warning: could not extract Debian's kubernetes-client into $kubectl120" >&2
+  rm -rf "$tmp"
+fi
 if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
   export PATH=$PATH:/usr/local/go/bin
 fi
