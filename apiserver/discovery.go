@@ -77,6 +77,7 @@ func (s *Server) serveAPIGroup(w http.ResponseWriter, r *http.Request, group str
 var (
 	verbsFull   = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 	verbsStatus = metav1.Verbs{"get", "patch", "update"}
+	verbsProxy  = metav1.Verbs{"create", "delete", "get", "patch", "update"}
 )
 
 func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) error {
@@ -103,6 +104,11 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 		if res.name == "pods" {
 			list.APIResources = append(list.APIResources, metav1.APIResource{
 				Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"},
+			})
+		}
+		if proxyable(res) {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: res.name + "/proxy", Namespaced: res.namespaced, Kind: res.kind + "ProxyOptions", Verbs: verbsProxy,
 			})
 		}
 		if res.name == "namespaces" {
