@@ -97,7 +97,7 @@ func TestProxySubresources(t *testing.T) {
 		}
 		for path, want := range map[string]string{
 			// No port: the pod's first container port.
-			"/api/v1/namespaces/default/pods/porter/proxy/":           "foo",
+			"/api/v1/namespaces/default/pods/porter/proxy/":            "foo",
 			"/api/v1/namespaces/default/pods/https:porter:8443/proxy/": "tls baz",
 			// HTML links are rewritten to go through the proxy.
 			"/api/v1/namespaces/default/pods/porter:8081/proxy/": `<a href="/api/v1/namespaces/default/pods/porter:8081/proxy/rewriteme">test</a>`,
