@@ -174,7 +174,7 @@ func TestMalformedRequests(t *testing.T) {
 		{name: "bad watch resourceVersion", method: http.MethodGet, path: svcs + "?watch=true&resourceVersion=yesterday",
 			code: 400, reason: metav1.StatusReasonBadRequest},
 		{name: "unknown resource", method: http.MethodGet, path: "/api/v1/widgets", code: 404, reason: metav1.StatusReasonNotFound},
-		{name: "unknown subresource", method: http.MethodGet, path: svcs + "/kubernetes/proxy", code: 404, reason: metav1.StatusReasonNotFound},
+		{name: "unknown subresource", method: http.MethodGet, path: svcs + "/kubernetes/widgets", code: 404, reason: metav1.StatusReasonNotFound},
 		{name: "create in a missing namespace", path: "/api/v1/namespaces/nowhere/services", contentType: "application/json",
 			body: validSvc, code: 404, reason: metav1.StatusReasonNotFound},
 	}

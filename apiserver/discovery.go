@@ -76,6 +76,7 @@ func (s *Server) serveAPIGroup(w http.ResponseWriter, r *http.Request, group str
 var (
 	verbsFull   = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
 	verbsStatus = metav1.Verbs{"get", "patch", "update"}
+	verbsProxy  = metav1.Verbs{"create", "delete", "get", "patch", "update"}
 )
 
 func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) error {
@@ -113,6 +114,11 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 					Name: "pods/" + sub.name, Namespaced: true, Kind: sub.kind, Verbs: metav1.Verbs{"create", "get"},
 				})
 			}
+		}
+		if proxyable(res) {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: res.name + "/proxy", Namespaced: res.namespaced, Kind: res.kind + "ProxyOptions", Verbs: verbsProxy,
+			})
 		}
 		if res.name == "namespaces" {
 			list.APIResources = append(list.APIResources, metav1.APIResource{

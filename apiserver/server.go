@@ -55,6 +55,7 @@ type Server struct {
 
 	nsFinalizing sync.Map     // namespace name -> struct{}, finalizers running
 	watches      atomic.Int64 // watch streams being served
+	proxy        proxyTransports
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -164,6 +165,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	if isStreamSub(rq) {
 		return s.serveStream(w, r, rq)
 	}
+	if rq.sub == "proxy" {
+		return s.serveProxy(w, r, rq)
+	}
 	return s.serveResource(w, r, rq)
 }
 
@@ -199,7 +203,7 @@ func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 	if len(rest) > 1 {
 		rq.sub = rest[1]
 	}
-	if len(rest) > 2 {
+	if len(rest) > 2 && rq.sub != "proxy" { // proxy: the rest is the target's path
 		return rq, notFoundPath()
 	}
 	switch rq.sub {
@@ -218,6 +222,10 @@ func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 		}
 	case "log", "exec", "attach", "portforward":
 		if rq.res.name != "pods" {
+			return rq, notFoundPath()
+		}
+	case "proxy":
+		if !proxyable(rq.res) {
 			return rq, notFoundPath()
 		}
 	default:

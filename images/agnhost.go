@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-var agnhostSubcommands = []string{"liveness", "netexec", "pause", "serve-hostname"}
+var agnhostSubcommands = []string{"liveness", "netexec", "pause", "porter", "serve-hostname"}
 
 // runAgnhost is registry.k8s.io/e2e-test-images/agnhost: its first argument picks
 // the subcommand, as with the real image's cobra CLI.
@@ -30,6 +30,8 @@ func runAgnhost(ctx context.Context, c *container, args []string) error {
 		return serveHostname(ctx, c, rest, true)
 	case "liveness":
 		return liveness(ctx, c, rest)
+	case "porter":
+		return porter(ctx, c, rest)
 	case "pause":
 		if err := parseFlags(c.flags("pause"), rest); err != nil {
 			return err

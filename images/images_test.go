@@ -3,6 +3,7 @@ package images
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -660,9 +661,11 @@ func TestRunErrors(t *testing.T) {
 		{"serve_hostname positional args", "registry.k8s.io/serve_hostname", []string{"-port=0", "extra"}, nil,
 			`parsing serve-hostname arguments: unexpected ["extra"]`},
 		{"agnhost without subcommand", "registry.k8s.io/e2e-test-images/agnhost", nil, nil,
-			"agnhost needs a subcommand; minikit implements liveness, netexec, pause, serve-hostname"},
-		{"agnhost porter", "registry.k8s.io/e2e-test-images/agnhost", []string{"porter"}, nil,
-			`agnhost subcommand "porter" is not implemented by minikit`},
+			"agnhost needs a subcommand; minikit implements liveness, netexec, pause, porter, serve-hostname"},
+		{"agnhost fake-gitserver", "registry.k8s.io/e2e-test-images/agnhost", []string{"fake-gitserver"}, nil,
+			`agnhost subcommand "fake-gitserver" is not implemented by minikit`},
+		{"porter bad port", "registry.k8s.io/e2e-test-images/agnhost", []string{"porter"}, map[string]string{"SERVE_PORT_x": "foo"},
+			"parsing the port of SERVE_PORT_x"},
 		{"netexec unknown flag", "registry.k8s.io/e2e-test-images/agnhost", []string{"netexec", "--bogus"}, nil,
 			"flag provided but not defined: -bogus"},
 		{"netexec bad UDP address", "registry.k8s.io/e2e-test-images/agnhost",
@@ -709,6 +712,44 @@ func TestRun(t *testing.T) {
 		want := `image "foo/bar" is not a built-in image of minikit; built-in images: ` + strings.Join(Names(), ", ")
 		if err == nil || err.Error() != want {
 			t.Errorf("Run error = %v, want %s", err, want)
+		}
+	})
+}
+
+func TestAgnhostPorter(t *testing.T) {
+	const agnhost = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	t.Run("http", func(t *testing.T) {
+		r := start(t, agnhost, []string{"porter"}, map[string]string{"SERVE_PORT_0": `<a href="/rewriteme">test</a>`})
+		if got := do(t, "GET", "http://"+r.addr(t, "tcp")+"/any/path", nil); got.status != 200 || got.body != `<a href="/rewriteme">test</a>` {
+			t.Errorf("got %d %q", got.status, got.body)
+		}
+	})
+	t.Run("json", func(t *testing.T) {
+		r := start(t, agnhost, []string{"porter", "--json-response"}, map[string]string{"SERVE_PORT_0": "foo"})
+		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
+			got := do(t, m, "http://"+r.addr(t, "tcp")+"/some/path/with/"+m, nil)
+			if want := `{"Method":"` + m + `","Body":"foo"}` + "\n"; got.status != 200 || got.body != want {
+				t.Errorf("%s: got %d %q, want %q", m, got.status, got.body, want)
+			}
+		}
+	})
+	t.Run("tls", func(t *testing.T) {
+		r := start(t, agnhost, []string{"porter"}, map[string]string{"SERVE_TLS_PORT_0": "tls qux"})
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		resp, err := c.Get("https://" + r.addr(t, "tcp") + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != "tls qux" || resp.TLS == nil {
+			t.Errorf("got %q over TLS %v", b, resp.TLS != nil)
+		}
+	})
+	t.Run("udp", func(t *testing.T) {
+		r := start(t, agnhost, []string{"porter"}, map[string]string{"SERVE_UDP_PORT_0": "udp foo"})
+		if got, _ := ask(t, r.addr(t, "udp"), "x"); got != "udp foo" {
+			t.Errorf("reply %q", got)
 		}
 	})
 }
