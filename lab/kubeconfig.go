@@ -284,7 +284,10 @@ func (l *Lab) writeKubeconfig(server, token string, ca []byte) error {
 // and records that in the lab's state for Down.
 func (l *Lab) mergeKubeconfig() error {
 	o := l.cfg.Owner
-	path := o.KubeconfigPath()
+	path := l.cfg.UserKubeconfig
+	if path == "" {
+		path = o.KubeconfigPath()
+	}
 	if path == "" {
 		return fmt.Errorf("merging the lab's kubeconfig: user %s has no home directory (use --kubeconfig-merge=false)", o.Name)
 	}

@@ -44,6 +44,9 @@ type Config struct {
 	// MergeKubeconfig adds the lab's context minikit-NAME to Owner's
 	// ~/.kube/config and makes it current; Down removes it again.
 	MergeKubeconfig bool
+	// UserKubeconfig is the kubeconfig to merge into instead of Owner's
+	// ~/.kube/config (kind create cluster --kubeconfig).
+	UserKubeconfig string
 }
 
 // Host names of a lab besides its nodes.

@@ -109,8 +109,9 @@ with one lab they find it without --name. ` + "`minikit lab list`" + ` shows the
 Run with sudo, the lab's kubeconfig belongs to the user who ran sudo (mode 0600:
 the token is theirs alone), and its cluster, user and context, all named
 minikit-NAME, are merged into that user's ~/.kube/config, which is created if
-missing, and minikit-NAME becomes the current context, as kind does with
-kind-NAME: kubectl then works from the user's shell without sudo or KUBECONFIG.
+missing (--kubeconfig names another file), and minikit-NAME becomes the
+current context, as kind does with kind-NAME: kubectl then works from the
+user's shell without sudo or KUBECONFIG.
 lab down removes them again and makes the previous context current again.
 --kubeconfig-merge=false leaves ~/.kube/config alone.`,
 		Args: cobra.NoArgs,
@@ -158,6 +159,7 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default /var/lib/minikit-lab/NAME)")
 	up.Flags().IntVar(&cfg.Nodes, "nodes", 2, "number of nodes")
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
+	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
 	addOutput(up)
 	down := &cobra.Command{
 		Use:   "down",
