@@ -69,24 +69,17 @@ type procID struct {
 func (p procID) running() bool { return alive(p.pid) && node.ProcStartTime(p.pid) == p.start }
 
 // names are the names of the lab's own network namespaces: those its state
-// records and those its hosts would have.
+// records, newest first. (Only those: a namespace with a lab host's name that
+// the lab did not make, as when lab up failed because it was taken, is not
+// the lab's to remove.)
 func (st State) names() []string {
 	seen := map[string]bool{}
 	var out []string
-	add := func(n string) {
-		if !seen[n] {
+	for i := len(st.Namespaces) - 1; i >= 0; i-- {
+		if n := st.Namespaces[i]; !seen[n] {
 			seen[n] = true
 			out = append(out, n)
 		}
-	}
-	for i := len(st.Namespaces) - 1; i >= 0; i-- {
-		add(st.Namespaces[i])
-	}
-	for i := 1; i <= st.Nodes; i++ {
-		add(NS(st.Name, nodeName(i)))
-	}
-	for _, h := range []string{Client, External, "net"} {
-		add(NS(st.Name, h))
 	}
 	return out
 }

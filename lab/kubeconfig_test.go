@@ -5,8 +5,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/minikit/minikit/node"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -213,5 +216,22 @@ func TestRegistry(t *testing.T) {
 	}
 	if err := unregister("a"); err != nil {
 		t.Errorf("unregistering twice: %v", err)
+	}
+}
+
+// What down finds left is named in its error: here the lab's directory and
+// a process of the lab that still runs.
+func TestLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	st := State{Name: "mkleft", Nodes: 1, Dir: dir}
+	self := procID{os.Getpid(), node.ProcStartTime(os.Getpid())}
+	left := st.leftovers(map[procID]string{self: "host node1", {pid: os.Getpid(), start: self.start + 1}: "host gone"}, st.podPrefixes())
+	want := []string{"directory " + dir, "process"}
+	if len(left) != 2 || left[0] != want[0] || !strings.HasPrefix(left[1], "process ") || !strings.Contains(left[1], "of host node1") {
+		t.Errorf("leftovers = %q; want the directory and this process (and not a process whose start time differs)", left)
+	}
+	os.RemoveAll(dir)
+	if left := st.leftovers(nil, st.podPrefixes()); len(left) != 0 {
+		t.Errorf("leftovers of nothing = %q", left)
 	}
 }
