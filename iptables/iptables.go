@@ -40,7 +40,8 @@ type Interface interface {
 	EnsureRule(pos Position, table, chain string, args ...string) (existed bool, err error)
 	// HasRule reports whether the rule is in the chain (iptables -C).
 	HasRule(table, chain string, args ...string) (bool, error)
-	// DeleteRule deletes the rule if present.
+	// DeleteRule deletes the rule if present; a rule or chain already gone
+	// (also one removed by someone else meanwhile) is not an error.
 	DeleteRule(table, chain string, args ...string) error
 	// ChainExists reports whether chain exists in table.
 	ChainExists(table, chain string) (bool, error)
@@ -151,7 +152,22 @@ func (r *runner) DeleteRule(table, chain string, args ...string) error {
 	if ok, err := r.chainExists(table, chain); err != nil || !ok {
 		return err
 	}
-	return r.ipt.DeleteIfExists(table, chain, args...)
+	err := r.ipt.DeleteIfExists(table, chain, args...)
+	if err != nil && r.ruleGone(table, chain, args) {
+		// Removed by someone else between the check and the delete
+		// (iptables -D then says "Bad rule"): gone is what was wanted.
+		return nil
+	}
+	return err
+}
+
+// ruleGone reports whether a rule (or its chain) is certainly not there.
+func (r *runner) ruleGone(table, chain string, args []string) bool {
+	if ok, err := r.chainExists(table, chain); err == nil && !ok {
+		return true
+	}
+	ok, err := r.ipt.Exists(table, chain, args...)
+	return err == nil && !ok
 }
 
 func (r *runner) ChainExists(table, chain string) (bool, error) {
@@ -182,7 +198,13 @@ func (r *runner) DeleteChain(table, chain string) error {
 	if err != nil || !ok {
 		return err
 	}
-	return r.ipt.ClearAndDeleteChain(table, chain)
+	err = r.ipt.ClearAndDeleteChain(table, chain)
+	if err != nil {
+		if ok, cerr := r.chainExists(table, chain); cerr == nil && !ok {
+			return nil // deleted meanwhile by someone else
+		}
+	}
+	return err
 }
 
 func (r *runner) Restore(data []byte, noFlush bool) error {

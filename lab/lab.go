@@ -9,16 +9,13 @@ package lab
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +38,15 @@ type Config struct {
 	// APIPort is the loopback port of the forwarder in the root namespace (0 picks one).
 	APIPort int
 	Logger  *slog.Logger
+	// Owner, when set, owns the lab's kubeconfig (mode 0600, so the token
+	// stays secret from other users) and can enter the lab's directory.
+	Owner *User
+	// MergeKubeconfig adds the lab's context minikit-NAME to Owner's
+	// ~/.kube/config and makes it current; Down removes it again.
+	MergeKubeconfig bool
+	// UserKubeconfig is the kubeconfig to merge into instead of Owner's
+	// ~/.kube/config (kind create cluster --kubeconfig).
+	UserKubeconfig string
 }
 
 // Host names of a lab besides its nodes.
@@ -63,6 +69,12 @@ type State struct {
 	Args      map[string][]string `json:"args"`
 	Addresses map[string]string   `json:"addresses"`
 	APIPort   int                 `json:"apiPort"`
+	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
+	// context into, UserUID its owner, and PrevContext the current context
+	// it replaced, which Down restores.
+	UserKubeconfig string `json:"userKubeconfig,omitempty"`
+	UserUID        int    `json:"userUID,omitempty"`
+	PrevContext    string `json:"prevContext,omitempty"`
 }
 
 // Lab is a running lab.
@@ -86,7 +98,7 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("lab name %q must be at most 20 characters without '/', '.' or spaces", c.Name)
 	}
 	if c.Dir == "" {
-		c.Dir = filepath.Join("/var/lib/minikit-lab", c.Name)
+		c.Dir = filepath.Join(DefaultDir, c.Name)
 	}
 	if c.Binary == "" {
 		exe, err := os.Executable()
@@ -166,8 +178,10 @@ func (l *Lab) Command(host string, argv ...string) *exec.Cmd {
 }
 
 func (l *Lab) saveState() error {
+	// World-readable, like the registry: it holds no secret, and `lab status`
+	// works without sudo.
 	b, _ := json.MarshalIndent(l.state, "", "  ")
-	return os.WriteFile(filepath.Join(l.cfg.Dir, "lab.json"), b, 0o600)
+	return os.WriteFile(filepath.Join(l.cfg.Dir, "lab.json"), b, 0o644)
 }
 
 // Up builds the lab and starts minikit on its nodes; it returns once every node
@@ -184,13 +198,20 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if _, err := os.Stat(filepath.Join(cfg.Dir, "lab.json")); err == nil {
 		return nil, fmt.Errorf("lab %q already exists (%s); remove it with: minikit lab down --name %s --dir %s", cfg.Name, cfg.Dir, cfg.Name, cfg.Dir)
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+	if e, ok := Lookup(cfg.Name); ok {
+		return nil, fmt.Errorf("lab %q already exists (%s); remove it with: minikit lab down --name %s", cfg.Name, e.Dir, cfg.Name)
+	}
+	if err := makeDir(cfg.Dir, cfg.Owner != nil); err != nil {
 		return nil, err
 	}
 	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
 		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
 			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
 	l = made
+	if err := register(Entry{Name: cfg.Name, Dir: cfg.Dir, Kubeconfig: l.Kubeconfig()}); err != nil {
+		os.RemoveAll(cfg.Dir)
+		return nil, err
+	}
 	defer func() {
 		// made, not l: a failed return has already set l to nil.
 		if err != nil {
@@ -206,7 +227,45 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := l.startExternal(); err != nil {
 		return nil, err
 	}
+	if err := register(Entry{Name: cfg.Name, Dir: cfg.Dir, Kubeconfig: l.Kubeconfig(), APIPort: l.state.APIPort}); err != nil {
+		return nil, err
+	}
+	if cfg.MergeKubeconfig && cfg.Owner != nil {
+		if err := l.mergeKubeconfig(); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
+}
+
+// makeDir makes the lab's directory. When it is shared with a user, the
+// directories made here may be entered (0711) but not listed by others: the
+// kubeconfig inside is the user's own (0600), every other file root's.
+func makeDir(dir string, shared bool) error {
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		made = append(made, d)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if shared {
+		if filepath.Dir(filepath.Clean(dir)) == DefaultDir {
+			made = append(made, DefaultDir)
+		}
+		if len(made) == 0 || made[0] != filepath.Clean(dir) {
+			made = append(made, filepath.Clean(dir))
+		}
+		for _, d := range made {
+			if err := os.Chmod(d, 0o711); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // buildNetwork creates the namespaces, the underlay bridge (inside NAME-net) and a
@@ -354,75 +413,6 @@ func (l *Lab) RemoveNode(ctx context.Context, host string) error {
 	return err
 }
 
-// Down stops the lab's processes and removes its namespaces, pods and directory.
-func (l *Lab) Down() error {
-	return down(l.state, l.cfg.Binary, l.log)
-}
-
-// DownByName removes a lab from its state file (also after a crash of `lab up`).
-func DownByName(name, dir, binary string, log *slog.Logger) error {
-	if dir == "" {
-		dir = filepath.Join("/var/lib/minikit-lab", name)
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	var st State
-	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &st)
-	}
-	if err != nil {
-		// No usable state: remove whatever namespaces carry the lab's name.
-		st = State{Name: name, Dir: dir, PIDs: map[string]int{}}
-		names, _ := sandbox.ListNamed(name + "-")
-		st.Namespaces = names
-	}
-	return down(st, binary, log)
-}
-
-func down(st State, binary string, log *slog.Logger) error {
-	var errs []error
-	// Stop the node processes (and the forwarder) first so nothing recreates pods.
-	for host, pid := range st.PIDs {
-		if pid > 0 && st.owns(host, pid) {
-			syscall.Kill(-pid, syscall.SIGTERM)
-			syscall.Kill(pid, syscall.SIGTERM)
-			if !waitGone(pid, 5*time.Second) {
-				syscall.Kill(-pid, syscall.SIGKILL)
-				syscall.Kill(pid, syscall.SIGKILL)
-				waitGone(pid, 2*time.Second)
-			}
-			log.Debug("stopped", "host", host, "pid", pid)
-		}
-	}
-	// Remove each node's pods, bridge and rules from inside its namespace.
-	for i := 1; i <= st.Nodes; i++ {
-		ns := NS(st.Name, nodeName(i))
-		dataDir := filepath.Join(st.Dir, nodeName(i))
-		if !sandbox.ExistsNamed(ns) {
-			continue
-		}
-		if _, err := os.Stat(dataDir); err == nil && binary != "" {
-			out, err := exec.Command("nsenter", "--net="+sandbox.NetNSPath(ns), "--", binary, "down", "--data-dir", dataDir).CombinedOutput()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("minikit down on %s: %v: %s", ns, err, out))
-			}
-		}
-	}
-	for i := len(st.Namespaces) - 1; i >= 0; i-- {
-		if err := sandbox.DeleteNamed(st.Namespaces[i]); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if st.Dir != "" {
-		if err := os.RemoveAll(st.Dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // owns reports whether pid is still the process the lab started for host: the
 // same start time, whatever the binary is called. A state file written before
 // start times were recorded falls back to the command line naming minikit.
@@ -484,38 +474,15 @@ func DialIn(ctx context.Context, netns, network, addr string) (net.Conn, error) 
 	return c, err
 }
 
-// Load reads a lab's state file.
+// Load reads a lab's state file; dir "" is the registry's directory for the
+// lab, else the default one.
 func Load(name, dir string) (State, error) {
-	if dir == "" {
-		dir = filepath.Join("/var/lib/minikit-lab", name)
-	}
-	var st State
-	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	dir = resolveDir(name, dir)
+	st, err := readState(dir)
 	if err != nil {
 		return st, fmt.Errorf("no lab %q in %s: %w", name, dir, err)
 	}
-	return st, json.Unmarshal(b, &st)
-}
-
-// PrintStatus prints a lab's hosts and whether their processes run.
-func PrintStatus(ctx context.Context, w io.Writer, st State) error {
-	fmt.Fprintf(w, "lab %q (%d nodes) in %s, API forwarded on 127.0.0.1:%d\n", st.Name, st.Nodes, st.Dir, st.APIPort)
-	var hosts []string
-	for h := range st.Addresses {
-		hosts = append(hosts, h)
-	}
-	sort.Strings(hosts)
-	for _, h := range hosts {
-		state := "-"
-		if pid, ok := st.PIDs[h]; ok {
-			state = "stopped"
-			if alive(pid) {
-				state = "running (pid " + strconv.Itoa(pid) + ")"
-			}
-		}
-		fmt.Fprintf(w, "  %-9s %-15s netns %-16s %s\n", h, st.Addresses[h], NS(st.Name, h), state)
-	}
-	return nil
+	return st, nil
 }
 
 // Open returns a running lab from its state file, to stop, start or remove hosts.

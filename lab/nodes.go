@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/minikit/minikit/cluster"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -66,7 +64,7 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		return err
 	}
 	fwd := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(l.state.APIPort))
-	if err := cluster.WriteKubeconfig(l.Kubeconfig(), fwd, strings.TrimSpace(token), ca); err != nil {
+	if err := l.writeKubeconfig(fwd, strings.TrimSpace(token), ca); err != nil {
 		return err
 	}
 	return l.WaitReady(ctx)

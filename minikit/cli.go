@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -30,11 +31,40 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), newExecCommand(), newDownCommand(),
+	execCmd := newExecCommand()
+	execCmd.Flags().StringVar(&execLab, "lab", "", "the lab whose API to ask (default: as the kubeconfig says, else the only lab)")
+	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), execCmd, newDownCommand(),
 		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newDocsCommand())
 	root.AddCommand(newLabHelperCommands()...)
 	root.AddCommand(newKubectlCommands()...)
+	requireRoot(root)
 	return root
+}
+
+// rootReasons are the commands that need root, and why.
+var rootReasons = map[string]string{
+	"minikit server":    "it creates pods, a bridge and iptables rules",
+	"minikit agent":     "it creates pods, a bridge and iptables rules",
+	"minikit down":      "it removes pods, the bridge and iptables rules",
+	"minikit exec":      "it enters the pod's namespaces",
+	"minikit trace":     "it reads the iptables rules and routes inside the nodes' network namespaces",
+	"minikit lab up":    "it creates network namespaces and runs the nodes",
+	"minikit lab down":  "it stops the lab's processes and removes its namespaces",
+	"minikit lab stop":  "it stops a node's processes",
+	"minikit lab start": "it starts a node's processes inside its network namespace",
+	"minikit lab exec":  "it enters a lab host's network namespace",
+}
+
+// requireRoot makes the commands that need root say so before doing
+// anything else.
+func requireRoot(root *cobra.Command) {
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		why, ok := rootReasons[cmd.CommandPath()]
+		if !ok || os.Geteuid() == 0 {
+			return nil
+		}
+		return fmt.Errorf("%s needs root (%s): run it with sudo: sudo %s", cmd.CommandPath(), why, strings.Join(os.Args, " "))
+	}
 }
 
 // newKubectlCommands are the client commands. They run the real kubectl against
@@ -65,64 +95,98 @@ func newKubectlCommands() []*cobra.Command {
 	return out
 }
 
-// runKubectl replaces this process with kubectl, adding --kubeconfig when the user
-// gave none: kubectl's own order (--kubeconfig, then KUBECONFIG), then the
-// kubeconfig a local server wrote.
+// runKubectl replaces this process with kubectl, adding --kubeconfig when the
+// user gave none, found as every minikit command finds its cluster (see
+// finder.find); --lab NAME, which kubectl does not know, picks a lab.
 func runKubectl(args []string) error {
 	path, err := exec.LookPath("kubectl")
 	if err != nil {
 		return fmt.Errorf("kubectl is not installed (Debian/Ubuntu: apt-get install kubernetes-client, or see https://kubernetes.io/docs/tasks/tools/): %w", err)
 	}
+	args, labName := cutLabFlag(args)
 	argv := append([]string{"kubectl"}, args...)
-	if kc := defaultKubeconfig(args); kc != "" {
-		argv = append([]string{"kubectl", "--kubeconfig", kc}, args...)
+	if !hasKubeconfigFlag(args) {
+		t, err := defaultFinder().find("", labName)
+		switch {
+		case errors.Is(err, errNoCluster):
+			// kubectl's own defaults (root's ~/.kube/config), and its own errors.
+		case err != nil:
+			return err
+		case t.kubeconfig != "":
+			argv = append([]string{"kubectl", "--kubeconfig", t.kubeconfig}, args...)
+		}
 	}
 	return syscall.Exec(path, argv, os.Environ())
 }
 
-// defaultKubeconfig is the kubeconfig to add, or "" when kubectl's own lookup applies.
-func defaultKubeconfig(args []string) string {
+func hasKubeconfigFlag(args []string) bool {
 	for _, a := range args {
+		if a == "--" {
+			break
+		}
 		if a == "--kubeconfig" || strings.HasPrefix(a, "--kubeconfig=") {
-			return ""
+			return true
 		}
 	}
-	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "" {
-		return ""
-	}
-	local := cluster.KubeconfigPath(cluster.DefaultDataDir)
-	if _, err := os.Stat(local); err == nil {
-		return local
-	}
-	return ""
+	return false
 }
 
-// kubeClient connects to the API server the kubeconfig names (when kubeconfig is
-// "": KUBECONFIG, then the local server's) and returns the namespace to use:
-// namespace when it is set, else the kubeconfig context's, as kubectl does.
-func kubeClient(kubeconfig, namespace string) (*kubernetes.Clientset, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig == "" {
-		kubeconfig = defaultKubeconfig(nil)
+// cutLabFlag removes --lab NAME (or --lab=NAME) from kubectl's arguments.
+func cutLabFlag(args []string) (rest []string, name string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return append(rest, args[i:]...), name
+		case a == "--lab" && i+1 < len(args):
+			name = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--lab="):
+			name = strings.TrimPrefix(a, "--lab=")
+		default:
+			rest = append(rest, a)
+		}
 	}
-	rules.ExplicitPath = kubeconfig
+	return rest, name
+}
+
+// execLab is `minikit exec --lab`.
+var execLab string
+
+// kubeClient connects to the API server found as finder.find finds it and
+// returns the namespace to use: namespace when it is set, else the kubeconfig
+// context's, as kubectl does.
+func kubeClient(kubeconfig, namespace string) (*kubernetes.Clientset, string, error) {
+	client, ns, _, err := kubeClientFor(kubeconfig, execLab, namespace)
+	return client, ns, err
+}
+
+// kubeClientFor is kubeClient for a lab given by name, and says which lab
+// (if any) the API it found belongs to.
+func kubeClientFor(kubeconfig, labName, namespace string) (*kubernetes.Clientset, string, target, error) {
+	t, err := defaultFinder().find(kubeconfig, labName)
+	if err != nil {
+		return nil, "", t, err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = t.kubeconfig
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
 	if namespace == "" {
 		ns, _, err := loader.Namespace()
 		if err != nil {
-			return nil, "", err
+			return nil, "", t, fmt.Errorf("reading the kubeconfig (%s): %w", t.how, err)
 		}
 		namespace = ns
 	}
 	rc, err := loader.ClientConfig()
 	if err != nil {
-		return nil, "", err
+		return nil, "", t, fmt.Errorf("reading the kubeconfig (%s): %w", t.how, err)
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, "", err
+		return nil, "", t, err
 	}
-	return client, namespace, nil
+	return client, namespace, t, nil
 }
 
 func newVersionCommand() *cobra.Command {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/minikit/minikit/cluster"
@@ -77,66 +80,203 @@ func addDNSFlags(fl *pflag.FlagSet, o *cluster.DNSOptions) {
 
 func newLabCommand() *cobra.Command {
 	var cfg lab.Config
-	root := &cobra.Command{Use: "lab", Short: "A cluster of network namespaces on this machine: nodes, a client and an external host"}
-	addCommon := func(c *cobra.Command) {
-		c.Flags().StringVar(&cfg.Name, "name", "lab", "lab name (prefix of its namespaces)")
-		c.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default /var/lib/minikit-lab/NAME)")
+	var output string
+	merge := true
+	root := &cobra.Command{Use: "lab", Short: "A cluster of network namespaces on this machine: nodes, a client and an external host",
+		Long: `A cluster of network namespaces on this machine: nodes, a client and an external host.
+
+Every lab is recorded by name in ` + lab.RegistryDir + `/NAME.json with its directory,
+so that the other lab commands find it by --name whatever --dir it was made with;
+with one lab they find it without --name. ` + "`minikit lab list`" + ` shows them.`}
+	addName := func(c *cobra.Command) {
+		c.Flags().StringVar(&cfg.Name, "name", "", "lab name (default: the only lab, else \"lab\")")
+		c.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default: where the lab registry says the lab is, else /var/lib/minikit-lab/NAME)")
+	}
+	addOutput := func(c *cobra.Command) {
+		c.Flags().StringVarP(&output, "output", "o", "", "output format: json (default: text)")
+	}
+	checkOutput := func() error {
+		if output != "" && output != "json" {
+			return fmt.Errorf("--output must be json or empty, not %q", output)
+		}
+		return nil
 	}
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create a lab and wait until every node is Ready",
-		Args:  cobra.NoArgs,
+		Long: `Create a lab and wait until every node is Ready.
+
+Run with sudo, the lab's kubeconfig belongs to the user who ran sudo (mode 0600:
+the token is theirs alone), and its cluster, user and context, all named
+minikit-NAME, are merged into that user's ~/.kube/config, which is created if
+missing (--kubeconfig names another file), and minikit-NAME becomes the
+current context, as kind does with kind-NAME: kubectl then works from the
+user's shell without sudo or KUBECONFIG.
+lab down removes them again and makes the previous context current again.
+--kubeconfig-merge=false leaves ~/.kube/config alone.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(); err != nil {
+				return err
+			}
+			if cfg.Name == "" {
+				cfg.Name = "lab"
+			}
 			start := time.Now()
 			cfg.Logger = newLogger("warn")
+			owner, err := lab.InvokingUser()
+			if err != nil {
+				return err
+			}
+			if owner.UID != os.Geteuid() || merge {
+				cfg.Owner = owner
+			}
+			cfg.MergeKubeconfig = merge
 			l, err := lab.Up(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lab %q is up with %d nodes in %.1fs\n", l.Name(), cfg.Nodes, time.Since(start).Seconds())
-			for _, h := range l.Hosts() {
-				fmt.Fprintf(cmd.OutOrStdout(), "  %-9s %-15s netns %s\n", h, l.Addr(h), lab.NS(l.Name(), h))
+			w := cmd.OutOrStdout()
+			info := l.Info(cmd.Context())
+			if output == "json" {
+				return printJSON(w, info)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "kubeconfig: %s\n  export KUBECONFIG=%s\n", l.Kubeconfig(), l.Kubeconfig())
+			fmt.Fprintf(w, "lab %q is up with %d nodes in %.1fs\n", l.Name(), cfg.Nodes, time.Since(start).Seconds())
+			lab.PrintInfo(w, info)
+			switch {
+			case l.UserKubeconfig() != "":
+				fmt.Fprintf(w, "kubectl now uses context %s (kubectl config use-context to switch back)\n", lab.ContextName(l.Name()))
+			case l.KubeconfigReachable():
+				fmt.Fprintf(w, "  export KUBECONFIG=%s\n", l.Kubeconfig())
+			}
+			if !l.KubeconfigReachable() {
+				fmt.Fprintf(w, "note: %s cannot enter the directories above %s; use minikit lab kubeconfig --name %s > FILE\n", owner.Name, l.Kubeconfig(), l.Name())
+			}
 			return nil
 		},
 	}
-	addCommon(up)
+	up.Flags().StringVar(&cfg.Name, "name", "lab", "lab name (prefix of its namespaces)")
+	up.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default /var/lib/minikit-lab/NAME)")
 	up.Flags().IntVar(&cfg.Nodes, "nodes", 2, "number of nodes")
+	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
+	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
+	addOutput(up)
 	down := &cobra.Command{
 		Use:   "down",
-		Short: "Remove a lab: its processes, pods, namespaces and directory",
-		Args:  cobra.NoArgs,
+		Short: "Remove a lab: its processes, pods, namespaces, directory and kubeconfig context",
+		Long: `Remove a lab: its processes, pods, namespaces, directory and kubeconfig context.
+
+Afterwards it checks that nothing of the lab is left (processes, network
+namespaces, pod namespaces, mounts, directory) and fails, naming what is,
+if anything is; the lab then stays registered, and down can be run again.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			exe, _ := os.Executable()
-			return lab.DownByName(cfg.Name, cfg.Dir, exe, newLogger("warn"))
-		},
-	}
-	addCommon(down)
-	status := &cobra.Command{
-		Use:   "status",
-		Short: "Show a lab's hosts and nodes",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			st, err := lab.Load(cfg.Name, cfg.Dir)
+			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
 			}
-			return lab.PrintStatus(cmd.Context(), cmd.OutOrStdout(), st)
+			exe, _ := os.Executable()
+			err = lab.DownByName(name, cfg.Dir, exe, newLogger("warn"))
+			if errors.Is(err, lab.ErrNoLab) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "%v: nothing to remove\n", err)
+				return nil
+			}
+			return err
 		},
 	}
-	addCommon(status)
+	addName(down)
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show a lab's hosts, addresses and processes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(); err != nil {
+				return err
+			}
+			name, err := pickLab(cfg.Name, cfg.Dir)
+			if err != nil {
+				return err
+			}
+			st, err := lab.Load(name, cfg.Dir)
+			if err != nil {
+				return err
+			}
+			info := st.Info(cmd.Context(), true)
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), info)
+			}
+			lab.PrintInfo(cmd.OutOrStdout(), info)
+			return nil
+		},
+	}
+	addName(status)
+	addOutput(status)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the labs on this machine",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(); err != nil {
+				return err
+			}
+			infos := []lab.Info{}
+			for _, e := range lab.Registered() {
+				st, err := lab.Load(e.Name, e.Dir)
+				if err != nil {
+					st = lab.State{Name: e.Name, Dir: e.Dir}
+				}
+				infos = append(infos, st.Info(cmd.Context(), false))
+			}
+			w := cmd.OutOrStdout()
+			if output == "json" {
+				return printJSON(w, infos)
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tNODES\tRUNNING\tAPI\tDIR\tKUBECONFIG")
+			for _, in := range infos {
+				fmt.Fprintf(tw, "%s\t%d\t%v\t%s\t%s\t%s\n", in.Name, in.Nodes, in.Running && len(in.Hosts) > 0, in.APIServer, in.Dir, in.Kubeconfig)
+			}
+			return tw.Flush()
+		},
+	}
+	addOutput(list)
+	kubeconfig := &cobra.Command{
+		Use:   "kubeconfig",
+		Short: "Print a lab's kubeconfig (context minikit-NAME)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := pickLab(cfg.Name, cfg.Dir)
+			if err != nil {
+				return err
+			}
+			st, err := lab.Load(name, cfg.Dir)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(filepath.Join(st.Dir, "kubeconfig"))
+			if err != nil {
+				return fmt.Errorf("reading the kubeconfig of lab %q: %w", name, err)
+			}
+			_, err = cmd.OutOrStdout().Write(b)
+			return err
+		},
+	}
+	addName(kubeconfig)
 	execCmd := &cobra.Command{
 		Use:   "exec HOST -- COMMAND [ARGS...]",
 		Short: "Run a command on a lab host (node1..., client, external)",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := exec.Command("nsenter", append([]string{"--net=/run/netns/" + lab.NS(cfg.Name, args[0]), "--"}, args[1:]...)...)
+			name, err := pickLab(cfg.Name, cfg.Dir)
+			if err != nil {
+				return err
+			}
+			c := exec.Command("nsenter", append([]string{"--net=/run/netns/" + lab.NS(name, args[0]), "--"}, args[1:]...)...)
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-			if st, err := lab.Load(cfg.Name, cfg.Dir); err == nil {
+			if st, err := lab.Load(name, cfg.Dir); err == nil {
 				c.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(st.Dir, "kubeconfig"))
 			}
-			err := c.Run()
+			err = c.Run()
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {
 				os.Exit(ee.ExitCode())
@@ -144,15 +284,19 @@ func newLabCommand() *cobra.Command {
 			return err
 		},
 	}
-	addCommon(execCmd)
+	addName(execCmd)
 	var remove bool
 	stop := &cobra.Command{
 		Use:   "stop HOST",
 		Short: "Stop a lab node's minikit (its pods keep running); --remove also takes the node out of the cluster",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := pickLab(cfg.Name, cfg.Dir)
+			if err != nil {
+				return err
+			}
 			exe, _ := os.Executable()
-			l, err := lab.Open(cfg.Name, cfg.Dir, exe, newLogger("warn"))
+			l, err := lab.Open(name, cfg.Dir, exe, newLogger("warn"))
 			if err != nil {
 				return err
 			}
@@ -162,24 +306,64 @@ func newLabCommand() *cobra.Command {
 			return l.Stop(args[0], syscall.SIGTERM)
 		},
 	}
-	addCommon(stop)
+	addName(stop)
 	stop.Flags().BoolVar(&remove, "remove", false, "also remove the node's pods and its Node object")
 	startCmd := &cobra.Command{
 		Use:   "start HOST",
 		Short: "Start a stopped lab node's minikit again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			name, err := pickLab(cfg.Name, cfg.Dir)
+			if err != nil {
+				return err
+			}
 			exe, _ := os.Executable()
-			l, err := lab.Open(cfg.Name, cfg.Dir, exe, newLogger("warn"))
+			l, err := lab.Open(name, cfg.Dir, exe, newLogger("warn"))
 			if err != nil {
 				return err
 			}
 			return l.Start(args[0])
 		},
 	}
-	addCommon(startCmd)
-	root.AddCommand(up, down, status, execCmd, stop, startCmd)
+	addName(startCmd)
+	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)
 	return root
+}
+
+// pickLab is the lab a command means: --name; else, with --dir, the lab in
+// that directory; else the only registered lab; else "lab".
+func pickLab(name, dir string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	if dir != "" {
+		st, err := lab.Load("", dir)
+		if err != nil {
+			return "", err
+		}
+		return st.Name, nil
+	}
+	labs := lab.Registered()
+	switch len(labs) {
+	case 0:
+		return "lab", nil
+	case 1:
+		return labs[0].Name, nil
+	}
+	var names []string
+	for _, e := range labs {
+		if e.Name == "lab" {
+			return "lab", nil
+		}
+		names = append(names, e.Name)
+	}
+	return "", fmt.Errorf("%d labs on this machine (%s): choose one with --name", len(labs), strings.Join(names, ", "))
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func newLabHelperCommands() []*cobra.Command {

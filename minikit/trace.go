@@ -29,7 +29,7 @@ TO:   svc/NAME[:PORT] (the cluster IP), or ADDRESS:PORT where ADDRESS is a
 With --live, one real connection (or UDP datagram) is sent from FROM's network
 namespace and the counters that moved and the conntrack entry it created are
 compared with the prediction.`,
-		Example: `  minikit trace client node2:30080 --lab lab
+		Example: `  minikit trace client node2:30080
   minikit trace pod/client svc/web:http -o json --live
   minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
 		Args: cobra.ExactArgs(2),
@@ -38,11 +38,16 @@ compared with the prediction.`,
 				return fmt.Errorf("-o must be tree, json or dot, not %q", output)
 			}
 			o.From, o.To = args[0], args[1]
-			client, ns, err := kubeClient(kubeconfig, o.Namespace)
+			client, ns, t, err := kubeClientFor(kubeconfig, o.Lab, o.Namespace)
 			if err != nil {
 				return err
 			}
 			o.Namespace = ns
+			if o.Lab == "" {
+				// The lab the kubeconfig belongs to (its context minikit-NAME,
+				// or its server URL); "" for a cluster that is no lab.
+				o.Lab = t.lab
+			}
 			res, err := trace.Run(cmd.Context(), client, o)
 			if err != nil {
 				return err
@@ -60,11 +65,11 @@ compared with the prediction.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: KUBECONFIG, then the local server's)")
+	fl.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: KUBECONFIG, then the lab the user's current context minikit-NAME names, the only lab, the local server)")
 	fl.StringVarP(&o.Namespace, "namespace", "n", "", "namespace of FROM's pod and TO's Service")
 	fl.StringVar(&o.Proto, "proto", "", "tcp or udp (default: the Service port's protocol, else tcp)")
 	fl.StringVar(&o.Node, "node", "", "node whose rules to read (default: the node that receives the first packet)")
-	fl.StringVar(&o.Lab, "lab", "lab", "lab whose network namespaces are the nodes (LAB-NODE); other nodes are read from this machine's own namespace if they are this machine")
+	fl.StringVar(&o.Lab, "lab", "", "lab whose network namespaces are the nodes (LAB-NODE) and whose API to ask (default: the kubeconfig's lab, else the only lab); other nodes are read from this machine's own namespace if they are this machine")
 	fl.BoolVar(&o.Live, "live", false, "send one real probe from FROM and confirm the path with the kernel's counters and conntrack")
 	fl.DurationVar(&o.Timeout, "timeout", 3*time.Second, "how long the live probe waits")
 	fl.StringVarP(&output, "output", "o", "tree", "tree, json or dot")

@@ -198,7 +198,8 @@ func TestLabDownLeavesNothing(t *testing.T) {
 		return false
 	}
 	before := testenv.RootSnapshot(t, mine)
-	up := exec.Command(bin, "lab", "up", "--name", name, "--nodes", "2", "--dir", dir)
+	// No kubeconfig merge: under sudo it would go into the caller's ~/.kube/config.
+	up := exec.Command(bin, "lab", "up", "--name", name, "--nodes", "2", "--dir", dir, "--kubeconfig-merge=false")
 	if out, err := up.CombinedOutput(); err != nil {
 		exec.Command(bin, "lab", "down", "--name", name, "--dir", dir).Run()
 		t.Fatalf("lab up: %v: %s", err, out)
@@ -210,7 +211,7 @@ func TestLabDownLeavesNothing(t *testing.T) {
 		}
 	})
 	// A second lab of the same name is refused, clearly.
-	out, err := exec.Command(bin, "lab", "up", "--name", name, "--nodes", "2", "--dir", dir).CombinedOutput()
+	out, err := exec.Command(bin, "lab", "up", "--name", name, "--nodes", "2", "--dir", dir, "--kubeconfig-merge=false").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "already exists") {
 		t.Fatalf("second lab up: err %v, output %q; want a clear 'already exists' error", err, out)
 	}

@@ -340,6 +340,77 @@ func TestDownLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestDownAfterPartialRemoval removes part of what a stopped server left by
+// hand, as a student tidying up (or a down interrupted half way) would: the
+// bridge, one pod's network namespace, another pod's UTS mount, the pod
+// masquerade chain and its jump, a proxy jump rule and a whole proxy chain.
+// minikit down then still succeeds and leaves the VM as it was, and a second
+// down succeeds too: a rule, chain, link or mount already gone is not an error.
+func TestDownAfterPartialRemoval(t *testing.T) {
+	testenv.RequireRoot(t)
+	v := newVM(t)
+	before := v.snapshot(t, nil)
+	srv, c := v.startServer(t)
+	ctx := context.Background()
+	if _, err := c.AppsV1().Deployments("default").Create(ctx, webDeployment("web", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Services("default").Create(ctx, service("web", "web", corev1.ServiceTypeNodePort), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDeployment(ctx, c, "web", 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the proxy's rules for web", func() error {
+		if out := v.run(t, "iptables-save", "-t", "nat"); !strings.Contains(out, ":KUBE-SVC-") || !strings.Contains(out, "-j MINIKIT-POSTROUTING") {
+			return fmt.Errorf("no KUBE-SVC chain or masquerade jump yet")
+		}
+		return nil
+	})
+	pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) < 2 {
+		t.Fatalf("pods: %v %v", pods, err)
+	}
+	var podProcs []procID
+	var sandboxes []string
+	for _, p := range pods.Items {
+		name := v.sandboxPrefix() + strings.ReplaceAll(string(p.UID), "-", "")[:10]
+		sandboxes = append(sandboxes, name)
+		for _, pid := range processesInNetNS(nsInode(sandbox.NetNSPath(name))) {
+			podProcs = append(podProcs, procID{pid, procStart(pid)})
+		}
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	testenv.Eventually(t, 20*time.Second, "the server exits on SIGTERM", func() error {
+		if processAlive(srv.Process.Pid) {
+			return fmt.Errorf("pid %d still runs", srv.Process.Pid)
+		}
+		return nil
+	})
+	for _, argv := range [][]string{
+		{"ip", "link", "del", "cni0"},
+		{"ip", "netns", "del", sandboxes[0]},
+		{"umount", sandbox.PodUTSPath(sandboxes[1])},
+		{"iptables", "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment", "minikit pod masquerade", "-j", "MINIKIT-POSTROUTING"},
+		{"iptables", "-t", "nat", "-F", "MINIKIT-POSTROUTING"},
+		{"iptables", "-t", "nat", "-X", "MINIKIT-POSTROUTING"},
+		{"iptables", "-t", "nat", "-D", "PREROUTING", "-m", "comment", "--comment", "kubernetes service portals", "-j", "KUBE-SERVICES"},
+		{"iptables", "-D", "INPUT", "-m", "comment", "--comment", "kubernetes health check service ports", "-j", "KUBE-NODEPORTS"},
+		{"iptables", "-F", "KUBE-NODEPORTS"},
+		{"iptables", "-X", "KUBE-NODEPORTS"},
+	} {
+		v.run(t, argv...)
+	}
+	for i := 1; i <= 2; i++ {
+		if out, err := v.command(v.bin, "down", "--data-dir", v.dataDir).CombinedOutput(); err != nil {
+			t.Fatalf("minikit down #%d after a partial removal: %v: %s", i, err, out)
+		}
+		if after := v.snapshot(t, podProcs); after != before {
+			t.Errorf("the VM's state after minikit down #%d differs from before the server started:\n%s", i, lineDiff(before, after))
+		}
+	}
+}
+
 func processAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

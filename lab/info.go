@@ -1,0 +1,178 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Addresses the lab's server runs with (minikit server's defaults).
+const (
+	ServiceCIDR = "10.96.0.0/12"
+	ClusterCIDR = "10.244.0.0/16"
+	ClusterDNS  = "10.96.0.10"
+)
+
+// Info is what `lab up -o json`, `lab status -o json` and `lab list -o json`
+// print: where the lab is, how to reach its API, and every address in it.
+type Info struct {
+	Name    string `json:"name"`
+	Dir     string `json:"dir"`
+	Nodes   int    `json:"nodes"`
+	Running bool   `json:"running"` // every process the lab started runs
+	// Kubeconfig is the lab's own kubeconfig; UserKubeconfig the user's
+	// ~/.kube/config that holds its Context too.
+	Kubeconfig     string `json:"kubeconfig"`
+	Context        string `json:"context"`
+	UserKubeconfig string `json:"userKubeconfig,omitempty"`
+	// APIServer is the API from this machine (the loopback forwarder),
+	// InternalAPIServer from inside the lab (node1's underlay address).
+	APIServer         string     `json:"apiServer"`
+	InternalAPIServer string     `json:"internalAPIServer"`
+	Underlay          string     `json:"underlay"`
+	ServiceCIDR       string     `json:"serviceCIDR"`
+	ClusterCIDR       string     `json:"clusterCIDR"`
+	ClusterDNS        string     `json:"clusterDNS"`
+	LoadBalancerPool  string     `json:"loadBalancerPool"`
+	Hosts             []HostInfo `json:"hosts"`
+}
+
+// HostInfo is a host of the lab.
+type HostInfo struct {
+	Name    string `json:"name"`
+	Role    string `json:"role"` // node, client, external or forwarder
+	Address string `json:"address"`
+	Netns   string `json:"netns,omitempty"`
+	PodCIDR string `json:"podCIDR,omitempty"` // nodes, from their Node object
+	PID     int    `json:"pid,omitempty"`
+	Running bool   `json:"running"`
+}
+
+// Info describes the lab from its state; with withAPI, the nodes' pod CIDRs
+// are read from the API (left out when it does not answer).
+func (st State) Info(ctx context.Context, withAPI bool) Info {
+	subnet, _ := netip.ParsePrefix(st.Subnet)
+	kc := filepath.Join(st.Dir, "kubeconfig")
+	in := Info{Name: st.Name, Dir: st.Dir, Nodes: st.Nodes, Running: true,
+		Kubeconfig: kc, Context: ContextName(st.Name), UserKubeconfig: st.UserKubeconfig,
+		Underlay: st.Subnet, ServiceCIDR: ServiceCIDR, ClusterCIDR: ClusterCIDR, ClusterDNS: ClusterDNS}
+	if st.APIPort != 0 {
+		in.APIServer = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(st.APIPort))
+	}
+	if subnet.IsValid() {
+		in.InternalAPIServer = "https://" + net.JoinHostPort(hostAddr(subnet, nodeName(1)).String(), strconv.Itoa(APIPort))
+		in.LoadBalancerPool = subnetAddr(subnet, 240).String() + "-" + subnetAddr(subnet, 250).String()
+	}
+	cidrs := map[string]string{}
+	if withAPI {
+		cidrs = podCIDRs(ctx, kc)
+	}
+	var hosts []string
+	for h := range st.Addresses {
+		hosts = append(hosts, h)
+	}
+	sort.Slice(hosts, func(i, j int) bool { return hostOrder(hosts[i]) < hostOrder(hosts[j]) })
+	for _, h := range append(hosts, "forwarder") {
+		hi := HostInfo{Name: h, Address: st.Addresses[h], Netns: NS(st.Name, h), PodCIDR: cidrs[h]}
+		switch {
+		case h == "forwarder":
+			hi.Role, hi.Address, hi.Netns = "forwarder", strings.TrimPrefix(in.APIServer, "https://"), ""
+		case h == Client || h == External:
+			hi.Role = h
+		default:
+			hi.Role = "node"
+		}
+		if pid, ok := st.PIDs[h]; ok {
+			hi.PID = pid
+			hi.Running = pid > 0 && alive(pid) && st.owns(h, pid)
+			in.Running = in.Running && hi.Running
+		} else if h == "forwarder" {
+			continue
+		}
+		in.Hosts = append(in.Hosts, hi)
+	}
+	return in
+}
+
+// hostOrder sorts nodes by number, then the client, the external host.
+func hostOrder(h string) int {
+	switch h {
+	case Client:
+		return 1000
+	case External:
+		return 1001
+	}
+	n, _ := strconv.Atoi(strings.TrimPrefix(h, "node"))
+	return n
+}
+
+func subnetAddr(subnet netip.Prefix, n byte) netip.Addr {
+	a := subnet.Masked().Addr().As4()
+	a[3] += n
+	return netip.AddrFrom4(a)
+}
+
+// podCIDRs reads each node's spec.podCIDR through the lab's kubeconfig.
+func podCIDRs(ctx context.Context, kubeconfig string) map[string]string {
+	out := map[string]string{}
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return out
+	}
+	rc.Timeout = 3 * time.Second
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return out
+	}
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out
+	}
+	for _, n := range nodes.Items {
+		out[n.Name] = n.Spec.PodCIDR
+	}
+	return out
+}
+
+// Info describes the running lab, reading its nodes' pod CIDRs from the API.
+func (l *Lab) Info(ctx context.Context) Info { return l.state.Info(ctx, true) }
+
+// PrintInfo prints a lab as `lab up` and `lab status` show it.
+func PrintInfo(w io.Writer, in Info) {
+	fmt.Fprintf(w, "lab %q (%d nodes) in %s\n", in.Name, in.Nodes, in.Dir)
+	for _, h := range in.Hosts {
+		state := "-"
+		if h.PID != 0 {
+			state = "stopped"
+			if h.Running {
+				state = "running (pid " + strconv.Itoa(h.PID) + ")"
+			}
+		}
+		if h.Role == "forwarder" {
+			fmt.Fprintf(w, "  %-9s %-21s %-22s %s\n", h.Name, h.Address, "root netns (loopback)", state)
+			continue
+		}
+		extra := ""
+		if h.PodCIDR != "" {
+			extra = "  pods " + h.PodCIDR
+		}
+		fmt.Fprintf(w, "  %-9s %-21s netns %-16s %s%s\n", h.Name, h.Address, h.Netns, state, extra)
+	}
+	fmt.Fprintf(w, "API: %s (inside the lab: %s)\n", in.APIServer, in.InternalAPIServer)
+	fmt.Fprintf(w, "services %s (DNS %s), pods %s, LoadBalancer pool %s\n", in.ServiceCIDR, in.ClusterDNS, in.ClusterCIDR, in.LoadBalancerPool)
+	fmt.Fprintf(w, "kubeconfig: %s\n", in.Kubeconfig)
+	if in.UserKubeconfig != "" {
+		fmt.Fprintf(w, "context %s merged into %s\n", in.Context, in.UserKubeconfig)
+	}
+}
