@@ -105,6 +105,12 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 				Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"},
 			})
 		}
+		if res.name == "serviceaccounts" {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: "serviceaccounts/token", Namespaced: true, Group: "authentication.k8s.io", Version: "v1",
+				Kind: "TokenRequest", Verbs: metav1.Verbs{"create"},
+			})
+		}
 		if res.name == "namespaces" {
 			list.APIResources = append(list.APIResources, metav1.APIResource{
 				Name: "namespaces/finalize", Kind: "Namespace", Verbs: metav1.Verbs{"update"},

@@ -58,6 +58,8 @@ var known = []printer{
 	{resource: "secrets", kind: coreKind("Secret"), columns: secretColumns, cells: typed(secretCells)},
 	{resource: "configmaps", kind: coreKind("ConfigMap"), columns: configMapColumns, cells: typed(configMapCells)},
 	{resource: "events", kind: coreKind("Event"), columns: eventColumns, cells: typed(eventCells)},
+	{resource: "serviceaccounts", kind: coreKind("ServiceAccount"), columns: serviceAccountColumns, cells: typed(serviceAccountCells)},
+	{resource: "leases", kind: coordinationKind("Lease"), columns: leaseColumns, cells: typed(leaseCells)},
 }
 
 // typed adapts a cell function for one concrete type to the printer table.
