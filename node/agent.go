@@ -96,6 +96,8 @@ type Agent struct {
 	workers map[types.UID]*podWorker
 	ready   chan struct{}
 	prefix  string // netns prefix of this node's pods
+
+	apiEnvState
 }
 
 // New checks cfg and returns an agent; Run starts it.
