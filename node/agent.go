@@ -152,6 +152,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	go a.heartbeat(ctx)
+	go a.leaseLoop(ctx)
 	if a.ipt, err = iptables.New(); err != nil {
 		a.log.Warn("no iptables: pods cannot reach outside the cluster network", "err", err)
 		a.ipt = nil
