@@ -120,6 +120,12 @@ func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv sc
 				Name: res.name + "/proxy", Namespaced: res.namespaced, Kind: res.kind + "ProxyOptions", Verbs: verbsProxy,
 			})
 		}
+		if res.name == "serviceaccounts" {
+			list.APIResources = append(list.APIResources, metav1.APIResource{
+				Name: "serviceaccounts/token", Namespaced: true, Group: "authentication.k8s.io", Version: "v1",
+				Kind: "TokenRequest", Verbs: metav1.Verbs{"create"},
+			})
+		}
 		if res.name == "namespaces" {
 			list.APIResources = append(list.APIResources, metav1.APIResource{
 				Name: "namespaces/finalize", Kind: "Namespace", Verbs: metav1.Verbs{"update"},

@@ -17,6 +17,7 @@ import (
 	"github.com/minikit/minikit/store"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -156,12 +157,14 @@ func TestInformers(t *testing.T) {
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	recs := map[string]*recorder{}
 	for kind, inf := range map[string]cache.SharedIndexInformer{
-		"services":       factory.Core().V1().Services().Informer(),
-		"endpointslices": factory.Discovery().V1().EndpointSlices().Informer(),
-		"pods":           factory.Core().V1().Pods().Informer(),
-		"nodes":          factory.Core().V1().Nodes().Informer(),
-		"replicasets":    factory.Apps().V1().ReplicaSets().Informer(),
-		"rcs":            factory.Core().V1().ReplicationControllers().Informer(),
+		"services":        factory.Core().V1().Services().Informer(),
+		"endpointslices":  factory.Discovery().V1().EndpointSlices().Informer(),
+		"pods":            factory.Core().V1().Pods().Informer(),
+		"nodes":           factory.Core().V1().Nodes().Informer(),
+		"replicasets":     factory.Apps().V1().ReplicaSets().Informer(),
+		"rcs":             factory.Core().V1().ReplicationControllers().Informer(),
+		"serviceaccounts": factory.Core().V1().ServiceAccounts().Informer(),
+		"leases":          factory.Coordination().V1().Leases().Informer(),
 	} {
 		recs[kind] = newRecorder(kind)
 		if _, err := inf.AddEventHandler(recs[kind].handler()); err != nil {
@@ -281,6 +284,38 @@ func TestInformers(t *testing.T) {
 				},
 				func(n string) error {
 					return cs.CoreV1().ReplicationControllers("default").Delete(ctx, n, metav1.DeleteOptions{})
+				}},
+			{"serviceaccounts", "default/robot" + suffix,
+				func(n string) error {
+					_, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					_, err := cs.CoreV1().ServiceAccounts("default").Patch(ctx, n, "application/merge-patch+json",
+						[]byte(`{"automountServiceAccountToken":false}`), metav1.PatchOptions{})
+					return err
+				},
+				func(n string) error {
+					return cs.CoreV1().ServiceAccounts("default").Delete(ctx, n, metav1.DeleteOptions{})
+				}},
+			{"leases", "kube-node-lease/node" + suffix,
+				func(n string) error {
+					holder, d := n, int32(40)
+					_, err := cs.CoordinationV1().Leases("kube-node-lease").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n},
+						Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &d}}, metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					l, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, n, metav1.GetOptions{})
+					if err == nil {
+						now := metav1.NewMicroTime(time.Now())
+						l.Spec.RenewTime = &now
+						_, err = cs.CoordinationV1().Leases("kube-node-lease").Update(ctx, l, metav1.UpdateOptions{})
+					}
+					return err
+				},
+				func(n string) error {
+					return cs.CoordinationV1().Leases("kube-node-lease").Delete(ctx, n, metav1.DeleteOptions{})
 				}},
 		}
 		for _, st := range steps {

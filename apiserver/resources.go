@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	extv1beta1 "k8s.io/api/extensions/v1beta1"
@@ -126,6 +127,8 @@ var resources = []*resource{
 				"type":                           e.Type,
 			}
 		}},
+	{gv: corev1.SchemeGroupVersion, name: "serviceaccounts", singular: "serviceaccount", kind: "ServiceAccount", namespaced: true, shortNames: []string{"sa"},
+		newObj: func() runtime.Object { return &corev1.ServiceAccount{} }},
 	{gv: appsv1.SchemeGroupVersion, name: "deployments", singular: "deployment", kind: "Deployment", namespaced: true, shortNames: []string{"deploy"},
 		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.Deployment{} }, status: true, scale: true, generation: true},
 	{gv: appsv1.SchemeGroupVersion, name: "replicasets", singular: "replicaset", kind: "ReplicaSet", namespaced: true, shortNames: []string{"rs"},
@@ -144,6 +147,8 @@ var resources = []*resource{
 		newObj: func() runtime.Object { return &networkingv1.Ingress{} }, status: true, generation: true},
 	{gv: networkingv1.SchemeGroupVersion, name: "ingressclasses", singular: "ingressclass", kind: "IngressClass",
 		newObj: func() runtime.Object { return &networkingv1.IngressClass{} }},
+	{gv: coordinationv1.SchemeGroupVersion, name: "leases", singular: "lease", kind: "Lease", namespaced: true,
+		newObj: func() runtime.Object { return &coordinationv1.Lease{} }},
 	// Served by conversion to networking.k8s.io/v1 (ingress_v1beta1.go); listed
 	// here for discovery only.
 	{gv: extv1beta1.SchemeGroupVersion, name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"},

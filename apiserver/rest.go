@@ -45,6 +45,8 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request, rq reques
 		return s.serveScale(w, r, rq)
 	case rq.sub == "log":
 		return s.servePodLog(w, r, rq)
+	case rq.sub == "token":
+		return s.serveTokenRequest(w, r, rq)
 	default:
 		switch r.Method {
 		case http.MethodGet:
@@ -246,6 +248,11 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 		m.SetGeneration(1)
 	}
 	prepareForCreate(res, obj)
+	if pod, ok := obj.(*corev1.Pod); ok {
+		if err := s.admitPod(pod); err != nil {
+			return nil, err
+		}
+	}
 	validation.Default(obj, s.cfg.Validation)
 	if errs := validation.Validate(obj, nil, s.cfg.Validation); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(res.gvk().GroupKind(), m.GetName(), errs)
@@ -262,6 +269,11 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 		}
 		if err := s.beforeWrite(tx, res, obj, nil); err != nil {
 			return err
+		}
+		if res == nsResource {
+			if err := s.createDefaultServiceAccount(tx, m.GetName()); err != nil {
+				return err
+			}
 		}
 		return s.put(tx, res, key, obj)
 	})
@@ -291,7 +303,11 @@ func checkNamespace(tx store.Tx, ns string) error {
 		return err
 	}
 	if n.Status.Phase == corev1.NamespaceTerminating {
-		return apierrors.NewForbidden(nsResource.gr(), ns, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
+		err := apierrors.NewForbidden(nsResource.gr(), ns, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", ns))
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace",
+			Message: fmt.Sprintf("namespace %s is being terminated", ns)})
+		return err
 	}
 	return nil
 }

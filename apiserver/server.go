@@ -6,7 +6,7 @@ package apiserver
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/ecdsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,6 +44,9 @@ type Config struct {
 	NodeToken string
 	// Limits bound slow and hostile clients; zero fields take DefaultLimits.
 	Limits Limits
+	// ServiceAccountKey signs and verifies service account tokens (token.go);
+	// nil means a key generated for this process only.
+	ServiceAccountKey *ecdsa.PrivateKey
 }
 
 // Server serves the API. Create it with New.
@@ -67,6 +70,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Validation = validation.DefaultConfig()
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.ServiceAccountKey == nil {
+		key, err := NewServiceAccountKey()
+		if err != nil {
+			return nil, err
+		}
+		cfg.ServiceAccountKey = key
+	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now}
 	if err := s.bootstrap(); err != nil {
 		return nil, fmt.Errorf("creating built-in objects: %w", err)
@@ -87,8 +97,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, apierrors.NewInternalError(fmt.Errorf("%v", p)), s.log)
 		}
 	}()
-	if !s.authorized(r) {
-		writeError(w, r, apierrors.NewUnauthorized("Unauthorized"), nil)
+	if err := s.checkAccess(r); err != nil {
+		writeError(w, r, err, nil)
 		return
 	}
 	if err := s.bodyDeadline(w, r); err != nil {
@@ -99,19 +109,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err, s.log)
 	}
 	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "duration", time.Since(start))
-}
-
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.Token == "" {
-		return true
-	}
-	switch r.URL.Path {
-	case "/healthz", "/livez", "/readyz", "/version":
-		return true
-	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1
 }
 
 // request is a parsed resource URL.
@@ -226,6 +223,10 @@ func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 		}
 	case "proxy":
 		if !proxyable(rq.res) {
+			return rq, notFoundPath()
+		}
+	case "token":
+		if rq.res.name != "serviceaccounts" {
 			return rq, notFoundPath()
 		}
 	default:

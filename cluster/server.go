@@ -149,8 +149,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 			adv = firstAddress()
 		}
 	}
+	saKey, err := ensureServiceAccountKey(cfg.DataDir)
+	if err != nil {
+		ln.Close()
+		st.Close()
+		return nil, err
+	}
 	apiCfg := apiserver.Config{Store: st, Validation: vcfg, Logger: cfg.Logger, AdvertiseAddress: adv,
-		Port: int32(port), Version: cfg.Version}
+		Port: int32(port), Version: cfg.Version, ServiceAccountKey: saKey}
 	if !loopback {
 		apiCfg.Token = token
 	}
@@ -215,7 +221,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if !podCIDR.IsValid() {
 		podCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	}
-	ctrl := controllers.New(client, s.cfg.Logger, controllers.Options{PodCIDR: podCIDR, NodeCIDRMaskSize: 24})
+	ctrl := controllers.New(client, s.cfg.Logger, controllers.Options{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -48,6 +48,9 @@ type Options struct {
 	PodCIDR netip.Prefix
 	// NodeCIDRMaskSize is the prefix length of each node's range (default 24).
 	NodeCIDRMaskSize int
+	// RootCA is the PEM CA bundle published in every namespace's
+	// kube-root-ca.crt ConfigMap (empty when the API serves plain HTTP).
+	RootCA []byte
 	// Workers is the number of workers of the deployment, endpoints and
 	// garbage collection loops (default 2). The scheduler and node IPAM always
 	// run one worker: their decisions depend on each other's results.
@@ -99,6 +102,7 @@ type Controllers struct {
 	ipam  *nodeIPAM
 	gc    *collector
 	nl    *nodeLifecycle
+	sa    *serviceAccounts
 
 	startOnce sync.Once
 	ready     chan struct{}
@@ -161,6 +165,7 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controlle
 	newJobController(c)
 	newDaemonSetController(c)
 	newStatefulSetController(c)
+	c.sa = newServiceAccounts(c)
 	return c
 }
 

@@ -6,11 +6,13 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
 )
 
 // The node lifecycle loop does what kube-controller-manager's node lifecycle and
@@ -24,8 +26,9 @@ const (
 )
 
 type nodeLifecycle struct {
-	c    *Controllers
-	loop *loop
+	c      *Controllers
+	loop   *loop
+	leases coordinationlisters.LeaseLister
 
 	// observed is, per node, the heartbeat last seen and when this controller saw
 	// it change: like Kubernetes, silence is measured on our own clock, so clock
@@ -42,6 +45,17 @@ type observation struct {
 func newNodeLifecycle(c *Controllers) *nodeLifecycle {
 	n := &nodeLifecycle{c: c, observed: map[string]observation{}}
 	n.loop = c.newLoop("nodelifecycle", 1, n.sync)
+	// The agents' heartbeat leases (kube-node-lease/NODE) are the cheap
+	// heartbeat; the Ready condition's is the fallback.
+	leaseInf := c.factory.Coordination().V1().Leases().Informer()
+	n.leases = c.factory.Coordination().V1().Leases().Lister()
+	onLease := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok && l.Namespace == nodeLeaseNamespace {
+			n.loop.add(l.Name)
+		}
+	}
+	leaseInf.AddEventHandler(handlers(onLease, func(_, cur any) { onLease(cur) }, func(any) {}))
+	c.synced = append(c.synced, leaseInf.HasSynced)
 	c.factory.Core().V1().Nodes().Informer().AddEventHandler(handlers(
 		func(obj any) { n.loop.add(obj.(*corev1.Node).Name) },
 		func(_, cur any) { n.loop.add(cur.(*corev1.Node).Name) },
@@ -99,10 +113,11 @@ func (n *nodeLifecycle) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	now := n.c.now()
+	beat := n.heartbeat(node, ready)
 	n.mu.Lock()
 	o, ok := n.observed[name]
-	if !ok || !o.heartbeat.Equal(ready.LastHeartbeatTime.Time) {
-		o = observation{heartbeat: ready.LastHeartbeatTime.Time, seen: now}
+	if !ok || !o.heartbeat.Equal(beat) {
+		o = observation{heartbeat: beat, seen: now}
 		n.observed[name] = o
 	}
 	n.mu.Unlock()
@@ -122,8 +137,21 @@ func (n *nodeLifecycle) sync(ctx context.Context, name string) error {
 	if _, err := n.c.client.CoreV1().Nodes().UpdateStatus(ctx, nn, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("marking node %q unknown: %w", name, err)
 	}
-	n.loop.log.Info("node stopped posting status", "node", name, "lastHeartbeat", ready.LastHeartbeatTime.Time)
+	n.loop.log.Info("node stopped posting status", "node", name, "lastHeartbeat", beat)
 	return n.markPodsNotReady(ctx, name)
+}
+
+// nodeLeaseNamespace holds the agents' heartbeat leases.
+const nodeLeaseNamespace = "kube-node-lease"
+
+// heartbeat is the node's latest sign of life: its lease's renewTime, or
+// the Ready condition's heartbeat when that is later or there is no lease.
+func (n *nodeLifecycle) heartbeat(node *corev1.Node, ready *corev1.NodeCondition) time.Time {
+	beat := ready.LastHeartbeatTime.Time
+	if l, err := n.leases.Leases(nodeLeaseNamespace).Get(node.Name); err == nil && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(beat) {
+		beat = l.Spec.RenewTime.Time
+	}
+	return beat
 }
 
 func readyCondition(node *corev1.Node) *corev1.NodeCondition {
@@ -169,6 +197,10 @@ func (n *nodeLifecycle) markPodsNotReady(ctx context.Context, node string) error
 }
 
 func (n *nodeLifecycle) deleteOrphans(ctx context.Context, node string) error {
+	// The lease is owned by the Node and goes with it.
+	if err := n.c.client.CoordinationV1().Leases(nodeLeaseNamespace).Delete(ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting lease of vanished node %q: %w", node, err)
+	}
 	pods, err := n.podsOn(ctx, node)
 	if err != nil {
 		return err

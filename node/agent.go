@@ -102,6 +102,8 @@ type Agent struct {
 	live   sync.Map
 	ready  chan struct{}
 	prefix string // netns prefix of this node's pods
+
+	apiEnvState
 }
 
 // New checks cfg and returns an agent; Run starts it.
@@ -156,6 +158,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	go a.heartbeat(ctx)
+	go a.leaseLoop(ctx)
 	if a.ipt, err = iptables.New(); err != nil {
 		a.log.Warn("no iptables: pods cannot reach outside the cluster network", "err", err)
 		a.ipt = nil

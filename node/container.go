@@ -239,6 +239,7 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = containerEnv(pod, spec, w.a.cfg.NodeName, w.state.IP)
+	cmd.Env = append(w.a.apiServiceEnv(context.Background()), cmd.Env...) // the container's own env wins
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group, no parent-death signal: containers outlive an agent restart.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -62,6 +62,10 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 	if err := sandbox.ReleasePodNSDir(); err != nil && firstErr == nil {
 		firstErr = err
 	}
+	if _, err := os.Stat(sandbox.PodNSDir); os.IsNotExist(err) {
+		// No pod of any agent remains: the token mount point can go.
+		removeTokenMountPoint()
+	}
 	if _, err := a.net.SyncRoutes(nil); err != nil && firstErr == nil {
 		firstErr = err
 	}

@@ -49,6 +49,7 @@ type podWorker struct {
 	// killed agent started but never recorded (sweepOrphans).
 	orphansSwept bool
 	sandboxMsg   string
+	token        tokenState
 }
 
 func newPodWorker(a *Agent, ns, name string, uid types.UID) *podWorker {
@@ -134,6 +135,11 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		w.updateStatus(ctx, pod)
 		return false, err
 	}
+	if err := w.ensureServiceAccountFiles(ctx, pod); err != nil {
+		w.sandboxOK, w.sandboxMsg = false, err.Error()
+		w.updateStatus(ctx, pod)
+		return false, err
+	}
 	w.sandboxOK = true
 	if !w.orphansSwept {
 		w.sweepOrphans()
@@ -182,8 +188,12 @@ func (w *podWorker) ensureSandbox(pod *corev1.Pod) error {
 	if err := w.writePodFiles(pod, ip); err != nil {
 		return err
 	}
+	binds, err := w.volumeBinds(pod)
+	if err != nil {
+		return err
+	}
 	if !sandbox.PodNamespacesExist(w.state.NetNS) {
-		if err := sandbox.CreatePodNamespaces(w.state.NetNS, podHostname(pod), w.resolvPath(), w.hostsPath()); err != nil {
+		if err := sandbox.CreatePodNamespacesWith(w.state.NetNS, podHostname(pod), w.resolvPath(), w.hostsPath(), binds); err != nil {
 			return err
 		}
 	}

@@ -48,6 +48,24 @@ func PodNamespacesExist(name string) bool {
 // DeletePodNamespaces first to change the hostname or files); half-created
 // leftovers are removed and recreated.
 func CreatePodNamespaces(name, hostname, resolvConf, hosts string) error {
+	return CreatePodNamespacesWith(name, hostname, resolvConf, hosts, nil)
+}
+
+// Bind is a directory of the node bind-mounted into a pod's mount namespace,
+// as the kubelet mounts a pod's volumes into its containers.
+type Bind struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+// CreatePodNamespacesWith is CreatePodNamespaces with extra bind mounts of
+// directories (a service account token volume). A Target missing on the
+// node is created as an empty directory to mount on (pods share the node's
+// file system: the directory is visible on the node, but what is mounted on
+// it is not); RemoveBindTargets removes such directories again. Files in a
+// Source should be replaced by rename (atomically), which the directory
+// bind shows at once.
+func CreatePodNamespacesWith(name, hostname, resolvConf, hosts string, binds []Bind) error {
 	if err := validName(name); err != nil {
 		return fmt.Errorf("creating namespaces of pod: %w", err)
 	}
@@ -81,7 +99,7 @@ func CreatePodNamespaces(name, hostname, resolvConf, hosts string) error {
 		}
 		f.Close()
 	}
-	if err := pinPodNamespaces(name, hostname, resolvConf, hosts); err != nil {
+	if err := pinPodNamespaces(name, hostname, resolvConf, hosts, binds); err != nil {
 		DeletePodNamespaces(name)
 		return wrap(err)
 	}
@@ -92,7 +110,7 @@ func CreatePodNamespaces(name, hostname, resolvConf, hosts string) error {
 // them from the calling goroutine's thread, which is still in the node's
 // mount namespace: the bind mounts must land there, and mnt_ns_loop only
 // allows binding a mount namespace newer than the caller's.
-func pinPodNamespaces(name, hostname, resolvConf, hosts string) error {
+func pinPodNamespaces(name, hostname, resolvConf, hosts string, binds []Bind) error {
 	type built struct {
 		tid int
 		err error
@@ -102,7 +120,7 @@ func pinPodNamespaces(name, hostname, resolvConf, hosts string) error {
 	// The thread ends up in a private mount namespace with its own
 	// fs_struct and must never run other goroutines.
 	go lockedThread(func() bool {
-		ready <- built{tid: unix.Gettid(), err: buildPodNamespaces(hostname, resolvConf, hosts)}
+		ready <- built{tid: unix.Gettid(), err: buildPodNamespaces(hostname, resolvConf, hosts, binds)}
 		<-release
 		return false
 	})
@@ -125,7 +143,7 @@ func pinPodNamespaces(name, hostname, resolvConf, hosts string) error {
 // CLONE_NEWNS is allowed on one thread of a multithreaded process (it
 // implies unsharing the thread's fs_struct); it is setns into a mount
 // namespace that is not, which is why processes enter through nsenter.
-func buildPodNamespaces(hostname, resolvConf, hosts string) error {
+func buildPodNamespaces(hostname, resolvConf, hosts string, binds []Bind) error {
 	if err := unix.Unshare(unix.CLONE_NEWUTS); err != nil {
 		return fmt.Errorf("unsharing UTS namespace: %w", err)
 	}
@@ -144,6 +162,19 @@ func buildPodNamespaces(hostname, resolvConf, hosts string) error {
 		}
 		if err := unix.Mount(m.src, m.dst, "none", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind-mounting %s over %s: %w", m.src, m.dst, err)
+		}
+	}
+	for _, b := range binds {
+		if err := os.MkdirAll(b.Target, 0o755); err != nil {
+			return fmt.Errorf("creating mount point %s: %w", b.Target, err)
+		}
+		if err := unix.Mount(b.Source, b.Target, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s on %s: %w", b.Source, b.Target, err)
+		}
+		if b.ReadOnly {
+			if err := unix.Mount("", b.Target, "none", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+				return fmt.Errorf("making %s read-only: %w", b.Target, err)
+			}
 		}
 	}
 	// The copy of PodNSDir would hold other pods' UTS namespaces alive and
@@ -169,6 +200,17 @@ func DeletePodNamespaces(name string) error {
 		return fmt.Errorf("deleting namespaces of pod %q: %w", name, err)
 	}
 	return nil
+}
+
+// RemoveBindTargets removes the empty directories CreatePodNamespacesWith
+// made on the node to mount on, from target up to (not including) stop,
+// once no pod uses them. Directories that are not empty stay.
+func RemoveBindTargets(target, stop string) {
+	for d := filepath.Clean(target); d != filepath.Clean(stop) && d != "/" && d != "."; d = filepath.Dir(d) {
+		if os.Remove(d) != nil {
+			return
+		}
+	}
 }
 
 // Nsenter is the util-linux program ExecArgv runs.

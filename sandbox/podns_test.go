@@ -206,3 +206,49 @@ func TestPodMountNamespaceDoesNotPinNetns(t *testing.T) {
 		t.Errorf("pod mount namespace still pins %s after DeleteNamed", victim)
 	}
 }
+
+// A bind-mounted directory shows inside the pod's mount namespace, read-only,
+// with files replaced by rename seen at once; on the node the mount point is
+// an empty directory, removed again by RemoveBindTargets.
+func TestPodNamespacesBind(t *testing.T) {
+	requireRoot(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "token"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join("/run", testName("bindtest"), "secrets", "sa")
+	t.Cleanup(func() { RemoveBindTargets(target, "/run") })
+	name := testName("podns")
+	t.Cleanup(func() { DeletePodNamespaces(name) })
+	if err := CreatePodNamespacesWith(name, "web-0", "", "", []Bind{{Source: src, Target: target, ReadOnly: true}}); err != nil {
+		t.Fatalf("CreatePodNamespacesWith: %v", err)
+	}
+	inPod := func(argv ...string) (string, error) {
+		out, err := exec.Command(Nsenter, append([]string{"--mount=" + PodMntPath(name), "--"}, argv...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := inPod("cat", filepath.Join(target, "token")); err != nil || out != "one" {
+		t.Fatalf("token in pod = %q, %v; want one", out, err)
+	}
+	if entries, _ := os.ReadDir(target); len(entries) != 0 {
+		t.Errorf("node's %s shows %d entries, want the empty mount point", target, len(entries))
+	}
+	tmp := filepath.Join(src, ".token.tmp")
+	os.WriteFile(tmp, []byte("two"), 0o644)
+	if err := os.Rename(tmp, filepath.Join(src, "token")); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := inPod("cat", filepath.Join(target, "token")); err != nil || out != "two" {
+		t.Errorf("token in pod after rename = %q, %v; want two", out, err)
+	}
+	if out, err := inPod("touch", filepath.Join(target, "x")); err == nil || !strings.Contains(out, "Read-only") {
+		t.Errorf("writing in the read-only bind: %v %q, want a read-only file system error", err, out)
+	}
+	if err := DeletePodNamespaces(name); err != nil {
+		t.Fatal(err)
+	}
+	RemoveBindTargets(target, "/run")
+	if exists(filepath.Dir(filepath.Dir(target))) {
+		t.Errorf("%s left on the node", filepath.Dir(filepath.Dir(target)))
+	}
+}

@@ -63,6 +63,8 @@ var known = []printer{
 	{resource: "statefulsets", kind: appsKind("StatefulSet"), columns: statefulSetColumns, cells: typed(statefulSetCells)},
 	{resource: "daemonsets", kind: appsKind("DaemonSet"), columns: daemonSetColumns, cells: typed(daemonSetCells)},
 	{resource: "jobs", kind: batchKind("Job"), columns: jobColumns, cells: typed(jobCells)},
+	{resource: "serviceaccounts", kind: coreKind("ServiceAccount"), columns: serviceAccountColumns, cells: typed(serviceAccountCells)},
+	{resource: "leases", kind: coordinationKind("Lease"), columns: leaseColumns, cells: typed(leaseCells)},
 }
 
 // typed adapts a cell function for one concrete type to the printer table.

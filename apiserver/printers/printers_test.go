@@ -133,11 +133,11 @@ func TestColumnsReturnsCopy(t *testing.T) {
 // TestDefaultTable matches kube-apiserver's default table convertor, which
 // serves every resource without a printer.
 func TestDefaultTable(t *testing.T) {
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
+	sa := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{
 		Name: "builder", Namespace: "default",
 		CreationTimestamp: metav1.NewTime(time.Date(2025, 5, 30, 14, 3, 4, 0, time.FixedZone("CEST", 2*3600))),
 	}}
-	table, err := Table("serviceaccounts", []runtime.Object{sa}, "", now)
+	table, err := Table("limitranges", []runtime.Object{sa}, "", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestTablePodConditions(t *testing.T) {
 
 func TestTableErrors(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: objectMeta("web-0", time.Hour)}
-	sa := &corev1.ServiceAccount{ObjectMeta: objectMeta("builder", time.Hour)}
+	sa := &corev1.LimitRange{ObjectMeta: objectMeta("builder", time.Hour)}
 	tests := []struct {
 		name          string
 		resource      string
@@ -329,8 +329,8 @@ func TestTableErrors(t *testing.T) {
 			`building pods table: nil object`},
 		{"no metadata", "widgets", []runtime.Object{&metav1.Status{}}, "",
 			`building widgets table: reading metadata of *v1.Status: object does not implement the Object interfaces`},
-		{"full object of unknown kind", "serviceaccounts", []runtime.Object{sa}, "Object",
-			`building serviceaccounts table: including object "default/builder": kind of *v1.ServiceAccount is unknown`},
+		{"full object of unknown kind", "limitranges", []runtime.Object{sa}, "Object",
+			`building limitranges table: including object "default/builder": kind of *v1.LimitRange is unknown`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -347,20 +347,20 @@ func TestTableErrors(t *testing.T) {
 
 // An object that says what it is can be included whole even without a printer.
 func TestTableObjectOfUnknownResourceWithKind(t *testing.T) {
-	sa := &corev1.ServiceAccount{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+	sa := &corev1.LimitRange{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "LimitRange"},
 		ObjectMeta: objectMeta("builder", time.Hour),
 	}
-	table, err := Table("serviceaccounts", []runtime.Object{sa}, "Object", now)
+	table, err := Table("limitranges", []runtime.Object{sa}, "Object", now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, _ := kubectlTable(t, table)
-	var decoded corev1.ServiceAccount
+	var decoded corev1.LimitRange
 	if err := json.Unmarshal(got.Rows[0].Object.Raw, &decoded); err != nil {
 		t.Fatal(err)
 	}
-	if decoded.Kind != "ServiceAccount" || decoded.Name != "builder" {
+	if decoded.Kind != "LimitRange" || decoded.Name != "builder" {
 		t.Errorf("row object = %+v", decoded)
 	}
 }

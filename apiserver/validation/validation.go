@@ -30,6 +30,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -100,6 +101,10 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateConfigMap(o, oldAs[*corev1.ConfigMap](old))
 	case *corev1.Event:
 		return validateEvent(o, oldAs[*corev1.Event](old))
+	case *corev1.ServiceAccount:
+		return validateServiceAccount(o, oldAs[*corev1.ServiceAccount](old))
+	case *coordinationv1.Lease:
+		return validateLease(o, oldAs[*coordinationv1.Lease](old))
 	case *appsv1.Deployment:
 		return validateDeployment(o, oldAs[*appsv1.Deployment](old))
 	case *appsv1.ReplicaSet:

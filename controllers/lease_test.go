@@ -1,0 +1,72 @@
+package controllers
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// A node whose Ready heartbeat is old but whose lease is renewed stays
+// Ready; once the lease stops too, it goes Unknown after the grace period.
+func TestNodeLifecycleReadsLease(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.createNode("n3", true, nil)
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	holder, dur := "n3", int32(40)
+	renew := metav1.NewMicroTime(clock().Truncate(time.Second))
+	lease, err := tc.client.CoordinationV1().Leases("kube-node-lease").Create(tc.ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "n3", Namespace: "kube-node-lease"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, RenewTime: &renew}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(tc.client, testLogger(t), Options{})
+	c.now = clock
+	go c.Run(tc.ctx)
+	<-c.Ready()
+	readyStatus := func() corev1.ConditionStatus {
+		n, err := tc.client.CoreV1().Nodes().Get(tc.ctx, "n3", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return readyCondition(n).Status
+	}
+	if err := c.nl.sync(tc.ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	// The agent renews its lease 30 s later; the Ready heartbeat does not move.
+	advance(30 * time.Second)
+	renew = metav1.NewMicroTime(clock().Truncate(time.Second))
+	lease.Spec.RenewTime = &renew
+	if _, err := tc.client.CoordinationV1().Leases("kube-node-lease").Update(tc.ctx, lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "renewed lease in the cache", func() (bool, string) {
+		l, err := c.nl.leases.Leases("kube-node-lease").Get("n3")
+		return err == nil && l.Spec.RenewTime.Equal(&renew), "old lease"
+	})
+	if err := c.nl.sync(tc.ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	advance(30 * time.Second) // 60 s after the Ready heartbeat, 30 s after the lease
+	if err := c.nl.sync(tc.ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if s := readyStatus(); s != corev1.ConditionTrue {
+		t.Fatalf("node with a fresh lease is Ready=%s, want True", s)
+	}
+	advance(nodeMonitorGracePeriod) // the lease goes silent too
+	if err := c.nl.sync(tc.ctx, "n3"); err != nil {
+		t.Fatal(err)
+	}
+	if s := readyStatus(); s != corev1.ConditionUnknown {
+		t.Fatalf("node with a silent lease is Ready=%s, want Unknown", s)
+	}
+}
