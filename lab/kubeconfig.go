@@ -302,7 +302,7 @@ func (l *Lab) mergeKubeconfig() error {
 	}
 	prev, err := MergeKubeconfig(path, src, l.cfg.Name, o.UID, o.GID)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (lab up --kubeconfig-merge=false leaves it alone)", err)
 	}
 	l.state.PrevContext = prev
 	return l.saveState()
