@@ -61,7 +61,7 @@ bold "== building minikit"
 go build -o "$MINIKIT" ./minikit
 
 bold "== minikit lab up --name $LAB --nodes 2"
-"$MINIKIT" lab up --name "$LAB" --nodes 2 --dir "$LAB_DIR"
+"$MINIKIT" lab up --name "$LAB" --nodes 2 --dir "$LAB_DIR" --kubeconfig-merge=false
 
 bold "== ${#examples[@]} examples (each: sudo examples/NAME/check.sh against a running lab; see its README.md)"
 passed=0 failed=()
