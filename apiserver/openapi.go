@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/minikit/minikit/apiserver/openapi"
 
@@ -119,24 +118,19 @@ func buildOpenAPIV3(gv schema.GroupVersion, namer func(string) (string, spec.Ext
 // openAPIV3Key is a group version's key in the v3 index: api/v1, apis/apps/v1.
 func openAPIV3Key(gv schema.GroupVersion) string { return strings.TrimPrefix(rootPath(gv), "/") }
 
-// openAPIServer serves both documents; built once, on first use.
-type openAPIServer struct {
-	mux       *http.ServeMux
-	buildTime time.Duration // how long building both documents took
-}
-
 type prefixMux struct{ *http.ServeMux }
 
 func (m prefixMux) HandlePrefix(path string, h http.Handler) { m.Handle(path, h) }
 
-var openAPIDocs = sync.OnceValues(func() (*openAPIServer, error) {
-	start := time.Now()
-	o := &openAPIServer{mux: http.NewServeMux()}
+// openAPIDocs builds both documents, once, on first use, and returns the
+// handler that serves them.
+var openAPIDocs = sync.OnceValues(func() (http.Handler, error) {
+	mux := http.NewServeMux()
 	v2, err := buildOpenAPIV2()
 	if err != nil {
 		return nil, fmt.Errorf("building OpenAPI v2: %w", err)
 	}
-	handler.NewOpenAPIService(v2).RegisterOpenAPIVersionedService("/openapi/v2", o.mux)
+	handler.NewOpenAPIService(v2).RegisterOpenAPIVersionedService("/openapi/v2", mux)
 	v3 := handler3.NewOpenAPIService()
 	namer := openAPIDefinitionNamer()
 	for _, gv := range servedGroupVersions() {
@@ -146,11 +140,10 @@ var openAPIDocs = sync.OnceValues(func() (*openAPIServer, error) {
 		}
 		v3.UpdateGroupVersion(openAPIV3Key(gv), doc)
 	}
-	if err := v3.RegisterOpenAPIV3VersionedService("/openapi/v3", prefixMux{o.mux}); err != nil {
+	if err := v3.RegisterOpenAPIV3VersionedService("/openapi/v3", prefixMux{mux}); err != nil {
 		return nil, err
 	}
-	o.buildTime = time.Since(start)
-	return o, nil
+	return mux, nil
 })
 
 // serveOpenAPI answers /openapi/v2, /openapi/v3 and /openapi/v3/<group version>.
@@ -167,12 +160,12 @@ func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path strin
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method)
 	}
-	o, err := openAPIDocs()
+	docs, err := openAPIDocs()
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
 	r.URL.Path = "/" + path
-	o.mux.ServeHTTP(w, r)
+	docs.ServeHTTP(w, r)
 	return nil
 }
 
