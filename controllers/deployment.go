@@ -108,11 +108,11 @@ func newDeploymentController(c *Controllers) *deploymentController {
 	// A Recreate rollout waits for the old pods to be gone; pods still owned
 	// by a Deployment directly (made before the upgrade) wake it too.
 	c.podInf.AddEventHandler(handlers(
-		func(obj any) { d.podChanged(obj.(*corev1.Pod)) },
+		func(obj any) { d.podChanged(obj.(*corev1.Pod), false) },
 		func(_, _ any) {},
 		func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
-				d.podChanged(p)
+				d.podChanged(p, true)
 			}
 		},
 	))
@@ -154,17 +154,20 @@ func (d *deploymentController) replicaSetChanged(obj any) {
 	}
 }
 
-func (d *deploymentController) podChanged(pod *corev1.Pod) {
+func (d *deploymentController) podChanged(pod *corev1.Pod, deleted bool) {
 	if key := deploymentOf(pod); key != "" {
 		d.loop.add(key)
 		return
 	}
 	ref := metav1.GetControllerOf(pod)
+	if !deleted {
+		return
+	}
 	if ref == nil || ref.Kind != replicaSetKind.Kind {
 		return
 	}
 	if rs, err := d.c.replicaSets.ReplicaSets(pod.Namespace).Get(ref.Name); err == nil {
-		if key := deploymentOf(rs); key != "" && pod.DeletionTimestamp == nil {
+		if key := deploymentOf(rs); key != "" {
 			d.loop.add(key)
 		}
 	}
