@@ -1,9 +1,10 @@
 // Package controllers owns the control loops of a minikit cluster: the
-// Deployment controller (replicas -> Pods, rolling updates, status), the
-// scheduler (unbound Pods -> Nodes), the endpoints controller (Service
+// Deployment controller (template revisions -> ReplicaSets, rolling updates,
+// history, status), the ReplicaSet and ReplicationController controller
+// (replicas -> Pods), the scheduler (unbound Pods -> Nodes), the endpoints controller (Service
 // selector x Pods -> Endpoints and EndpointSlices), node IPAM (a podCIDR per
-// Node) and the garbage collector (Pods and EndpointSlices whose owners are
-// gone).
+// Node) and the garbage collector (Pods, ReplicaSets and EndpointSlices
+// whose owners are gone, and foreground deletion).
 //
 // Every loop is level-triggered, as Kubernetes' controllers are: informer
 // events only put a key on a rate-limited workqueue, and the sync for that key

@@ -108,11 +108,11 @@ func newDeploymentController(c *Controllers) *deploymentController {
 	// A Recreate rollout waits for the old pods to be gone; pods still owned
 	// by a Deployment directly (made before the upgrade) wake it too.
 	c.podInf.AddEventHandler(handlers(
-		func(obj any) { d.podChanged(obj.(*corev1.Pod)) },
+		func(obj any) { d.podChanged(obj.(*corev1.Pod), false) },
 		func(_, _ any) {},
 		func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
-				d.podChanged(p)
+				d.podChanged(p, true)
 			}
 		},
 	))
@@ -154,17 +154,20 @@ func (d *deploymentController) replicaSetChanged(obj any) {
 	}
 }
 
-func (d *deploymentController) podChanged(pod *corev1.Pod) {
+func (d *deploymentController) podChanged(pod *corev1.Pod, deleted bool) {
 	if key := deploymentOf(pod); key != "" {
 		d.loop.add(key)
 		return
 	}
 	ref := metav1.GetControllerOf(pod)
+	if !deleted {
+		return
+	}
 	if ref == nil || ref.Kind != replicaSetKind.Kind {
 		return
 	}
 	if rs, err := d.c.replicaSets.ReplicaSets(pod.Namespace).Get(ref.Name); err == nil {
-		if key := deploymentOf(rs); key != "" && pod.DeletionTimestamp == nil {
+		if key := deploymentOf(rs); key != "" {
 			d.loop.add(key)
 		}
 	}
@@ -261,6 +264,7 @@ func (d *deploymentController) claimReplicaSets(ctx context.Context, dep *appsv1
 		return nil, err
 	}
 	var owned []*appsv1.ReplicaSet
+	var canAdopt *bool
 	for _, rs := range list {
 		ref := metav1.GetControllerOf(rs)
 		matches := sel.Matches(labels.Set(rs.Labels))
@@ -273,6 +277,18 @@ func (d *deploymentController) claimReplicaSets(ctx context.Context, dep *appsv1
 			upd = rs.DeepCopy()
 			upd.OwnerReferences = slices.DeleteFunc(upd.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == dep.UID })
 		case ref == nil && matches && rs.DeletionTimestamp == nil:
+			// Recheck the deployment past the cache before adopting (one
+			// deleted with propagationPolicy Orphan let its sets go).
+			if canAdopt == nil {
+				cur, err := d.c.client.AppsV1().Deployments(dep.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return nil, fmt.Errorf("checking deployment %q before adopting: %w", keyOf(dep), err)
+				}
+				canAdopt = ptrTo(err == nil && cur.UID == dep.UID && cur.DeletionTimestamp == nil)
+			}
+			if !*canAdopt {
+				continue
+			}
 			upd = rs.DeepCopy()
 			upd.OwnerReferences = append(upd.OwnerReferences, *metav1.NewControllerRef(dep, deploymentKind))
 		default:
@@ -471,6 +487,14 @@ func (d *deploymentController) findReplicaSets(ctx context.Context, r *rollout, 
 	case r.newRS != nil:
 		upd := r.newRS.DeepCopy()
 		changed := setReplicasAnnotations(upd, dep)
+		// The deployment's own annotations (kubernetes.io/change-cause,
+		// for one) follow onto its current ReplicaSet.
+		for k, v := range dep.Annotations {
+			if !skipCopyAnnotation[k] && upd.Annotations[k] != v {
+				upd.Annotations[k] = v
+				changed = true
+			}
+		}
 		if cur := rsRevision(upd); cur < rev {
 			if cur > 0 {
 				hist := upd.Annotations[revisionHistoryAnnotation]

@@ -182,6 +182,7 @@ func (g *collector) sync(ctx context.Context, key string) error {
 	}
 	var obj metav1.Object
 	var del func(metav1.DeleteOptions) error
+	var live func() (metav1.Object, error)
 	switch kind + "/" {
 	case gcPod:
 		p, err := g.c.pods.Pods(ns).Get(name)
@@ -190,6 +191,7 @@ func (g *collector) sync(ctx context.Context, key string) error {
 		}
 		obj = p
 		del = func(o metav1.DeleteOptions) error { return g.c.client.CoreV1().Pods(ns).Delete(ctx, name, o) }
+		live = func() (metav1.Object, error) { return g.c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}) }
 	case gcRS:
 		rs, err := g.c.replicaSets.ReplicaSets(ns).Get(name)
 		if err != nil {
@@ -197,6 +199,9 @@ func (g *collector) sync(ctx context.Context, key string) error {
 		}
 		obj = rs
 		del = func(o metav1.DeleteOptions) error { return g.c.client.AppsV1().ReplicaSets(ns).Delete(ctx, name, o) }
+		live = func() (metav1.Object, error) {
+			return g.c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
+		}
 	case gcSlice:
 		s, err := g.c.slices.EndpointSlices(ns).Get(name)
 		if err != nil {
@@ -205,6 +210,9 @@ func (g *collector) sync(ctx context.Context, key string) error {
 		obj = s
 		del = func(o metav1.DeleteOptions) error {
 			return g.c.client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, o)
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
 		}
 	default:
 		return nil
@@ -221,10 +229,27 @@ func (g *collector) sync(ctx context.Context, key string) error {
 			return nil
 		}
 	}
-	uid := obj.GetUID()
+	// The cache may lag behind the object itself: a deletion with
+	// propagationPolicy Orphan drops the references in the same write that
+	// deletes the owner, and the owner's deletion can be seen first. Decide
+	// on the object as it is now, and delete only that version of it.
+	cur, err := live()
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s %q: %w", strings.TrimSuffix(kind, "/"), objKey, err)
+	}
+	if cur.GetUID() != obj.GetUID() || cur.GetDeletionTimestamp() != nil || ownersChanged(obj, cur) {
+		return nil // an update event brings it back if it still needs looking at
+	}
+	uid, rv := cur.GetUID(), cur.GetResourceVersion()
 	bg := metav1.DeletePropagationBackground
-	err = del(metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &bg})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	err = del(metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}, PropagationPolicy: &bg})
+	if apierrors.IsConflict(err) {
+		return err // changed since read: look again (retried quietly)
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting %s %q whose owners are gone: %w", strings.TrimSuffix(kind, "/"), objKey, err)
 	}
 	if err == nil {

@@ -53,6 +53,8 @@ type replicaSetController struct {
 	// get and list read the cache, an RC converted to a ReplicaSet view.
 	get  func(ns, name string) (*appsv1.ReplicaSet, error)
 	list func(ns string) ([]*appsv1.ReplicaSet, error)
+	// live reads the object from the API, past the cache.
+	live func(ctx context.Context, ns, name string) (metav1.Object, error)
 	// updateStatus writes st as the object's status.
 	updateStatus func(ctx context.Context, rs *appsv1.ReplicaSet, st appsv1.ReplicaSetStatus) (metav1.Object, error)
 }
@@ -62,6 +64,9 @@ func newReplicaSetController(c *Controllers) *replicaSetController {
 	r.get = func(ns, name string) (*appsv1.ReplicaSet, error) { return c.replicaSets.ReplicaSets(ns).Get(name) }
 	r.list = func(ns string) ([]*appsv1.ReplicaSet, error) {
 		return c.replicaSets.ReplicaSets(ns).List(labels.Everything())
+	}
+	r.live = func(ctx context.Context, ns, name string) (metav1.Object, error) {
+		return c.client.AppsV1().ReplicaSets(ns).Get(ctx, name, metav1.GetOptions{})
 	}
 	r.updateStatus = func(ctx context.Context, rs *appsv1.ReplicaSet, st appsv1.ReplicaSetStatus) (metav1.Object, error) {
 		upd := rs.DeepCopy()
@@ -88,6 +93,9 @@ func newReplicationController(c *Controllers) *replicaSetController {
 			out = append(out, rcAsReplicaSet(rc))
 		}
 		return out, err
+	}
+	r.live = func(ctx context.Context, ns, name string) (metav1.Object, error) {
+		return c.client.CoreV1().ReplicationControllers(ns).Get(ctx, name, metav1.GetOptions{})
 	}
 	r.updateStatus = func(ctx context.Context, rs *appsv1.ReplicaSet, st appsv1.ReplicaSetStatus) (metav1.Object, error) {
 		rc, err := c.rcs.ReplicationControllers(rs.Namespace).Get(rs.Name)
@@ -285,6 +293,7 @@ func (r *replicaSetController) claimPods(ctx context.Context, rs *appsv1.Replica
 	}
 	parent := metav1.GetControllerOf(rs)
 	var owned []*corev1.Pod
+	var canAdopt *bool // asked once, before the first adoption
 	for _, p := range all {
 		ref := metav1.GetControllerOf(p)
 		matches := sel.Matches(labels.Set(p.Labels))
@@ -299,6 +308,16 @@ func (r *replicaSetController) claimPods(ctx context.Context, rs *appsv1.Replica
 			}
 		case !matches || !isPodActive(p) || rs.DeletionTimestamp != nil:
 		case ref == nil || (parent != nil && r.kind == replicaSetKind && ref.UID == parent.UID):
+			if canAdopt == nil {
+				ok, err := r.canAdopt(ctx, rs)
+				if err != nil {
+					return nil, err
+				}
+				canAdopt = &ok
+			}
+			if !*canAdopt {
+				continue
+			}
 			if err := r.setOwner(ctx, p, rs, true); err != nil {
 				if apierrors.IsNotFound(err) {
 					continue
@@ -309,6 +328,20 @@ func (r *replicaSetController) claimPods(ctx context.Context, rs *appsv1.Replica
 		}
 	}
 	return owned, nil
+}
+
+// canAdopt reads rs past the cache, as Kubernetes' RecheckDeletionTimestamp:
+// a ReplicaSet deleted with propagationPolicy Orphan has released its pods,
+// and one still in the cache must not adopt them back.
+func (r *replicaSetController) canAdopt(ctx context.Context, rs *appsv1.ReplicaSet) (bool, error) {
+	cur, err := r.live(ctx, rs.Namespace, rs.Name)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("checking %s %q before adopting: %w", r.kind.Kind, keyOf(rs), err)
+	}
+	return cur.GetUID() == rs.UID && cur.GetDeletionTimestamp() == nil, nil
 }
 
 // setOwner adopts pod (drops any controller reference and adds rs's) or

@@ -393,10 +393,29 @@ func TestDeploymentCascadingDeletion(t *testing.T) {
 		t.Errorf("pods after orphaning delete: %s", podNames(pods))
 	}
 
+	// Orphaning a ReplicaSet leaves its pods ownerless, and nothing that
+	// still has it cached adopts them back.
+	rsName := ""
+	for name := range tc.replicaSets("keep") {
+		rsName = name
+	}
+	if err := tc.client.AppsV1().ReplicaSets("default").Delete(tc.ctx, rsName, metav1.DeleteOptions{PropagationPolicy: &orphan}); err != nil {
+		t.Fatal(err)
+	}
+	tc.createDeployment(testDeployment("web", 2, "v1")) // a sync of the controllers in between
+	tc.waitRolledOut("web")
+	pods := activePods(tc.pods("default", "app=keep"))
+	if len(pods) != 2 {
+		t.Errorf("pods after orphaning their replica set: %s", podNames(pods))
+	}
+	for _, p := range pods {
+		if len(p.OwnerReferences) != 0 {
+			t.Errorf("pod %s owners %+v", p.Name, p.OwnerReferences)
+		}
+	}
+
 	// Foreground: the deployment stays, marked, until its ReplicaSet and
 	// pods are gone.
-	tc.createDeployment(testDeployment("web", 2, "v1"))
-	tc.waitRolledOut("web")
 	fg := metav1.DeletePropagationForeground
 	if err := deps.Delete(tc.ctx, "web", metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
 		t.Fatal(err)
