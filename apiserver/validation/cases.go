@@ -12,7 +12,7 @@ type BadManifest struct{ Name, YAML, Field, Message string }
 // them against Validate; the API server's tests can post them and expect a
 // 422 naming the same field.
 func BadManifests() []BadManifest {
-	return []BadManifest{
+	return append([]BadManifest{
 		// Services.
 		{
 			Name:    "service-nodeport-out-of-range",
@@ -1418,5 +1418,5 @@ spec:
   - 10.244.1.0/33
 `,
 		},
-	}
+	}, workloadBadManifests()...)
 }
