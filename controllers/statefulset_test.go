@@ -141,7 +141,7 @@ func TestStatefulSetOrderedReady(t *testing.T) {
 	eventually(t, "status with three ready", func() (bool, string) {
 		st := tc.getStatefulSet("web").Status
 		return st.Replicas == 3 && st.ReadyReplicas == 3 && st.AvailableReplicas == 3 && st.CurrentReplicas == 3 &&
-			st.UpdatedReplicas == 3 && st.CurrentRevision != "" && st.CurrentRevision == st.UpdateRevision && st.ObservedGeneration == 1,
+				st.UpdatedReplicas == 3 && st.CurrentRevision != "" && st.CurrentRevision == st.UpdateRevision && st.ObservedGeneration == 1,
 			fmt.Sprintf("%+v", st)
 	})
 	if msg, done := tc.setRolloutStatus("web"); !done {
@@ -310,5 +310,29 @@ func TestStatefulSetHostnamesInEndpointSlices(t *testing.T) {
 		}
 		slices.Sort(hosts)
 		return slices.Equal(hosts, []string{"web-0", "web-1"}), fmt.Sprint(hosts)
+	})
+}
+
+// TestGarbageCollectorDeletesPodsOfDeletedWorkloads: kubectl delete sts/ds
+// (background propagation) leaves the pods to the garbage collector.
+func TestGarbageCollectorDeletesPodsOfDeletedWorkloads(t *testing.T) {
+	tc := newTestCluster(t)
+	tc.createNode("node1", true, nil)
+	tc.startControllers(Options{})
+	tc.startAgent(true)
+	tc.createStatefulSet(testStatefulSet("web", 2))
+	tc.createDaemonSet(testDaemonSet("agent"))
+	tc.waitSetPods("web", "web-0", "web-1")
+	tc.waitDaemonNodes("agent", "node1")
+	bg := metav1.DeletePropagationBackground
+	if err := tc.client.AppsV1().StatefulSets("default").Delete(tc.ctx, "web", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.client.AppsV1().DaemonSets("default").Delete(tc.ctx, "agent", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pods of the deleted workloads gone", func() (bool, string) {
+		all := append(tc.pods("default", "app=web"), tc.pods("default", "app=agent")...)
+		return len(all) == 0, podNames(all)
 	})
 }

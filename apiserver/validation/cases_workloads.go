@@ -119,6 +119,12 @@ spec:
 			YAML:    ds + "  updateStrategy:\n    type: RollingUpdate\n    rollingUpdate:\n      maxUnavailable: 0\n",
 		},
 
+		{
+			Name: "daemonset-max-surge", Field: "spec.updateStrategy.rollingUpdate.maxSurge",
+			Message: "does not surge pods",
+			YAML:    ds + "  updateStrategy:\n    type: RollingUpdate\n    rollingUpdate:\n      maxSurge: 1\n",
+		},
+
 		// Jobs.
 		{
 			Name: "job-restart-policy-always", Field: "spec.template.spec.restartPolicy",
