@@ -17,6 +17,7 @@ import (
 	"github.com/minikit/minikit/store"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -165,6 +166,9 @@ func TestInformers(t *testing.T) {
 		"rcs":             factory.Core().V1().ReplicationControllers().Informer(),
 		"serviceaccounts": factory.Core().V1().ServiceAccounts().Informer(),
 		"leases":          factory.Coordination().V1().Leases().Informer(),
+		"statefulsets":    factory.Apps().V1().StatefulSets().Informer(),
+		"daemonsets":      factory.Apps().V1().DaemonSets().Informer(),
+		"jobs":            factory.Batch().V1().Jobs().Informer(),
 	} {
 		recs[kind] = newRecorder(kind)
 		if _, err := inf.AddEventHandler(recs[kind].handler()); err != nil {
@@ -317,6 +321,47 @@ func TestInformers(t *testing.T) {
 				func(n string) error {
 					return cs.CoordinationV1().Leases("kube-node-lease").Delete(ctx, n, metav1.DeleteOptions{})
 				}},
+			{"statefulsets", "default/web" + suffix,
+				func(n string) error {
+					_, err := cs.AppsV1().StatefulSets("default").Create(ctx, newStatefulSet(n), metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					set, err := cs.AppsV1().StatefulSets("default").Get(ctx, n, metav1.GetOptions{})
+					if err == nil {
+						set.Status.Replicas, set.Status.ReadyReplicas = 1, 1
+						_, err = cs.AppsV1().StatefulSets("default").UpdateStatus(ctx, set, metav1.UpdateOptions{})
+					}
+					return err
+				},
+				func(n string) error {
+					return cs.AppsV1().StatefulSets("default").Delete(ctx, n, metav1.DeleteOptions{})
+				}},
+			{"daemonsets", "default/web" + suffix,
+				func(n string) error {
+					_, err := cs.AppsV1().DaemonSets("default").Create(ctx, newDaemonSet(n), metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					_, err := cs.AppsV1().DaemonSets("default").Patch(ctx, n, "application/strategic-merge-patch+json",
+						[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:1.27"}]}}}}`), metav1.PatchOptions{})
+					return err
+				},
+				func(n string) error { return cs.AppsV1().DaemonSets("default").Delete(ctx, n, metav1.DeleteOptions{}) }},
+			{"jobs", "default/web" + suffix,
+				func(n string) error {
+					_, err := cs.BatchV1().Jobs("default").Create(ctx, newJob(n), metav1.CreateOptions{})
+					return err
+				},
+				func(n string) error {
+					j, err := cs.BatchV1().Jobs("default").Get(ctx, n, metav1.GetOptions{})
+					if err == nil {
+						j.Status.Active = 1
+						_, err = cs.BatchV1().Jobs("default").UpdateStatus(ctx, j, metav1.UpdateOptions{})
+					}
+					return err
+				},
+				func(n string) error { return cs.BatchV1().Jobs("default").Delete(ctx, n, metav1.DeleteOptions{}) }},
 		}
 		for _, st := range steps {
 			name := st.name[strings.LastIndex(st.name, "/")+1:]
@@ -410,6 +455,29 @@ func newRC(name string) *corev1.ReplicationController {
 			},
 		},
 	}
+}
+
+func workloadTemplate(name string) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}},
+	}
+}
+
+func newStatefulSet(name string) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.StatefulSetSpec{
+		ServiceName: "nginx", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}, Template: workloadTemplate(name)}}
+}
+
+func newDaemonSet(name string) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}, Template: workloadTemplate(name)}}
+}
+
+func newJob(name string) *batchv1.Job {
+	t := workloadTemplate(name)
+	t.Spec.RestartPolicy = corev1.RestartPolicyNever
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: batchv1.JobSpec{Template: t}}
 }
 
 func newSlice(name, ip string) *discoveryv1.EndpointSlice {

@@ -38,8 +38,8 @@ import (
 //
 // Each template revision is a hash of the template, in the pods' label
 // controller-revision-hash (no ControllerRevision objects are kept).
-// RollingUpdate replaces old pods node by node within maxUnavailable (maxSurge
-// is accepted but pods are not surged); OnDelete only uses the new template
+// RollingUpdate replaces old pods node by node within maxUnavailable (the API
+// refuses maxSurge: pods are not surged); OnDelete only uses the new template
 // for pods it creates after someone deleted the old ones. Failed daemon pods
 // are deleted and replaced.
 
@@ -275,8 +275,8 @@ func (d *daemonSetController) rollingVictims(ds *appsv1.DaemonSet, hash string, 
 		if err == nil {
 			maxUnavailable = v
 		}
-		if maxUnavailable == 0 && (ru.MaxSurge == nil || ru.MaxSurge.IntValue() == 0 && ru.MaxSurge.Type == intstr.Int) {
-			maxUnavailable = 1
+		if maxUnavailable == 0 {
+			maxUnavailable = 1 // as Kubernetes does when maxSurge is 0 too
 		}
 	}
 	unavailable := 0

@@ -87,6 +87,10 @@ func TestColumns(t *testing.T) {
 		// Wide columns sit between normal ones: kubectl keeps the server's order.
 		{"events", []string{"Last Seen", "Type", "Reason", "Object", "Message"},
 			[]string{"Subobject", "Source", "First Seen", "Count", "Name"}},
+		{"statefulsets", []string{"Name", "Ready", "Age"}, []string{"Containers", "Images"}},
+		{"daemonsets", []string{"Name", "Desired", "Current", "Ready", "Up-to-date", "Available", "Node Selector", "Age"},
+			[]string{"Containers", "Images", "Selector"}},
+		{"jobs", []string{"Name", "Status", "Completions", "Duration", "Age"}, []string{"Containers", "Images", "Selector"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.resource, func(t *testing.T) {

@@ -1419,5 +1419,6 @@ spec:
 `,
 		},
 	}
-	return append(all, replicaSetBadManifests()...)
+	all = append(all, replicaSetBadManifests()...)
+	return append(all, workloadBadManifests()...)
 }

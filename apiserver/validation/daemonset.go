@@ -35,6 +35,11 @@ func validateDaemonSet(d, old *appsv1.DaemonSet) field.ErrorList {
 		if percentOrInt(ru.MaxUnavailable) == 0 && percentOrInt(ru.MaxSurge) == 0 {
 			allErrs = append(allErrs, field.Invalid(p.Child("maxUnavailable"), ru.MaxUnavailable, "may not be 0 when `maxSurge` is 0"))
 		}
+		if percentOrInt(ru.MaxSurge) != 0 {
+			// Reported rather than ignored: a rollout that relies on surging
+			// (maxUnavailable 0) would never progress.
+			allErrs = append(allErrs, field.Forbidden(p.Child("maxSurge"), "minikit's DaemonSet controller does not surge pods; use maxUnavailable"))
+		}
 		if v := ru.MaxUnavailable; v != nil && v.Type == intstr.String && percentOrInt(v) > 100 {
 			allErrs = append(allErrs, field.Invalid(p.Child("maxUnavailable"), v, "must not be greater than 100%"))
 		}

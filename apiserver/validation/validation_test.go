@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -717,6 +718,12 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 		obj = &networkingv1.Ingress{}
 	case "networking.k8s.io/v1/IngressClass":
 		obj = &networkingv1.IngressClass{}
+	case "apps/v1/StatefulSet":
+		obj = &appsv1.StatefulSet{}
+	case "apps/v1/DaemonSet":
+		obj = &appsv1.DaemonSet{}
+	case "batch/v1/Job":
+		obj = &batchv1.Job{}
 	default:
 		t.Fatalf("unknown kind %s %s", tm.APIVersion, tm.Kind)
 	}
@@ -732,6 +739,10 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 			t.Fatalf("manifest sets metadata.namespace")
 		}
 		m.SetNamespace("default")
+	}
+	// The server gives a Job its UID before defaulting generates its selector.
+	if j, ok := obj.(*batchv1.Job); ok {
+		j.UID = "9d1f6c3e-0d9b-4f7e-9a55-2b0c8a1f4e21"
 	}
 	return obj
 }
@@ -757,7 +768,7 @@ func TestBadManifests(t *testing.T) {
 	}
 	for _, k := range []string{"*v1.Service", "*v1.Pod", "*v1.Deployment", "*v1.Namespace", "*v1.Ingress",
 		"*v1.ConfigMap", "*v1.Secret", "*v1.Endpoints", "*v1.EndpointSlice",
-		"*v1.ReplicaSet", "*v1.ReplicationController"} {
+		"*v1.ReplicaSet", "*v1.ReplicationController", "*v1.StatefulSet", "*v1.DaemonSet", "*v1.Job"} {
 		if !kinds[k] {
 			t.Errorf("no bad manifest of kind %s", k)
 		}
@@ -767,6 +778,91 @@ func TestBadManifests(t *testing.T) {
 // goodManifests are realistic manifests, most from the Kubernetes docs, that
 // must pass once defaulted.
 var goodManifests = map[string]string{
+	// The chapters' StatefulSet behind a headless Service (serviceName is
+	// optional as of Kubernetes 1.37, so both forms are valid).
+	"web-statefulset": `apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+spec:
+  serviceName: nginx
+  replicas: 2
+  podManagementPolicy: Parallel
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      partition: 1
+  selector:
+    matchLabels:
+      app: nginx
+  template:
+    metadata:
+      labels:
+        app: nginx
+    spec:
+      containers:
+      - name: nginx
+        image: nginx
+`,
+	"statefulset-without-service-name": `apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  selector:
+    matchLabels:
+      app: db
+  template:
+    metadata:
+      labels:
+        app: db
+    spec:
+      containers:
+      - name: db
+        image: nginx
+`,
+	"ingress-daemonset": `apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: ingress
+spec:
+  updateStrategy:
+    type: OnDelete
+  selector:
+    matchLabels:
+      app: ingress
+  template:
+    metadata:
+      labels:
+        app: ingress
+    spec:
+      nodeSelector:
+        kubernetes.io/os: linux
+      tolerations:
+      - key: node-role.kubernetes.io/control-plane
+        effect: NoSchedule
+      containers:
+      - name: nginx
+        image: nginx
+`,
+	"lookup-job": `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: lookup
+spec:
+  completions: 3
+  parallelism: 2
+  backoffLimit: 2
+  activeDeadlineSeconds: 60
+  ttlSecondsAfterFinished: 100
+  template:
+    spec:
+      restartPolicy: OnFailure
+      containers:
+      - name: lookup
+        image: busybox
+        command: ["nslookup", "kubernetes.default"]
+`,
 	"frontend-replicaset": `apiVersion: apps/v1
 kind: ReplicaSet
 metadata:
