@@ -152,6 +152,18 @@ func TestKubectlStreaming(t *testing.T) {
 					t.Errorf("stdout and stderr missing from %q", out)
 				}
 			})
+			t.Run("exec protocol", func(t *testing.T) {
+				// The current kubectl speaks WebSocket (v5.channel.k8s.io, a
+				// GET) and must not fall back to SPDY; 1.20 POSTs SPDY.
+				out := k.run(t, "-v=6", "exec", "shell", "--", "true")
+				want := regexp.MustCompile(`POST https?://[^ ]*/pods/shell/exec\?`)
+				if k.name == "current" {
+					want = regexp.MustCompile(`GET https?://[^ ]*/pods/shell/exec\?`)
+				}
+				if !want.MatchString(out) || strings.Contains(strings.ToLower(out), "fallback") {
+					t.Errorf("kubectl %s -v=6 exec: no %s, or a fallback:\n%s", k.name, want, out)
+				}
+			})
 			t.Run("exec cat resolv.conf", func(t *testing.T) {
 				out := k.run(t, "exec", "shell", "--", "cat", "/etc/resolv.conf")
 				// The pod's file (cluster DNS search path), not the node's.
@@ -180,11 +192,19 @@ func TestKubectlStreaming(t *testing.T) {
 					if target == "svc/web" {
 						port = ":80"
 					}
-					local, stop := portForward(t, k, target, port)
+					local, stop, log := portForwardLog(t, k, target, port, "-v=6")
 					defer stop()
 					n, errs := load(local, 1000, 20)
 					if errs != nil {
 						t.Fatalf("%d requests through port-forward, %d errors; first: %v", n, len(errs), errs[0])
+					}
+					// The current kubectl tunnels SPDY in WebSocket (a GET); 1.20 POSTs SPDY.
+					want := regexp.MustCompile(`POST https?://[^ ]*/pods/web/portforward`)
+					if k.name == "current" {
+						want = regexp.MustCompile(`GET https?://[^ ]*/pods/web/portforward`)
+					}
+					if out := log.String(); !want.MatchString(out) || strings.Contains(strings.ToLower(out), "fallback") {
+						t.Errorf("kubectl %s -v=6 port-forward: no %s, or a fallback:\n%s", k.name, want, out)
 					}
 				})
 			}
@@ -346,8 +366,14 @@ func attach(t *testing.T, k kubectl) {
 var forwarding = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`)
 
 // portForward starts kubectl port-forward and returns the local address.
-func portForward(t testing.TB, k kubectl, target, port string) (string, func()) {
-	cmd := k.cmd(context.Background(), "port-forward", target, port)
+func portForward(t testing.TB, k kubectl, target, port string, flags ...string) (string, func()) {
+	addr, stop, _ := portForwardLog(t, k, target, port, flags...)
+	return addr, stop
+}
+
+// portForwardLog is portForward that also returns kubectl's stderr.
+func portForwardLog(t testing.TB, k kubectl, target, port string, flags ...string) (string, func(), *testenv.Buffer) {
+	cmd := k.cmd(context.Background(), append(flags, "port-forward", target, port)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -392,12 +418,12 @@ func portForward(t testing.TB, k kubectl, target, port string) (string, func()) 
 			stop()
 			t.Fatalf("kubectl port-forward %s ended: %s", target, errOut.String())
 		}
-		return addr, stop
+		return addr, stop, &errOut
 	case <-time.After(30 * time.Second):
 		stop()
 		t.Fatalf("kubectl port-forward %s: no local port after 30s: %s", target, errOut.String())
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // load sends n GETs to http://addr/ over conc keep-alive connections and
