@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,9 @@ import (
 	"github.com/creack/pty"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 )
 
 // Kubectl120 is where scripts/deps.sh extracts Debian's kubernetes-client
@@ -138,6 +142,9 @@ func TestKubectlStreaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Run("exec without token", func(t *testing.T) {
+		noToken(t, l)
+	})
 	for _, k := range ks {
 		t.Run(k.name, func(t *testing.T) {
 			t.Run("exec exit code", func(t *testing.T) {
@@ -209,6 +216,57 @@ func TestKubectlStreaming(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// noToken sends an exec, as both kubectls would, without credentials to the
+// lab's API (which is off loopback from the API server's side of the
+// forwarder): 401, and the command never runs.
+func noToken(t *testing.T, l *lab.Lab) {
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := rest.AnonymousClientConfig(rc)
+	suffix := make([]byte, 4)
+	rand.Read(suffix)
+	marker := "/tmp/minikit-noauth-" + hex.EncodeToString(suffix)
+	t.Cleanup(func() { os.Remove(marker) })
+	q := url.Values{"command": {"touch", marker}, "stdout": {"true"}, "stderr": {"true"}}
+	u, err := url.Parse(rc.Host + "/api/v1/namespaces/default/pods/shell/exec?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spdyExec, err := remotecommand.NewSPDYExecutor(anon, http.MethodPost, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsExec, err := remotecommand.NewWebSocketExecutor(anon, http.MethodGet, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ex := range map[string]remotecommand.Executor{"spdy": spdyExec, "websocket": wsExec} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+		cancel()
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+			t.Errorf("%s exec without a token: got %v, want Unauthorized", name, err)
+		}
+	}
+	// The pod's mount namespace shares the node's /tmp.
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unauthenticated exec ran: %s exists (%v)", marker, err)
+	}
+	// The same exec with the token does run, so the check above is meaningful.
+	withToken, err := remotecommand.NewWebSocketExecutor(rc, http.MethodGet, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := withToken.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatalf("exec with the token: %v", err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the authenticated exec did not create %s: %v", marker, err)
 	}
 }
 
