@@ -77,6 +77,13 @@ func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		csrc.ServeExec(w, r, f, parts[2], "uid", parts[3], r.URL.Query()["command"], opts, time.Minute, 10*time.Second, csrc.SupportedStreamingProtocols)
+	case parts[0] == "attach" && len(parts) == 4:
+		opts, err := csrc.NewOptions(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		csrc.ServeAttach(w, r, f, parts[2], "uid", parts[3], opts, time.Minute, 10*time.Second, csrc.SupportedStreamingProtocols)
 	case parts[0] == "portForward" && len(parts) == 3:
 		opts, err := cspf.NewV4Options(r)
 		if err != nil {
@@ -107,6 +114,16 @@ func (f *fakeAgent) ExecInContainer(ctx context.Context, _, _, _ string, cmd []s
 		return err
 	}
 	return utilexec.CodeExitError{Err: errors.New("not found"), Code: 127}
+}
+
+// AttachContainer is a container that upper-cases its stdin.
+func (f *fakeAgent) AttachContainer(ctx context.Context, _, _, _ string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan csrc.TerminalSize) error {
+	b, err := io.ReadAll(in)
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(bytes.ToUpper(b))
+	return err
 }
 
 func (f *fakeAgent) PortForward(ctx context.Context, _, _ string, port int32, stream io.ReadWriteCloser) error {
@@ -372,6 +389,48 @@ func TestStreamPortForward(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+func TestStreamAttach(t *testing.T) {
+	e := newStreamEnv(t)
+	u, _ := url.Parse(e.api.url + "/api/v1/namespaces/default/pods/web/attach?stdin=true&stdout=true")
+	for proto, ex := range e.executors(t, u) {
+		var out bytes.Buffer
+		err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdin: strings.NewReader("hello"), Stdout: &out})
+		if err != nil || out.String() != "HELLO" {
+			t.Errorf("%s attach: got %q, %v; want HELLO", proto, out.String(), err)
+		}
+	}
+	e.agent.mu.Lock()
+	defer e.agent.mu.Unlock()
+	want := "/attach/default/web/app?input=1&output=1"
+	if len(e.agent.paths) == 0 || e.agent.paths[0] != want {
+		t.Errorf("agent got %v, want %s first", e.agent.paths, want)
+	}
+}
+
+// TestStreamDefaultContainer: with the kubectl.kubernetes.io/default-container
+// annotation, a pod of several containers needs no container name.
+func TestStreamDefaultContainer(t *testing.T) {
+	e := newStreamEnv(t)
+	auth := "Bearer " + streamAPIToken
+	p := newPod("annotated", "node1", nil)
+	p.Annotations = map[string]string{defaultContainerAnnotation: "app"}
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "side", Image: "nginx:1.27"})
+	e.api.do(http.MethodPost, "/api/v1/namespaces/default/pods", "application/json", p, "Authorization", auth).mustCode(t, http.StatusCreated, nil)
+	for proto, ex := range e.executors(t, e.execURL("annotated", execQuery(false, "echo", "hi"))) {
+		var out bytes.Buffer
+		if err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &out, Stderr: io.Discard}); err != nil || out.String() != "hi\n" {
+			t.Errorf("%s: got %q, %v", proto, out.String(), err)
+		}
+	}
+	e.agent.mu.Lock()
+	defer e.agent.mu.Unlock()
+	for _, got := range e.agent.paths {
+		if !strings.HasPrefix(got, "/exec/default/annotated/app?") {
+			t.Errorf("agent got %s, want the annotated container app", got)
+		}
 	}
 }
 

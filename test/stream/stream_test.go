@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,9 @@ import (
 	"github.com/creack/pty"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 )
 
 // Kubectl120 is where scripts/deps.sh extracts Debian's kubernetes-client
@@ -138,6 +142,9 @@ func TestKubectlStreaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Run("exec without token", func(t *testing.T) {
+		noToken(t, l)
+	})
 	for _, k := range ks {
 		t.Run(k.name, func(t *testing.T) {
 			t.Run("exec exit code", func(t *testing.T) {
@@ -150,6 +157,18 @@ func TestKubectlStreaming(t *testing.T) {
 				}
 				if !strings.Contains(string(out), "out\n") || !strings.Contains(string(out), "err\n") {
 					t.Errorf("stdout and stderr missing from %q", out)
+				}
+			})
+			t.Run("exec protocol", func(t *testing.T) {
+				// The current kubectl speaks WebSocket (v5.channel.k8s.io, a
+				// GET) and must not fall back to SPDY; 1.20 POSTs SPDY.
+				out := k.run(t, "-v=6", "exec", "shell", "--", "true")
+				want := regexp.MustCompile(`POST https?://[^ ]*/pods/shell/exec\?`)
+				if k.name == "current" {
+					want = regexp.MustCompile(`GET https?://[^ ]*/pods/shell/exec\?`)
+				}
+				if !want.MatchString(out) || strings.Contains(strings.ToLower(out), "fallback") {
+					t.Errorf("kubectl %s -v=6 exec: no %s, or a fallback:\n%s", k.name, want, out)
 				}
 			})
 			t.Run("exec cat resolv.conf", func(t *testing.T) {
@@ -180,15 +199,74 @@ func TestKubectlStreaming(t *testing.T) {
 					if target == "svc/web" {
 						port = ":80"
 					}
-					local, stop := portForward(t, k, target, port)
+					local, stop, log := portForwardLog(t, k, target, port, "-v=6")
 					defer stop()
 					n, errs := load(local, 1000, 20)
 					if errs != nil {
 						t.Fatalf("%d requests through port-forward, %d errors; first: %v", n, len(errs), errs[0])
 					}
+					// The current kubectl tunnels SPDY in WebSocket (a GET); 1.20 POSTs SPDY.
+					want := regexp.MustCompile(`POST https?://[^ ]*/pods/web/portforward`)
+					if k.name == "current" {
+						want = regexp.MustCompile(`GET https?://[^ ]*/pods/web/portforward`)
+					}
+					if out := log.String(); !want.MatchString(out) || strings.Contains(strings.ToLower(out), "fallback") {
+						t.Errorf("kubectl %s -v=6 port-forward: no %s, or a fallback:\n%s", k.name, want, out)
+					}
 				})
 			}
 		})
+	}
+}
+
+// noToken sends an exec, as both kubectls would, without credentials to the
+// lab's API (which is off loopback from the API server's side of the
+// forwarder): 401, and the command never runs.
+func noToken(t *testing.T, l *lab.Lab) {
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := rest.AnonymousClientConfig(rc)
+	suffix := make([]byte, 4)
+	rand.Read(suffix)
+	marker := "/tmp/minikit-noauth-" + hex.EncodeToString(suffix)
+	t.Cleanup(func() { os.Remove(marker) })
+	q := url.Values{"command": {"touch", marker}, "stdout": {"true"}, "stderr": {"true"}}
+	u, err := url.Parse(rc.Host + "/api/v1/namespaces/default/pods/shell/exec?" + q.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spdyExec, err := remotecommand.NewSPDYExecutor(anon, http.MethodPost, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsExec, err := remotecommand.NewWebSocketExecutor(anon, http.MethodGet, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ex := range map[string]remotecommand.Executor{"spdy": spdyExec, "websocket": wsExec} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+		cancel()
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+			t.Errorf("%s exec without a token: got %v, want Unauthorized", name, err)
+		}
+	}
+	// The pod's mount namespace shares the node's /tmp.
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unauthenticated exec ran: %s exists (%v)", marker, err)
+	}
+	// The same exec with the token does run, so the check above is meaningful.
+	withToken, err := remotecommand.NewWebSocketExecutor(rc, http.MethodGet, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := withToken.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatalf("exec with the token: %v", err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the authenticated exec did not create %s: %v", marker, err)
 	}
 }
 
@@ -346,8 +424,14 @@ func attach(t *testing.T, k kubectl) {
 var forwarding = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`)
 
 // portForward starts kubectl port-forward and returns the local address.
-func portForward(t testing.TB, k kubectl, target, port string) (string, func()) {
-	cmd := k.cmd(context.Background(), "port-forward", target, port)
+func portForward(t testing.TB, k kubectl, target, port string, flags ...string) (string, func()) {
+	addr, stop, _ := portForwardLog(t, k, target, port, flags...)
+	return addr, stop
+}
+
+// portForwardLog is portForward that also returns kubectl's stderr.
+func portForwardLog(t testing.TB, k kubectl, target, port string, flags ...string) (string, func(), *testenv.Buffer) {
+	cmd := k.cmd(context.Background(), append(flags, "port-forward", target, port)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -392,12 +476,12 @@ func portForward(t testing.TB, k kubectl, target, port string) (string, func()) 
 			stop()
 			t.Fatalf("kubectl port-forward %s ended: %s", target, errOut.String())
 		}
-		return addr, stop
+		return addr, stop, &errOut
 	case <-time.After(30 * time.Second):
 		stop()
 		t.Fatalf("kubectl port-forward %s: no local port after 30s: %s", target, errOut.String())
 	}
-	return "", nil
+	return "", nil, nil
 }
 
 // load sends n GETs to http://addr/ over conc keep-alive connections and
