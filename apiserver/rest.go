@@ -406,8 +406,17 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 			copyField(st, obj, "Status")
 			metaOf(st).SetResourceVersion(om.GetResourceVersion())
 			obj, m = st, metaOf(st)
+		case sub == "finalize":
+			// The finalize subresource changes spec.finalizers only.
+			st := old.DeepCopyObject().(*corev1.Namespace)
+			st.Spec.Finalizers = obj.(*corev1.Namespace).Spec.Finalizers
+			obj, m = st, metaOf(st)
 		case res.status:
 			copyField(obj, old, "Status")
+			if n, ok := obj.(*corev1.Namespace); ok {
+				// As Kubernetes: spec.finalizers change only through finalize.
+				n.Spec.Finalizers = old.(*corev1.Namespace).Spec.Finalizers
+			}
 		}
 		if res.generation && sub == "" && specChanged(obj, old) {
 			m.SetGeneration(om.GetGeneration() + 1)
@@ -422,7 +431,8 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		// An object being deleted goes once its last finalizer is removed. Pods go
 		// when their node agent deletes them, namespaces when finalizeNamespace has
 		// emptied them.
-		if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && res.name != "pods" && res.name != "namespaces" {
+		if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && res.name != "pods" &&
+			(res.name != "namespaces" || len(obj.(*corev1.Namespace).Spec.Finalizers) == 0) {
 			if err := s.beforeDelete(tx, res, old); err != nil {
 				return err
 			}

@@ -1,0 +1,297 @@
+// Package accounts_test checks service accounts and namespace deletion end to
+// end in a lab: a client-go program in a pod works with rest.InClusterConfig
+// and its token reads but cannot write; kubectl delete ns stops the
+// namespace's pods on their nodes before the namespace goes; and a server
+// killed with SIGKILL in the middle of a namespace deletion finishes it after
+// restart.
+package accounts_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/test/testenv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+var ctx = context.Background()
+
+func sleeper(name, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{"sleep", "infinity"}}}}}
+}
+
+func createNS(t *testing.T, c kubernetes.Interface, name string) {
+	t.Helper()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startPods creates one sleeper per node in ns and returns them Ready with
+// their sandboxes.
+func startPods(t *testing.T, c kubernetes.Interface, ns string, nodes ...string) map[string]string {
+	t.Helper()
+	sandboxes := map[string]string{}
+	for i, n := range nodes {
+		p := sleeper(fmt.Sprintf("s%d", i), n)
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		ready := testenv.WaitPodReady(t, c, ns, p.Name)
+		sb := testenv.SandboxName(t, c, ready)
+		if !sandbox.ExistsNamed(sb) {
+			t.Fatalf("pod %s/%s has no netns %s", ns, p.Name, sb)
+		}
+		sandboxes[ns+"/"+p.Name] = sb
+	}
+	return sandboxes
+}
+
+// gone checks that the namespace and everything of it is gone, on the API
+// and on the nodes.
+func gone(c kubernetes.Interface, ns string, sandboxes map[string]string) error {
+	if _, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return fmt.Errorf("namespace %s still there (%v)", ns, err)
+	}
+	for pod, sb := range sandboxes {
+		if sandbox.ExistsNamed(sb) {
+			return fmt.Errorf("netns %s of pod %s still exists", sb, pod)
+		}
+		if _, err := os.Stat(filepath.Join(sandbox.PodNSDir, sb)); !os.IsNotExist(err) {
+			return fmt.Errorf("mount and UTS namespaces of pod %s still pinned", pod)
+		}
+	}
+	return nil
+}
+
+func TestAccountsAndNamespaces(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := filepath.Join(t.TempDir(), "incluster")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/incluster").CombinedOutput(); err != nil {
+		t.Fatalf("building the in-cluster program: %v: %s", err, out)
+	}
+	l := testenv.NewLab(t, 2)
+	c := testenv.Client(t, l)
+
+	t.Run("a pod has its service account files and the kubernetes service env", func(t *testing.T) {
+		p := sleeper("files", "node2")
+		p.Spec.Containers[0].Command = []string{"sh", "-c", "env | grep ^KUBERNETES_ | sort; exec sleep infinity"}
+		if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitPodReady(t, c, "default", p.Name)
+		const dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+		if out, err := testenv.Exec(t, l, "files", "ls", dir); err != nil || strings.Fields(out) == nil || strings.Join(strings.Fields(out), " ") != "ca.crt namespace token" {
+			t.Errorf("ls %s in the pod: %v: %q, want ca.crt namespace token", dir, err, out)
+		}
+		if out, err := testenv.Exec(t, l, "files", "cat", dir+"/namespace"); err != nil || out != "default" {
+			t.Errorf("namespace file: %v: %q", err, out)
+		}
+		if out, err := testenv.Exec(t, l, "files", "head", "-c", "27", dir+"/ca.crt"); err != nil || out != "-----BEGIN CERTIFICATE-----" {
+			t.Errorf("ca.crt: %v: %q", err, out)
+		}
+		wantEnv := strings.Join([]string{
+			"KUBERNETES_PORT=tcp://10.96.0.1:443",
+			"KUBERNETES_PORT_443_TCP=tcp://10.96.0.1:443",
+			"KUBERNETES_PORT_443_TCP_ADDR=10.96.0.1",
+			"KUBERNETES_PORT_443_TCP_PORT=443",
+			"KUBERNETES_PORT_443_TCP_PROTO=tcp",
+			"KUBERNETES_SERVICE_HOST=10.96.0.1",
+			"KUBERNETES_SERVICE_PORT=443",
+			"KUBERNETES_SERVICE_PORT_HTTPS=443",
+		}, "\n") + "\n"
+		testenv.Eventually(t, 10*time.Second, "the container's KUBERNETES_ environment in its log", func() error {
+			b, err := c.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			if err != nil {
+				return err
+			}
+			if string(b) != wantEnv {
+				return fmt.Errorf("log %q, want %q", b, wantEnv)
+			}
+			return nil
+		})
+		if _, err := os.Stat(dir + "/token"); err == nil {
+			t.Errorf("%s/token is visible on the node, outside the pod", dir)
+		}
+	})
+
+	t.Run("an in-cluster client-go program lists services and may not create one", func(t *testing.T) {
+		// The pod reaches the API at the server's address rather than
+		// 10.96.0.1: the kubernetes Service's EndpointSlice is not published
+		// on this branch. Everything else is InClusterConfig's own: the
+		// mounted token and ca.crt, KUBERNETES_SERVICE_HOST/PORT from the env.
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "incluster"},
+			Spec: corev1.PodSpec{NodeName: "node2", RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{bin},
+					Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: l.Addr("node1").String()}, {Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}}}}}}
+		if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var phase corev1.PodPhase
+		testenv.Eventually(t, 60*time.Second, "the in-cluster program to finish", func() error {
+			got, err := c.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			phase = got.Status.Phase
+			if phase != corev1.PodSucceeded && phase != corev1.PodFailed {
+				return fmt.Errorf("phase %s", phase)
+			}
+			return nil
+		})
+		b, err := c.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := string(b)
+		if phase != corev1.PodSucceeded {
+			t.Fatalf("the in-cluster program failed:\n%s", logs)
+		}
+		for _, want := range []string{
+			"host: https://" + l.Addr("node1").String() + ":6443",
+			"KUBERNETES_PORT_443_TCP_ADDR: 10.96.0.1",
+			"listed services: kubernetes",
+			`create: services is forbidden: User "system:serviceaccount:default:default" cannot create resource "services" in API group "" in the namespace "default"`,
+		} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("program output lacks %q:\n%s", want, logs)
+			}
+		}
+		if _, err := c.CoreV1().Services("default").Get(ctx, "from-pod", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the pod's create went through: %v", err)
+		}
+	})
+
+	t.Run("new namespaces get their default account and kube-root-ca.crt", func(t *testing.T) {
+		createNS(t, c, "fresh")
+		testenv.Eventually(t, 10*time.Second, "default ServiceAccount and kube-root-ca.crt in fresh", func() error {
+			if _, err := c.CoreV1().ServiceAccounts("fresh").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			cm, err := c.CoreV1().ConfigMaps("fresh").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(cm.Data["ca.crt"], "-----BEGIN CERTIFICATE-----") {
+				return fmt.Errorf("ca.crt = %q", cm.Data["ca.crt"])
+			}
+			return nil
+		})
+		testenv.Eventually(t, 30*time.Second, "node leases renewed by their agents", func() error {
+			for _, n := range []string{"node1", "node2"} {
+				lease, err := c.CoordinationV1().Leases("kube-node-lease").Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != n || lease.Spec.RenewTime == nil ||
+					time.Since(lease.Spec.RenewTime.Time) > 40*time.Second {
+					return fmt.Errorf("lease %s: %+v", n, lease.Spec)
+				}
+			}
+			return nil
+		})
+	})
+
+	t.Run("kubectl delete ns stops the namespace's pods on their nodes, then removes it", func(t *testing.T) {
+		createNS(t, c, "doomed")
+		sandboxes := startPods(t, c, "doomed", "node1", "node2")
+		out, err := exec.Command("kubectl", "--kubeconfig", l.Kubeconfig(), "delete", "ns", "doomed", "--timeout=90s").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `namespace "doomed" deleted`) {
+			t.Fatalf("kubectl delete ns: %v: %s", err, out)
+		}
+		// kubectl returned once the namespace was gone; so are the pods.
+		if err := gone(c, "doomed", sandboxes); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a server killed during a namespace deletion finishes it after restart", func(t *testing.T) {
+		createNS(t, c, "crash")
+		sandboxes := startPods(t, c, "crash", "node1", "node2")
+		for i := range 5 {
+			if _, err := c.CoreV1().ConfigMaps("crash").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm%d", i)}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A finalizer holds the deletion open, so the kill lands in it.
+		if _, err := c.CoreV1().ConfigMaps("crash").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held",
+			Finalizers: []string{"example.com/hold"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CoreV1().Namespaces().Delete(ctx, "crash", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Stop("node1", syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start("node1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 90*time.Second, "the pods and the content gone, the held configmap left", func() error {
+			ns, err := c.CoreV1().Namespaces().Get(ctx, "crash", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if ns.Status.Phase != corev1.NamespaceTerminating {
+				return fmt.Errorf("namespace is %s", ns.Status.Phase)
+			}
+			cms, err := c.CoreV1().ConfigMaps("crash").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(cms.Items) != 1 || cms.Items[0].Name != "held" {
+				return fmt.Errorf("%d configmaps left", len(cms.Items))
+			}
+			for pod, sb := range sandboxes {
+				if sandbox.ExistsNamed(sb) {
+					return fmt.Errorf("netns %s of pod %s still exists", sb, pod)
+				}
+			}
+			for _, cond := range ns.Status.Conditions {
+				if cond.Type == corev1.NamespaceFinalizersRemaining && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("no NamespaceFinalizersRemaining condition: %+v", ns.Status.Conditions)
+		})
+		if _, err := c.CoreV1().ConfigMaps("crash").Patch(ctx, "held", "application/merge-patch+json",
+			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, "namespace crash gone", func() error { return gone(c, "crash", sandboxes) })
+		// Nothing of the old namespace survives into a new one of the same name.
+		createNS(t, c, "crash")
+		cms, err := c.CoreV1().ConfigMaps("crash").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := c.CoreV1().Pods("crash").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range cms.Items {
+			if cm.Name != "kube-root-ca.crt" {
+				t.Errorf("configmap %s of the deleted namespace survived", cm.Name)
+			}
+		}
+		if len(pods.Items) != 0 {
+			t.Errorf("%d pods of the deleted namespace survived", len(pods.Items))
+		}
+	})
+}
