@@ -188,7 +188,7 @@ func TestOpenAPICaching(t *testing.T) {
 	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != current {
 		t.Errorf("GET with an old hash: %d to %q, want 301 to %q", resp.StatusCode, resp.Header.Get("Location"), current)
 	}
-	for _, p := range []string{"/openapi/v3/apis/batch/v1", "/openapi/v3/apis/apps", "/openapi/v4", "/openapi/v3/api/v1/x"} {
+	for _, p := range []string{"/openapi/v3/apis/policy/v1", "/openapi/v3/apis/apps", "/openapi/v4", "/openapi/v3/api/v1/x"} {
 		if r := a.get(p); r.code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", p, r.code)
 		}
