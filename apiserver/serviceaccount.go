@@ -22,7 +22,7 @@ import (
 const (
 	defaultSAName = "default"
 	// TokenMountPath is where pods find their service account credentials.
-	TokenMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+	TokenMountPath    = "/var/run/secrets/kubernetes.io/serviceaccount"
 	tokenVolumePrefix = "kube-api-access-"
 	// tokenVolumeExpiration is kube's WarnOnlyBoundTokenExpirationSeconds: the
 	// expiration the admission plugin writes into the projected volume.

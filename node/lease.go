@@ -64,4 +64,3 @@ func fillLease(l *coordinationv1.Lease, holder string, now metav1.MicroTime) {
 	l.Spec.LeaseDurationSeconds = &d
 	l.Spec.RenewTime = &now
 }
-
