@@ -251,3 +251,28 @@ func TestTokenRequestValidation(t *testing.T) {
 		`{"spec":{"boundObjectRef":{"kind":"Pod","apiVersion":"v1","name":"web"}}}`), http.StatusBadRequest, `which runs as \"default\"`)
 	wantCode(t, "no token", a.do("GET", servicesPath, "", ""), http.StatusUnauthorized, "")
 }
+
+// A server with a routable address publishes default/kubernetes as an
+// EndpointSlice too, which is what kube-proxy programs 10.96.0.1 from.
+func TestAPIEndpointSlice(t *testing.T) {
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "db"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err := New(Config{Store: st, Validation: validation.DefaultConfig(), AdvertiseAddress: "192.0.2.10", Port: 6443,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := srv.get(lookup("discovery.k8s.io", "v1", "endpointslices"), "default", "kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(obj)
+	for _, want := range []string{`"kubernetes.io/service-name":"kubernetes"`, `"addresses":["192.0.2.10"]`, `"name":"https"`, `"port":6443`, `"ready":true`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("slice %s lacks %s", b, want)
+		}
+	}
+}

@@ -188,4 +188,3 @@ func (s *Server) serveDeleteCollection(w http.ResponseWriter, r *http.Request, r
 	writeJSON(w, r, http.StatusOK, listJSON(rq.res.kind+"List", rq.res.gv.String(), rev, deleted))
 	return nil
 }
-

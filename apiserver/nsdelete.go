@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -38,6 +39,9 @@ func (s *Server) finalizeNamespace(name string) {
 		defer s.nsFinalizing.Delete(name)
 		for attempt := 0; ; attempt++ {
 			done, err := s.finalizeNamespaceOnce(name)
+			if errors.Is(err, store.ErrClosed) {
+				return // the server is stopping; the next start resumes
+			}
 			if err != nil {
 				s.log.Warn("deleting namespace", "namespace", name, "err", err)
 			}

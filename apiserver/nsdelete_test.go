@@ -94,7 +94,7 @@ func TestNamespaceFinalizeSubresource(t *testing.T) {
 	if len(ns.Spec.Finalizers) != 2 {
 		t.Fatalf("PUT changed spec.finalizers to %v", ns.Spec.Finalizers)
 	}
-	a.delete(namespacesPath + "/kept").mustCode(t, http.StatusOK, nil)
+	a.delete(namespacesPath+"/kept").mustCode(t, http.StatusOK, nil)
 	eventually(t, "kubernetes finalizer removed", func() bool {
 		a.read(namespacesPath+"/kept", ns)
 		return slices.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{"example.com/cleanup"})

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -43,4 +44,13 @@ func ensureServiceAccountKey(dataDir string) (*ecdsa.PrivateKey, error) {
 		return nil, fmt.Errorf("writing service account key: %w", err)
 	}
 	return k, nil
+}
+
+// kubernetesServiceIP is the cluster IP of default/kubernetes: the first
+// address of the service range (the API server reserves it).
+func kubernetesServiceIP(serviceCIDR netip.Prefix) netip.Addr {
+	if !serviceCIDR.IsValid() {
+		serviceCIDR = netip.MustParsePrefix("10.96.0.0/12")
+	}
+	return serviceCIDR.Masked().Addr().Next()
 }

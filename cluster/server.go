@@ -125,6 +125,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 			hosts = append(hosts, cfg.AdvertiseAddress)
 		}
 		hosts = append(hosts, localAddresses(host)...)
+		// Pods reach the API as the kubernetes Service (rest.InClusterConfig
+		// dials its cluster IP), and by its DNS names, as kube-apiserver's
+		// certificate allows.
+		hosts = append(hosts, kubernetesServiceIP(cfg.ServiceCIDR).String(), "kubernetes", "kubernetes.default",
+			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
 		if creds, err = ensureTLS(cfg.DataDir, hosts); err != nil {
 			return nil, fmt.Errorf("preparing TLS for %s (required when listening off loopback): %w", cfg.Listen, err)
 		}

@@ -129,49 +129,18 @@ func TestAccountsAndNamespaces(t *testing.T) {
 	})
 
 	t.Run("an in-cluster client-go program lists services and may not create one", func(t *testing.T) {
-		// The pod reaches the API at the server's address rather than
-		// 10.96.0.1: the kubernetes Service's EndpointSlice is not published
-		// on this branch. Everything else is InClusterConfig's own: the
-		// mounted token and ca.crt, KUBERNETES_SERVICE_HOST/PORT from the env.
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "incluster"},
-			Spec: corev1.PodSpec{NodeName: "node2", RestartPolicy: corev1.RestartPolicyNever,
-				Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{bin},
-					Env: []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: l.Addr("node1").String()}, {Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}}}}}}
-		if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		var phase corev1.PodPhase
-		testenv.Eventually(t, 60*time.Second, "the in-cluster program to finish", func() error {
-			got, err := c.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			phase = got.Status.Phase
-			if phase != corev1.PodSucceeded && phase != corev1.PodFailed {
-				return fmt.Errorf("phase %s", phase)
-			}
-			return nil
-		})
-		b, err := c.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		logs := string(b)
-		if phase != corev1.PodSucceeded {
-			t.Fatalf("the in-cluster program failed:\n%s", logs)
-		}
-		for _, want := range []string{
-			"host: https://" + l.Addr("node1").String() + ":6443",
-			"KUBERNETES_PORT_443_TCP_ADDR: 10.96.0.1",
-			"listed services: kubernetes",
-			`create: services is forbidden: User "system:serviceaccount:default:default" cannot create resource "services" in API group "" in the namespace "default"`,
+		// Once through the kubernetes Service (10.96.0.1:443, kube-proxy's
+		// rules to the server), once at the server's own address (the
+		// container's env overrides the injected one, as in Kubernetes).
+		for _, tc := range []struct {
+			pod, host string
+			env       []corev1.EnvVar
+		}{
+			{"incluster-vip", "https://10.96.0.1:443", nil},
+			{"incluster-direct", "https://" + l.Addr("node1").String() + ":6443",
+				[]corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: l.Addr("node1").String()}, {Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}}},
 		} {
-			if !strings.Contains(logs, want) {
-				t.Errorf("program output lacks %q:\n%s", want, logs)
-			}
-		}
-		if _, err := c.CoreV1().Services("default").Get(ctx, "from-pod", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("the pod's create went through: %v", err)
+			runInCluster(t, c, bin, tc.pod, tc.host, tc.env)
 		}
 	})
 
@@ -294,4 +263,49 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			t.Errorf("%d pods of the deleted namespace survived", len(pods.Items))
 		}
 	})
+}
+
+// runInCluster runs the in-cluster program in a pod on node2 and checks what
+// it printed.
+func runInCluster(t *testing.T, c kubernetes.Interface, bin, name, host string, env []corev1.EnvVar) {
+	t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: "node2", RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Command: []string{bin}, Env: env}}}}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var phase corev1.PodPhase
+	testenv.Eventually(t, 60*time.Second, "the in-cluster program to finish", func() error {
+		got, err := c.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		phase = got.Status.Phase
+		if phase != corev1.PodSucceeded && phase != corev1.PodFailed {
+			return fmt.Errorf("phase %s", phase)
+		}
+		return nil
+	})
+	b, err := c.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := string(b)
+	if phase != corev1.PodSucceeded {
+		t.Fatalf("the in-cluster program in %s failed:\n%s", name, logs)
+	}
+	for _, want := range []string{
+		"host: " + host,
+		"KUBERNETES_PORT_443_TCP_ADDR: 10.96.0.1",
+		"listed services: kubernetes",
+		`create: services is forbidden: User "system:serviceaccount:default:default" cannot create resource "services" in API group "" in the namespace "default"`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("%s: program output lacks %q:\n%s", name, want, logs)
+		}
+	}
+	if _, err := c.CoreV1().Services("default").Get(ctx, "from-pod", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the pod's create went through: %v", err)
+	}
 }
