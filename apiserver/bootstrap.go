@@ -41,9 +41,6 @@ func (s *Server) bootstrap() error {
 		if err := s.ensureAPIEndpoints(); err != nil {
 			return err
 		}
-		if err := s.ensureAPIEndpointSlice(); err != nil {
-			return err
-		}
 	}
 	kvs, _, err := s.store.List(nsResource.prefix(""))
 	if err != nil {
