@@ -342,8 +342,7 @@ func TestStreamPortForward(t *testing.T) {
 	for name, dialer := range map[string]httpstream.Dialer{"spdy": spdyDialer, "websocket": wsDialer} {
 		t.Run(name, func(t *testing.T) {
 			stop, ready := make(chan struct{}), make(chan struct{})
-			var pfOut bytes.Buffer
-			pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, &pfOut, io.Discard)
+			pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
