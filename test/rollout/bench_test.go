@@ -1,4 +1,4 @@
-package workloads_test
+package rollout_test
 
 import (
 	"context"

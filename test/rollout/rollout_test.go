@@ -2,7 +2,7 @@
 // ReplicationControllers with the real kubectl in a lab, as a student would:
 // a rollout to a new image and its undo, the ReplicaSets kubectl shows for
 // them, and the Service still reaching ready pods that answer their names.
-package workloads_test
+package rollout_test
 
 import (
 	"context"
