@@ -22,7 +22,7 @@ import (
 // available: ReplicaSets scaled, pods made and started on the nodes,
 // readiness probes passed, old pods gone.
 //
-//	go test -run '^$' -bench Rollout100 -benchtime 3x ./test/workloads/
+//	go test -run '^$' -bench Rollout100 -benchtime 3x ./test/rollout/
 func BenchmarkRollout100(b *testing.B) {
 	l := testenv.NewLab(b, 2)
 	c := testenv.Client(b, l)
