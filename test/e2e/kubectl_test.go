@@ -477,10 +477,12 @@ func TestKubectl(t *testing.T) {
 		}
 		// SHORTNAMES may be empty, so match the row's cells rather than columns.
 		for name, want := range map[string][]string{
-			"services":       {"svc", "v1", "true", "Service"},
-			"deployments":    {"deploy", "apps/v1", "true", "Deployment"},
-			"endpointslices": {"discovery.k8s.io/v1", "true", "EndpointSlice"},
-			"ingresses":      {"ing", "networking.k8s.io/v1", "true", "Ingress"},
+			"services":               {"svc", "v1", "true", "Service"},
+			"deployments":            {"deploy", "apps/v1", "true", "Deployment"},
+			"replicasets":            {"rs", "apps/v1", "true", "ReplicaSet"},
+			"replicationcontrollers": {"rc", "v1", "true", "ReplicationController"},
+			"endpointslices":         {"discovery.k8s.io/v1", "true", "EndpointSlice"},
+			"ingresses":              {"ing", "networking.k8s.io/v1", "true", "Ingress"},
 		} {
 			i := slices.IndexFunc(tb.rows, func(r []string) bool { return r[0] == name && slices.Contains(r, want[len(want)-3]) })
 			if i < 0 {
