@@ -8,7 +8,7 @@
 #   LAB_DIR     the lab's directory       (default: /var/lib/minikit-lab/$LAB)
 #   KUBECONFIG  the lab's kubeconfig      (default: $LAB_DIR/kubeconfig)
 #   KEEP=1      leave the example's objects in place for exploring afterwards
-# Run as root (minikit lab exec and minikit exec enter network namespaces):
+# Run as root (minikit lab exec enters network namespaces):
 #   go build -o bin/minikit ./minikit && sudo bin/minikit lab up
 #   sudo examples/clusterip/check.sh
 #
@@ -48,7 +48,7 @@ show() {
   done
   case $1 in
   k) printf '$ kubectl -n %s %s\n' "$NS" "${words[*]:1}" ;;
-  inpod) printf '$ minikit exec -n %s %s -- %s\n' "$NS" "$2" "${words[*]:2}" ;;
+  inpod) printf '$ kubectl exec -n %s %s -- %s\n' "$NS" "$2" "${words[*]:2}" ;;
   on) printf '$ minikit lab exec%s %s -- %s\n' "$labflags" "$2" "${words[*]:2}" ;;
   *) printf '$ %s\n' "${words[*]}" ;;
   esac
@@ -68,8 +68,10 @@ k() { kubectl -n "$NS" "$@"; }
 # on HOST CMD... runs a command on a lab host (node1, node2, client, external).
 on() { local h=$1; shift; "$MINIKIT" lab exec --name "$LAB" --dir "$LAB_DIR" "$h" -- "$@"; }
 
-# inpod POD CMD... runs a command inside a pod of the example's namespace.
-inpod() { local p=$1; shift; "$MINIKIT" exec --kubeconfig "$KUBECONFIG" -n "$NS" "$p" -- "$@"; }
+# inpod POD CMD... runs a command inside a pod of the example's namespace, as a
+# student would: kubectl exec, through the API server to the node agent's
+# streaming port (its exit status is the command's).
+inpod() { local p=$1; shift; kubectl exec -n "$NS" "$p" -- "$@"; }
 
 # eventually SECONDS CMD... retries CMD (quietly) until it succeeds; its output
 # is left in OUT. Rules and DNS records follow the API within about a second.

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 ./scripts/deps.sh
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 export CI=${CI:-true}
+# The kubectl tests also drive Debian's kubectl 1.20 (deps.sh unpacks it there).
+k120=/var/cache/minikit/kubectl-1.20/usr/bin/kubectl
+[ -x "$k120" ] && export MINIKIT_EXTRA_KUBECTL=$k120
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0

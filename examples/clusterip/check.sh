@@ -49,7 +49,7 @@ refused() {
   [ $rc = 7 ]
 }
 eventually 30 refused || fail "with no endpoints, curl $VIP was not refused: $OUT"
-echo "$ minikit exec -n $NS client -- curl http://$VIP/"; echo "$OUT"
+echo "$ kubectl exec -n $NS client -- curl http://$VIP/"; echo "$OUT"
 # The refusal may come from the client's node, or from a pod still closing:
 # node1's proxy follows within a sync.
 reject_rule() { on node1 iptables-save -t filter | grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .*\"$NS/hostnames:default has no endpoints\" .*-j REJECT"; }

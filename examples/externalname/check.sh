@@ -19,7 +19,7 @@ cname() {
   grep -Eq "^$FQDN\.[[:space:]]+[0-9]+[[:space:]]+IN[[:space:]]+CNAME[[:space:]]+my\.database\.example\.com\.$" <<<"$out" &&
     grep -Eq "^my\.database\.example\.com\.[[:space:]]+[0-9]+[[:space:]]+IN[[:space:]]+A[[:space:]]+$EXTERNAL$" <<<"$out"
 }
-printf '$ minikit exec -n %s client -- dig +noall +answer %s\n' "$NS" "$FQDN"
+printf '$ kubectl exec -n %s client -- dig +noall +answer %s\n' "$NS" "$FQDN"
 eventually 15 cname || fail "dig $FQDN: want a CNAME to my.database.example.com. and its A record $EXTERNAL, got: $OUT"
 echo "$OUT"
 
@@ -28,7 +28,7 @@ on node1 iptables-save -t nat | grep -F "$NS/my-service" && fail "node1 has prox
 echo "(none)"
 
 say "curl the short name from the pod: the search path, the CNAME, then a direct connection to the external host"
-printf '$ minikit exec -n %s client -- curl http://my-service/\n' "$NS"
+printf '$ kubectl exec -n %s client -- curl http://my-service/\n' "$NS"
 eventually 15 curl_has pod:client http://my-service/ "external host $EXTERNAL" || fail "curl http://my-service/ from the pod: $OUT"
 echo "$OUT"
 NODE=$(k get pod client -o jsonpath='{.status.hostIP}')
