@@ -132,6 +132,20 @@ func TestAccountsAndNamespaces(t *testing.T) {
 		// Once through the kubernetes Service (10.96.0.1:443, kube-proxy's
 		// rules to the server), once at the server's own address (the
 		// container's env overrides the injected one, as in Kubernetes).
+		// A pod may start before its node's proxy has programmed the Service
+		// (as on a real cluster, where the kubelet does not wait for
+		// kube-proxy): wait for node2's DNAT to the server first.
+		dnat := "--to-destination " + l.Addr("node1").String() + ":6443"
+		testenv.Eventually(t, 30*time.Second, "node2's DNAT of 10.96.0.1:443 to the API server", func() error {
+			out, err := testenv.Run(l, "node2", "iptables-save", "-t", "nat")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, dnat) {
+				return fmt.Errorf("no rule with %q", dnat)
+			}
+			return nil
+		})
 		for _, tc := range []struct {
 			pod, host string
 			env       []corev1.EnvVar

@@ -20,6 +20,7 @@ import (
 	"github.com/minikit/minikit/sandbox"
 	"github.com/minikit/minikit/test/testenv"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +51,11 @@ type ledger struct {
 	depsGone   map[string]bool
 	web        int32 // the last acknowledged replicas of web
 	webUnknown bool  // a scale of web after that one was cut off
-	acked, cut int
+	// rollout is the template annotation of web's last acknowledged rollout;
+	// rolloutUnknown, a rollout after it was cut off.
+	rollout        string
+	rolloutUnknown bool
+	acked, cut     int
 }
 
 // op is one workload step; run reports whether the API acknowledged it.
@@ -290,6 +295,22 @@ func workload(r int, rng *rand.Rand, wc kubernetes.Interface, led *ledger) []op 
 		}
 		return err
 	}})
+	// A rollout of web to a new template (what kubectl rollout restart does):
+	// the kill can land while its ReplicaSets are being scaled.
+	mark := fmt.Sprintf("r%d", r)
+	ops = append(ops, op{"roll web to template " + mark, func(ctx context.Context) error {
+		led.mu.Lock()
+		led.rolloutUnknown = true
+		led.mu.Unlock()
+		_, err := wc.AppsV1().Deployments("default").Patch(ctx, "web", types.StrategicMergePatchType,
+			[]byte(fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{%q:%q}}}}}`, rolloutAnnotation, mark)), metav1.PatchOptions{})
+		if err == nil {
+			led.mu.Lock()
+			led.rollout, led.rolloutUnknown = mark, false
+			led.mu.Unlock()
+		}
+		return err
+	}})
 	dep := fmt.Sprintf("r%d-d", r)
 	ops = append(ops, op{"create deployment " + dep, func(ctx context.Context) error {
 		_, err := wc.AppsV1().Deployments("default").Create(ctx, webDeployment(dep, 1), metav1.CreateOptions{})
@@ -472,6 +493,60 @@ func checkLedger(t *testing.T, r int, c kubernetes.Interface, led *ledger) {
 	if !led.webUnknown && *web.Spec.Replicas != led.web {
 		t.Errorf("round %d: web has replicas %d; the last scale acknowledged %d", r, *web.Spec.Replicas, led.web)
 	}
+	if got := web.Spec.Template.Annotations[rolloutAnnotation]; !led.rolloutUnknown && got != led.rollout {
+		t.Errorf("round %d: web's template is at rollout %q; the last rollout acknowledged %q", r, got, led.rollout)
+	}
+}
+
+// rolloutAnnotation marks the template of each rollout of web.
+const rolloutAnnotation = "reliability.minikit.test/rollout"
+
+// rolloutSettled says whether a Deployment's ReplicaSets are as a finished
+// rollout leaves them: one ReplicaSet, of the current template, holds every
+// replica; older ones are scaled to zero; every pod of the Deployment belongs
+// to one of its ReplicaSets (nothing half-adopted or half-deleted).
+func rolloutSettled(ctx context.Context, c kubernetes.Interface, d *appsv1.Deployment) error {
+	rss, err := c.AppsV1().ReplicaSets(d.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	owned := map[types.UID]bool{}
+	var current []string
+	for _, rs := range rss.Items {
+		ref := metav1.GetControllerOf(&rs)
+		if ref == nil || ref.UID != d.UID {
+			continue
+		}
+		owned[rs.UID] = true
+		same := rs.Spec.Template.Annotations[rolloutAnnotation] == d.Spec.Template.Annotations[rolloutAnnotation]
+		switch {
+		case same:
+			current = append(current, rs.Name)
+			if *rs.Spec.Replicas != *d.Spec.Replicas || rs.Status.ReadyReplicas != *d.Spec.Replicas {
+				return fmt.Errorf("deployment %s: the current ReplicaSet %s has %d replicas (%d ready), want %d",
+					d.Name, rs.Name, *rs.Spec.Replicas, rs.Status.ReadyReplicas, *d.Spec.Replicas)
+			}
+		case *rs.Spec.Replicas != 0 || rs.Status.Replicas != 0:
+			return fmt.Errorf("deployment %s: the old ReplicaSet %s still has %d replicas (%d in status)", d.Name, rs.Name, *rs.Spec.Replicas, rs.Status.Replicas)
+		}
+	}
+	if len(current) != 1 {
+		return fmt.Errorf("deployment %s: %d ReplicaSets of its current template (%v), want 1", d.Name, len(current), current)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		return err
+	}
+	pods, err := c.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if ref := metav1.GetControllerOf(&p); ref == nil || !owned[ref.UID] {
+			return fmt.Errorf("deployment %s: pod %s is owned by %v, not by one of the deployment's ReplicaSets", d.Name, p.Name, ref)
+		}
+	}
+	return nil
 }
 
 func nodePorts(s *corev1.Service) []int32 {
@@ -500,6 +575,9 @@ func converged(t *testing.T, l *lab.Lab, c kubernetes.Interface, led *ledger, pr
 		s := d.Status
 		if want := *d.Spec.Replicas; s.ObservedGeneration < d.Generation || s.ReadyReplicas != want || s.Replicas != want || s.UpdatedReplicas != want {
 			return fmt.Errorf("deployment %s: want %d replicas, status %+v", d.Name, want, s)
+		}
+		if err := rolloutSettled(ctx, c, &d); err != nil {
+			return err
 		}
 	}
 	var errs []error
