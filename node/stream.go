@@ -188,7 +188,8 @@ func (a *Agent) servePortForward(w http.ResponseWriter, r *http.Request) {
 func (t *streamTarget) ExecInContainer(ctx context.Context, _, _, _ string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
 	argv = sandbox.ExecArgv(sandbox.NetNSPath(t.netns), sandbox.PodUTSPath(t.netns), sandbox.PodMntPath(t.netns), argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = containerEnv(t.pod, t.spec, t.a.cfg.NodeName, t.pod.Status.PodIP)
+	// As the container got it: the kubernetes Service's variables, then its own env (which wins).
+	cmd.Env = append(t.a.apiServiceEnv(ctx), containerEnv(t.pod, t.spec, t.a.cfg.NodeName, t.pod.Status.PodIP)...)
 	if tty {
 		cmd.Env = append(cmd.Env, "TERM=xterm")
 		return exitError(runInPty(ctx, cmd, in, out, resize))

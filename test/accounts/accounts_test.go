@@ -123,6 +123,12 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			}
 			return nil
 		})
+		// kubectl exec gets the container's environment, as a runtime's exec does.
+		out, err := exec.Command("kubectl", "--kubeconfig", l.Kubeconfig(), "exec", "files", "--",
+			"sh", "-c", "env | grep ^KUBERNETES_ | sort").CombinedOutput()
+		if err != nil || string(out) != wantEnv {
+			t.Errorf("kubectl exec files -- env: %v: %q, want %q", err, out, wantEnv)
+		}
 		if _, err := os.Stat(dir + "/token"); err == nil {
 			t.Errorf("%s/token is visible on the node, outside the pod", dir)
 		}
