@@ -6,10 +6,6 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -27,33 +23,8 @@ func validateDeployment(d, old *appsv1.Deployment) field.ErrorList {
 	}
 
 	selPath := specPath.Child("selector")
-	var selector labels.Selector
-	if spec.Selector == nil {
-		allErrs = append(allErrs, field.Required(selPath, ""))
-	} else {
-		allErrs = append(allErrs, metavalidation.ValidateLabelSelector(spec.Selector, metavalidation.LabelSelectorValidationOptions{}, selPath)...)
-		if len(spec.Selector.MatchLabels)+len(spec.Selector.MatchExpressions) == 0 {
-			allErrs = append(allErrs, field.Invalid(selPath, spec.Selector, "empty selector is invalid for deployment"))
-		}
-		s, err := metav1.LabelSelectorAsSelector(spec.Selector)
-		if err != nil {
-			allErrs = append(allErrs, field.Invalid(selPath, spec.Selector, "invalid label selector"))
-		} else {
-			selector = s
-		}
-	}
-
-	tp := specPath.Child("template")
-	if selector != nil && !selector.Empty() && !selector.Matches(labels.Set(spec.Template.Labels)) {
-		allErrs = append(allErrs, field.Invalid(tp.Child("metadata", "labels"), spec.Template.Labels, "`selector` does not match template `labels`"))
-	}
-	allErrs = append(allErrs, validatePodTemplateSpec(&spec.Template, tp)...)
-	if rp := spec.Template.Spec.RestartPolicy; rp != corev1.RestartPolicyAlways && rp != "" {
-		allErrs = append(allErrs, field.NotSupported(tp.Child("spec", "restartPolicy"), rp, []corev1.RestartPolicy{corev1.RestartPolicyAlways}))
-	}
-	if spec.Template.Spec.ActiveDeadlineSeconds != nil {
-		allErrs = append(allErrs, field.Invalid(tp.Child("spec", "activeDeadlineSeconds"), *spec.Template.Spec.ActiveDeadlineSeconds, "must not be specified"))
-	}
+	allErrs = append(allErrs, validateTemplateSelector(spec.Selector, spec.Template.Labels, "deployment", true)...)
+	allErrs = append(allErrs, validateControllerTemplate(&spec.Template, specPath.Child("template"))...)
 
 	allErrs = append(allErrs, validateStrategy(&spec.Strategy, specPath.Child("strategy"))...)
 	allErrs = append(allErrs, nonNegative(int64(spec.MinReadySeconds), specPath.Child("minReadySeconds"))...)

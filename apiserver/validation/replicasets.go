@@ -21,23 +21,9 @@ func validateReplicaSet(rs, old *appsv1.ReplicaSet) field.ErrorList {
 	allErrs = append(allErrs, nonNegative(int64(spec.MinReadySeconds), specPath.Child("minReadySeconds"))...)
 
 	selPath := specPath.Child("selector")
-	var selector labels.Selector
-	if spec.Selector == nil {
-		allErrs = append(allErrs, field.Required(selPath, ""))
-	} else {
-		allErrs = append(allErrs, metavalidation.ValidateLabelSelector(spec.Selector, metavalidation.LabelSelectorValidationOptions{}, selPath)...)
-		if len(spec.Selector.MatchLabels)+len(spec.Selector.MatchExpressions) == 0 {
-			allErrs = append(allErrs, field.Invalid(selPath, spec.Selector, "empty selector is invalid for deployment"))
-		}
-		if s, err := metav1.LabelSelectorAsSelector(spec.Selector); err == nil {
-			selector = s
-		}
-	}
-	tp := specPath.Child("template")
-	if selector != nil && !selector.Empty() && !selector.Matches(labels.Set(spec.Template.Labels)) {
-		allErrs = append(allErrs, field.Invalid(tp.Child("metadata", "labels"), spec.Template.Labels, "`selector` does not match template `labels`"))
-	}
-	allErrs = append(allErrs, validateControllerTemplate(&spec.Template, tp)...)
+	// Kubernetes' ReplicaSet validation says "deployment" here too.
+	allErrs = append(allErrs, validateTemplateSelector(spec.Selector, spec.Template.Labels, "deployment", false)...)
+	allErrs = append(allErrs, validateControllerTemplate(&spec.Template, specPath.Child("template"))...)
 	if old != nil {
 		allErrs = append(allErrs, immutable(spec.Selector, old.Spec.Selector, selPath)...)
 	}
@@ -73,6 +59,36 @@ func validateReplicationController(rc, old *corev1.ReplicationController) field.
 // validateControllerTemplate is what Kubernetes checks of the pod template
 // of a ReplicaSet or ReplicationController beyond any pod template: its pods
 // are restarted forever and have no deadline.
+// validateTemplateSelector checks a workload's spec.selector as Kubernetes'
+// apps validation does: required, valid and not empty ("empty selector is
+// invalid for KIND"), and matching the template's labels. unparsable adds
+// Deployment's "invalid label selector" when the selector does not convert.
+func validateTemplateSelector(sel *metav1.LabelSelector, templateLabels map[string]string, kind string, unparsable bool) field.ErrorList {
+	var allErrs field.ErrorList
+	selPath := specPath.Child("selector")
+	if sel == nil {
+		return append(allErrs, field.Required(selPath, ""))
+	}
+	allErrs = append(allErrs, metavalidation.ValidateLabelSelector(sel, metavalidation.LabelSelectorValidationOptions{}, selPath)...)
+	if len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+		allErrs = append(allErrs, field.Invalid(selPath, sel, "empty selector is invalid for "+kind))
+	}
+	selector, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		if unparsable {
+			allErrs = append(allErrs, field.Invalid(selPath, sel, "invalid label selector"))
+		}
+		return allErrs
+	}
+	if !selector.Empty() && !selector.Matches(labels.Set(templateLabels)) {
+		allErrs = append(allErrs, field.Invalid(specPath.Child("template", "metadata", "labels"), templateLabels, "`selector` does not match template `labels`"))
+	}
+	return allErrs
+}
+
+// validateControllerTemplate checks the pod template of a Deployment,
+// ReplicaSet or ReplicationController: a valid pod template whose
+// restartPolicy is Always and that sets no activeDeadlineSeconds.
 func validateControllerTemplate(t *corev1.PodTemplateSpec, tp *field.Path) field.ErrorList {
 	allErrs := validatePodTemplateSpec(t, tp)
 	if rp := t.Spec.RestartPolicy; rp != corev1.RestartPolicyAlways && rp != "" {

@@ -7,8 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -96,24 +94,8 @@ func validateStatefulSet(s, old *appsv1.StatefulSet) field.ErrorList {
 // the template is a valid pod template and, unless jobs, its restartPolicy
 // is Always.
 func validateWorkloadTemplate(sel *metav1.LabelSelector, t *corev1.PodTemplateSpec, kind string, job bool) field.ErrorList {
-	var allErrs field.ErrorList
-	selPath := specPath.Child("selector")
-	var selector labels.Selector
-	if sel == nil {
-		allErrs = append(allErrs, field.Required(selPath, ""))
-	} else {
-		allErrs = append(allErrs, metavalidation.ValidateLabelSelector(sel, metavalidation.LabelSelectorValidationOptions{}, selPath)...)
-		if len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
-			allErrs = append(allErrs, field.Invalid(selPath, sel, "empty selector is invalid for "+kind))
-		}
-		if s, err := metav1.LabelSelectorAsSelector(sel); err == nil {
-			selector = s
-		}
-	}
+	allErrs := validateTemplateSelector(sel, t.Labels, kind, false)
 	tp := specPath.Child("template")
-	if selector != nil && !selector.Empty() && !selector.Matches(labels.Set(t.Labels)) {
-		allErrs = append(allErrs, field.Invalid(tp.Child("metadata", "labels"), t.Labels, "`selector` does not match template `labels`"))
-	}
 	allErrs = append(allErrs, validatePodTemplateSpec(t, tp)...)
 	rp := t.Spec.RestartPolicy
 	switch {
