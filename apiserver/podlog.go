@@ -3,10 +3,8 @@ package apiserver
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,22 +42,11 @@ func (s *Server) servePodLog(w http.ResponseWriter, r *http.Request, rq request)
 	if pod.Spec.NodeName == "" {
 		return apierrors.NewBadRequest(fmt.Sprintf("container %q in pod %q is waiting to start: the pod is not scheduled", ctr, pod.Name))
 	}
-	nobj, err := s.get(nodeResource, "", pod.Spec.NodeName)
+	host, err := s.agentHost(pod.Spec.NodeName)
 	if err != nil {
 		return err
 	}
-	n := nobj.(*corev1.Node)
-	var ip string
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-		}
-	}
-	port := int(n.Status.DaemonEndpoints.KubeletEndpoint.Port)
-	if ip == "" || port == 0 {
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("node %q has no address for logs", n.Name))
-	}
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(ip, strconv.Itoa(port)),
+	u := url.URL{Scheme: "http", Host: host,
 		Path: "/containerLogs/" + pod.Namespace + "/" + pod.Name + "/" + ctr}
 	uq := url.Values{}
 	for _, k := range []string{"follow", "tailLines"} {
@@ -75,7 +62,7 @@ func (s *Server) servePodLog(w http.ResponseWriter, r *http.Request, rq request)
 	req.Header.Set("Authorization", "Bearer "+s.cfg.NodeToken)
 	resp, err := logClient.Do(req)
 	if err != nil {
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("getting logs from node %q: %v", n.Name, err))
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("getting logs from node %q: %v", pod.Spec.NodeName, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

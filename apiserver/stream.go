@@ -182,26 +182,19 @@ func containerNames(cs []corev1.Container) string {
 	return strings.Join(names, " ")
 }
 
-// agentHost is the kubelet-like endpoint of a node: its InternalIP (the name
-// in Hostname does not resolve in a lab) and status.daemonEndpoints' port.
+// agentHost is host:port of a node's agent (nodeAgentAddress), which
+// pods/log, pods/exec|attach|portforward and nodes/proxy all reach.
 func (s *Server) agentHost(nodeName string) (string, error) {
 	nobj, err := s.get(nodeResource, "", nodeName)
 	if err != nil {
 		return "", err
 	}
 	n := nobj.(*corev1.Node)
-	var ip string
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-			break
-		}
-	}
-	port := int(n.Status.DaemonEndpoints.KubeletEndpoint.Port)
+	ip, port := nodeAgentAddress(n)
 	if ip == "" || port == 0 {
 		return "", apierrors.NewServiceUnavailable(fmt.Sprintf("node %q has no address for its agent", n.Name))
 	}
-	return net.JoinHostPort(ip, strconv.Itoa(port)), nil
+	return net.JoinHostPort(ip, strconv.Itoa(int(port))), nil
 }
 
 // streamResponder renders proxy errors (the agent unreachable) as Status.
