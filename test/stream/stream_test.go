@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,6 +93,27 @@ spec:
 // kubectl is one kubectl binary pointed at the lab.
 type kubectl struct {
 	name, path, kubeconfig string
+	minor                  int // the client's minor version: which protocols it speaks
+}
+
+// clientMinor asks a kubectl binary for its minor version (1.20's
+// `version --client -o json` says "minor":"20").
+func clientMinor(t testing.TB, path string) int {
+	out, err := exec.Command(path, "version", "--client", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("%s version --client: %v", path, err)
+	}
+	var v struct {
+		ClientVersion struct{ Minor string } `json:"clientVersion"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("%s version --client: %v: %s", path, err, out)
+	}
+	minor, err := strconv.Atoi(strings.TrimRight(v.ClientVersion.Minor, "+"))
+	if err != nil {
+		t.Fatalf("%s version --client: minor %q: %v", path, v.ClientVersion.Minor, err)
+	}
+	return minor
 }
 
 func (k kubectl) cmd(ctx context.Context, args ...string) *exec.Cmd {
@@ -116,7 +139,9 @@ func kubectls(t testing.TB, l *lab.Lab) []kubectl {
 	if _, err := os.Stat(Kubectl120); err != nil {
 		t.Fatalf("Debian's kubectl 1.20 is missing (scripts/deps.sh extracts it): %v", err)
 	}
-	return []kubectl{{"current", cur, l.Kubeconfig()}, {"1.20", Kubectl120, l.Kubeconfig()}}
+	// On a new Debian machine the kubectl on PATH is that same 1.20: the
+	// protocol checks follow each binary's version, not its place.
+	return []kubectl{{"current", cur, l.Kubeconfig(), clientMinor(t, cur)}, {"1.20", Kubectl120, l.Kubeconfig(), clientMinor(t, Kubectl120)}}
 }
 
 // setup brings up a one-node lab with the manifest's pods ready.
@@ -160,11 +185,11 @@ func TestKubectlStreaming(t *testing.T) {
 				}
 			})
 			t.Run("exec protocol", func(t *testing.T) {
-				// The current kubectl speaks WebSocket (v5.channel.k8s.io, a
-				// GET) and must not fall back to SPDY; 1.20 POSTs SPDY.
+				// kubectl ≥ 1.30 speaks WebSocket (v5.channel.k8s.io, a GET)
+				// and must not fall back to SPDY; older ones POST SPDY.
 				out := k.run(t, "-v=6", "exec", "shell", "--", "true")
 				want := regexp.MustCompile(`POST https?://[^ ]*/pods/shell/exec\?`)
-				if k.name == "current" {
+				if k.minor >= 30 {
 					want = regexp.MustCompile(`GET https?://[^ ]*/pods/shell/exec\?`)
 				}
 				if !want.MatchString(out) || strings.Contains(strings.ToLower(out), "fallback") {
@@ -205,9 +230,9 @@ func TestKubectlStreaming(t *testing.T) {
 					if errs != nil {
 						t.Fatalf("%d requests through port-forward, %d errors; first: %v", n, len(errs), errs[0])
 					}
-					// The current kubectl tunnels SPDY in WebSocket (a GET); 1.20 POSTs SPDY.
+					// kubectl ≥ 1.31 tunnels SPDY in WebSocket (a GET); older ones POST SPDY.
 					want := regexp.MustCompile(`POST https?://[^ ]*/pods/web/portforward`)
-					if k.name == "current" {
+					if k.minor >= 31 {
 						want = regexp.MustCompile(`GET https?://[^ ]*/pods/web/portforward`)
 					}
 					if out := log.String(); !want.MatchString(out) || strings.Contains(strings.ToLower(out), "fallback") {
