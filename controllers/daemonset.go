@@ -56,12 +56,12 @@ type daemonSetController struct {
 	c     *Controllers
 	loop  *loop
 	sets  appslisters.DaemonSetLister
-	exp   *pending
+	exp   *expectations
 	fresh *freshness
 }
 
 func newDaemonSetController(c *Controllers) *daemonSetController {
-	d := &daemonSetController{c: c, exp: newPending(), fresh: newFreshness()}
+	d := &daemonSetController{c: c, exp: newExpectations(), fresh: newFreshness()}
 	d.loop = c.newLoop("daemonset", c.opts.Workers, d.sync)
 	inf := c.factory.Apps().V1().DaemonSets().Informer()
 	d.sets = c.factory.Apps().V1().DaemonSets().Lister()
@@ -171,7 +171,7 @@ func (d *daemonSetController) sync(ctx context.Context, key string) error {
 	if d.fresh.stale(key, ds) {
 		return errStale
 	}
-	if !d.exp.satisfied(key) {
+	if ok, _ := d.exp.satisfied(key, d.c.now()); !ok {
 		d.loop.queue.AddAfter(key, time.Second)
 		return nil
 	}
@@ -315,12 +315,12 @@ func (d *daemonSetController) rollingVictims(ds *appsv1.DaemonSet, hash string, 
 
 func (d *daemonSetController) createPods(ctx context.Context, ds *appsv1.DaemonSet, hash string, nodes []string) error {
 	key := keyOf(ds)
-	d.exp.expect(key, len(nodes), nil)
+	d.exp.expect(key, len(nodes), nil, d.c.now())
 	for i, n := range nodes {
 		res, err := d.c.client.CoreV1().Pods(ds.Namespace).Create(ctx, newDaemonPod(ds, hash, n), metav1.CreateOptions{})
 		if err != nil {
 			for range len(nodes) - i {
-				d.exp.created(key)
+				d.exp.creationObserved(key)
 			}
 			d.c.recordEvent(ctx, daemonSetComponent, ds, daemonSetKind.Kind, daemonSetKind.GroupVersion().String(), corev1.EventTypeWarning, "FailedCreate", fmt.Sprintf("Error creating: %v", err))
 			return fmt.Errorf("creating pod of daemonset %q on node %q: %w", key, n, err)
@@ -336,13 +336,13 @@ func (d *daemonSetController) deletePods(ctx context.Context, ds *appsv1.DaemonS
 	for i, p := range pods {
 		keys[i] = keyOf(p)
 	}
-	d.exp.expect(key, 0, keys)
+	d.exp.expect(key, 0, keys, d.c.now())
 	var firstErr error
 	for _, p := range pods {
 		uid := p.UID
 		err := d.c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil {
-			d.exp.deleted(key, keyOf(p))
+			d.exp.deletionObserved(key, keyOf(p))
 			if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && firstErr == nil {
 				firstErr = fmt.Errorf("deleting pod %q of daemonset %q: %w", keyOf(p), key, err)
 			}
@@ -371,7 +371,7 @@ func (d *daemonSetController) writeStatus(ctx context.Context, ds *appsv1.Daemon
 			continue
 		}
 		p := np.active[0]
-		if podIsReady(p) {
+		if isPodReady(p) {
 			st.NumberReady++
 		}
 		avail, left := podAvailableSince(p, ds.Spec.MinReadySeconds, now)

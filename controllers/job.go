@@ -46,12 +46,12 @@ type jobController struct {
 	c     *Controllers
 	loop  *loop
 	jobs  batchlisters.JobLister
-	exp   *pending
+	exp   *expectations
 	fresh *freshness
 }
 
 func newJobController(c *Controllers) *jobController {
-	j := &jobController{c: c, exp: newPending(), fresh: newFreshness()}
+	j := &jobController{c: c, exp: newExpectations(), fresh: newFreshness()}
 	j.loop = c.newLoop("job", c.opts.Workers, j.sync)
 	inf := c.factory.Batch().V1().Jobs().Informer()
 	j.jobs = c.factory.Batch().V1().Jobs().Lister()
@@ -117,7 +117,7 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 	if j.fresh.stale(key, job) {
 		return errStale
 	}
-	if !j.exp.satisfied(key) {
+	if ok, _ := j.exp.satisfied(key, j.c.now()); !ok {
 		j.loop.queue.AddAfter(key, time.Second) // the pod events normally come first
 		return nil
 	}
@@ -150,7 +150,7 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 			terminating++
 		default:
 			active = append(active, p)
-			if podIsReady(p) {
+			if isPodReady(p) {
 				ready++
 			}
 			for _, cs := range p.Status.ContainerStatuses {
@@ -301,7 +301,7 @@ func (j *jobController) writeStatus(ctx context.Context, job *batchv1.Job, st *b
 
 func (j *jobController) createPods(ctx context.Context, job *batchv1.Job, n int) (int, error) {
 	key := keyOf(job)
-	j.exp.expect(key, n, nil)
+	j.exp.expect(key, n, nil, j.c.now())
 	created := 0
 	for i := range n {
 		pod := podFromTemplate(&job.Spec.Template, job, jobKind, nil)
@@ -309,7 +309,7 @@ func (j *jobController) createPods(ctx context.Context, job *batchv1.Job, n int)
 		res, err := j.c.client.CoreV1().Pods(job.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			for range n - i {
-				j.exp.created(key) // never to be seen
+				j.exp.creationObserved(key) // never to be seen
 			}
 			j.c.recordEvent(ctx, jobComponent, job, jobKind.Kind, jobKind.GroupVersion().String(), corev1.EventTypeWarning, "FailedCreate", fmt.Sprintf("Error creating: %v", err))
 			return created, fmt.Errorf("creating pod for job %q: %w", key, err)
@@ -326,12 +326,12 @@ func (j *jobController) deletePods(ctx context.Context, job *batchv1.Job, pods [
 	for i, p := range pods {
 		keys[i] = keyOf(p)
 	}
-	j.exp.expect(key, 0, keys)
+	j.exp.expect(key, 0, keys, j.c.now())
 	for _, p := range pods {
 		uid := p.UID
 		err := j.c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		if err != nil {
-			j.exp.deleted(key, keyOf(p))
+			j.exp.deletionObserved(key, keyOf(p))
 			if !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting pod %q of job %q: %w", keyOf(p), key, err)
 			}

@@ -48,12 +48,12 @@ type statefulSetController struct {
 	c     *Controllers
 	loop  *loop
 	sets  appslisters.StatefulSetLister
-	exp   *pending
+	exp   *expectations
 	fresh *freshness
 }
 
 func newStatefulSetController(c *Controllers) *statefulSetController {
-	s := &statefulSetController{c: c, exp: newPending(), fresh: newFreshness()}
+	s := &statefulSetController{c: c, exp: newExpectations(), fresh: newFreshness()}
 	s.loop = c.newLoop("statefulset", c.opts.Workers, s.sync)
 	inf := c.factory.Apps().V1().StatefulSets().Informer()
 	s.sets = c.factory.Apps().V1().StatefulSets().Lister()
@@ -104,7 +104,7 @@ func (s *statefulSetController) sync(ctx context.Context, key string) error {
 	if s.fresh.stale(key, set) {
 		return errStale
 	}
-	if !s.exp.satisfied(key) {
+	if ok, _ := s.exp.satisfied(key, s.c.now()); !ok {
 		s.loop.queue.AddAfter(key, time.Second)
 		return nil
 	}
@@ -249,10 +249,10 @@ func (s *statefulSetController) manage(ctx context.Context, set *appsv1.Stateful
 func (s *statefulSetController) createPod(ctx context.Context, set *appsv1.StatefulSet, i int, rev string) error {
 	key := keyOf(set)
 	pod := newStatefulPod(set, i, rev)
-	s.exp.expect(key, 1, nil)
+	s.exp.expect(key, 1, nil, s.c.now())
 	_, err := s.c.client.CoreV1().Pods(set.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
-		s.exp.created(key)
+		s.exp.creationObserved(key)
 		if apierrors.IsAlreadyExists(err) {
 			// The old pod of this name is still going, or not ours.
 			s.loop.queue.AddAfter(key, time.Second)
@@ -269,11 +269,11 @@ func (s *statefulSetController) createPod(ctx context.Context, set *appsv1.State
 
 func (s *statefulSetController) deletePod(ctx context.Context, set *appsv1.StatefulSet, p *corev1.Pod) error {
 	key := keyOf(set)
-	s.exp.expect(key, 0, []string{keyOf(p)})
+	s.exp.expect(key, 0, []string{keyOf(p)}, s.c.now())
 	uid := p.UID
 	err := s.c.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil {
-		s.exp.deleted(key, keyOf(p))
+		s.exp.deletionObserved(key, keyOf(p))
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 			return nil
 		}

@@ -135,7 +135,7 @@ func TestStatefulSetOrderedReady(t *testing.T) {
 		eventually(t, p.Name+" bound and made ready", func() (bool, string) {
 			tc.readyAll("default", "app=web", a)
 			got, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, p.Name, metav1.GetOptions{})
-			return err == nil && podIsReady(got), fmt.Sprint(err)
+			return err == nil && isPodReady(got), fmt.Sprint(err)
 		})
 	}
 	eventually(t, "status with three ready", func() (bool, string) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,12 +51,12 @@ func controllerKey(obj metav1.Object, gvk schema.GroupVersionKind) string {
 
 // podsOf registers pod handlers that wake the controller of kind gvk and
 // record what its expectations wait for.
-func (c *Controllers) podsOf(gvk schema.GroupVersionKind, l *loop, exp *pending) {
+func (c *Controllers) podsOf(gvk schema.GroupVersionKind, l *loop, exp *expectations) {
 	c.podInf.AddEventHandler(handlers(
 		func(obj any) {
 			p := obj.(*corev1.Pod)
 			if key := controllerKey(p, gvk); key != "" {
-				exp.created(key)
+				exp.creationObserved(key)
 				l.add(key)
 			}
 		},
@@ -68,7 +67,7 @@ func (c *Controllers) podsOf(gvk schema.GroupVersionKind, l *loop, exp *pending)
 			}
 			if key := controllerKey(p, gvk); key != "" {
 				if p.DeletionTimestamp != nil {
-					exp.deleted(key, keyOf(p))
+					exp.deletionObserved(key, keyOf(p))
 				}
 				l.add(key)
 			}
@@ -79,7 +78,7 @@ func (c *Controllers) podsOf(gvk schema.GroupVersionKind, l *loop, exp *pending)
 		func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				if key := controllerKey(p, gvk); key != "" {
-					exp.deleted(key, keyOf(p))
+					exp.deletionObserved(key, keyOf(p))
 					l.add(key)
 				}
 			}
@@ -143,13 +142,8 @@ func podFinishedPhase(p *corev1.Pod) bool {
 // podActive is a pod that is neither being deleted nor finished.
 func podActive(p *corev1.Pod) bool { return p.DeletionTimestamp == nil && !podFinishedPhase(p) }
 
-func podIsReady(p *corev1.Pod) bool {
-	c := podCondition(p, corev1.PodReady)
-	return c != nil && c.Status == corev1.ConditionTrue
-}
-
 func podRunningAndReady(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodRunning && podIsReady(p)
+	return p.Status.Phase == corev1.PodRunning && isPodReady(p)
 }
 
 // podAvailableSince reports whether p has been ready for minReadySeconds, and
@@ -167,77 +161,6 @@ func podAvailableSince(p *corev1.Pod, minReadySeconds int32, now time.Time) (boo
 		return true, 0
 	}
 	return false, left
-}
-
-// pending is what a controller waits to see in the cache after creating or
-// deleting pods, per owner key, as Kubernetes' ControllerExpectations: a
-// sync acts only on a cache that shows its previous writes (or after
-// pendingTimeout, in case an event was missed).
-type pending struct {
-	mu sync.Mutex
-	m  map[string]*pendingOps
-}
-
-type pendingOps struct {
-	adds int
-	dels map[string]bool
-	at   time.Time
-}
-
-const pendingTimeout = time.Minute
-
-func newPending() *pending { return &pending{m: map[string]*pendingOps{}} }
-
-func (p *pending) expect(key string, adds int, dels []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e := p.m[key]
-	if e == nil {
-		e = &pendingOps{dels: map[string]bool{}}
-		p.m[key] = e
-	}
-	e.adds += adds
-	for _, d := range dels {
-		e.dels[d] = true
-	}
-	e.at = time.Now()
-}
-
-func (p *pending) created(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e := p.m[key]; e != nil && e.adds > 0 {
-		e.adds--
-	}
-}
-
-func (p *pending) deleted(key, pod string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e := p.m[key]; e != nil {
-		delete(e.dels, pod)
-	}
-}
-
-// satisfied reports whether key's last writes are all in the cache.
-func (p *pending) satisfied(key string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e := p.m[key]
-	if e == nil {
-		return true
-	}
-	if (e.adds <= 0 && len(e.dels) == 0) || time.Since(e.at) > pendingTimeout {
-		delete(p.m, key)
-		return true
-	}
-	return false
-}
-
-func (p *pending) forget(key string) {
-	p.mu.Lock()
-	delete(p.m, key)
-	p.mu.Unlock()
 }
 
 // ordinalOf parses the ordinal of a StatefulSet pod NAME-N, or -1.
