@@ -147,20 +147,15 @@ func podRunningAndReady(p *corev1.Pod) bool {
 }
 
 // podAvailableSince reports whether p has been ready for minReadySeconds, and
-// if not yet but ready, how long until it is.
+// if it is ready but not yet available, how long until it is.
 func podAvailableSince(p *corev1.Pod, minReadySeconds int32, now time.Time) (bool, time.Duration) {
-	c := podCondition(p, corev1.PodReady)
-	if c == nil || c.Status != corev1.ConditionTrue {
+	if !isPodReady(p) {
 		return false, 0
 	}
-	if minReadySeconds == 0 {
-		return true, 0
+	if left := availableIn(p, minReadySeconds, now); left > 0 {
+		return false, left
 	}
-	left := c.LastTransitionTime.Add(time.Duration(minReadySeconds) * time.Second).Sub(now)
-	if left <= 0 {
-		return true, 0
-	}
-	return false, left
+	return true, 0
 }
 
 // ordinalOf parses the ordinal of a StatefulSet pod NAME-N, or -1.
