@@ -86,14 +86,6 @@ func (c *Controllers) podsOf(gvk schema.GroupVersionKind, l *loop, exp *expectat
 	))
 }
 
-func newControllerRef(owner metav1.Object, gvk schema.GroupVersionKind) metav1.OwnerReference {
-	yes := true
-	return metav1.OwnerReference{
-		APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: owner.GetName(), UID: owner.GetUID(),
-		Controller: &yes, BlockOwnerDeletion: &yes,
-	}
-}
-
 // podFromTemplate is a pod of template owned by owner, with extra labels.
 func podFromTemplate(t *corev1.PodTemplateSpec, owner metav1.Object, gvk schema.GroupVersionKind, extra map[string]string) *corev1.Pod {
 	t = t.DeepCopy()
@@ -110,7 +102,7 @@ func podFromTemplate(t *corev1.PodTemplateSpec, owner metav1.Object, gvk schema.
 			Labels:          lbls,
 			Annotations:     t.Annotations,
 			Finalizers:      t.Finalizers,
-			OwnerReferences: []metav1.OwnerReference{newControllerRef(owner, gvk)},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, gvk)},
 		},
 		Spec: t.Spec,
 	}
