@@ -268,11 +268,13 @@ func workload(r int, rng *rand.Rand, wc kubernetes.Interface, led *ledger) []op 
 	for _, name := range old {
 		ops = append(ops, op{"delete service " + name, func(ctx context.Context) error {
 			err := wc.CoreV1().Services("default").Delete(ctx, name, metav1.DeleteOptions{})
+			led.mu.Lock()
+			defer led.mu.Unlock()
+			// A delete cut off by the kill may have committed: the service's
+			// existence is then unknown, neither acknowledged nor gone.
+			delete(led.svcs, name)
 			if err == nil || apierrors.IsNotFound(err) {
-				led.mu.Lock()
-				delete(led.svcs, name)
 				led.svcGone[name] = true
-				led.mu.Unlock()
 				return nil
 			}
 			return err
@@ -324,11 +326,11 @@ func workload(r int, rng *rand.Rand, wc kubernetes.Interface, led *ledger) []op 
 	if prev := fmt.Sprintf("r%d-d", r-1); r > 0 {
 		ops = append(ops, op{"delete deployment " + prev, func(ctx context.Context) error {
 			err := wc.AppsV1().Deployments("default").Delete(ctx, prev, metav1.DeleteOptions{})
+			led.mu.Lock()
+			defer led.mu.Unlock()
+			delete(led.deps, prev) // unknown if the delete was cut off (see above)
 			if err == nil || apierrors.IsNotFound(err) {
-				led.mu.Lock()
-				delete(led.deps, prev)
 				led.depsGone[prev] = true
-				led.mu.Unlock()
 				return nil
 			}
 			return err
