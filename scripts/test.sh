@@ -38,6 +38,22 @@ if [ "$skipped" != 0 ]; then
   grep -A3 -E '^\s*--- SKIP' "$log"
   status=1
 fi
+# Kubernetes' own [sig-network] [Conformance] specs, unmodified, against a lab
+# (scripts/conformance.sh; the first run builds upstream e2e.test, about 20-30
+# minutes cold on 2 cores, cached in /var/cache/minikit/e2e). CONFORMANCE_FOCUS
+# narrows the run; CONFORMANCE=0 leaves it out (for a quick local run only).
+conf_summary=""
+if [ "${CONFORMANCE:-1}" != 0 ]; then
+  conf_focus=${CONFORMANCE_FOCUS:-'\[sig-network\].*\[Conformance\]'}
+  if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --focus "$conf_focus" --report-dir "$log.conformance" > "$log.conf" 2>&1; then
+    cat "$log.conf"
+    status=1
+  else
+    grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" || true
+  fi
+  conf_summary="; upstream conformance: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
+  rm -rf "$log.conf" "$log.conformance"
+fi
 # Fuzzing, bounded: each fuzz target mutates inputs beyond its seed corpus for a
 # fixed number of executions (scripts/fuzz.sh --time 5m for a long run).
 fuzz=(--ci)
@@ -48,5 +64,5 @@ if ! ./scripts/fuzz.sh "${fuzz[@]}" > "$log.fuzz" 2>&1; then
 fi
 sed -n '/== fuzz summary/,$p' "$log.fuzz"
 rm -f "$log.fuzz"
-echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+echo "${passed} passed, ${failed} failed, ${skipped} skipped${conf_summary}"
 exit "$status"
