@@ -117,6 +117,10 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateIngress(o, oldAs[*networkingv1.Ingress](old))
 	case *networkingv1.IngressClass:
 		return validateIngressClass(o, oldAs[*networkingv1.IngressClass](old))
+	case *networkingv1.ServiceCIDR:
+		return validateServiceCIDR(o, oldAs[*networkingv1.ServiceCIDR](old))
+	case *networkingv1.IPAddress:
+		return validateIPAddress(o, oldAs[*networkingv1.IPAddress](old))
 	case *appsv1.StatefulSet:
 		return validateStatefulSet(o, oldAs[*appsv1.StatefulSet](old))
 	case *appsv1.DaemonSet:
