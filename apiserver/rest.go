@@ -401,9 +401,18 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		}
 		switch {
 		case sub == "status":
-			// A status write changes status only (and, as Kubernetes allows, nothing else).
+			// A status write changes status and, as Kubernetes' status
+			// strategies allow, metadata; never spec. Pods (here) and
+			// ServiceCIDRs (ResetObjectMetaForStatus) take status only, and
+			// Deployments keep their labels, as their strategies say.
 			st := old.DeepCopyObject()
 			copyField(st, obj, "Status")
+			if res.name != "pods" && res.name != "servicecidrs" {
+				copyField(st, obj, "ObjectMeta")
+				if res.name == "deployments" {
+					metaOf(st).SetLabels(om.GetLabels())
+				}
+			}
 			metaOf(st).SetResourceVersion(om.GetResourceVersion())
 			obj, m = st, metaOf(st)
 		case sub == "finalize":
