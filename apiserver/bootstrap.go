@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/minikit/minikit/apiserver/validation"
+	"github.com/minikit/minikit/store"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -191,4 +194,36 @@ func (s *Server) ensureDefaultServiceCIDR() error {
 		return fmt.Errorf("marking servicecidr %s ready: %w", defaultServiceCIDRName, err)
 	}
 	return nil
+}
+
+// validationFor is the validation config for writing obj: a Service asking
+// for a ClusterIP outside the configured range may have one from another
+// ServiceCIDR that is Ready (or has no Ready condition yet, as kube-apiserver
+// assumes) and not being deleted. list reads the store (or the write's
+// transaction).
+func (s *Server) validationFor(obj runtime.Object, list func(prefix string) []store.KV) validation.Config {
+	cfg := s.cfg.Validation
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return cfg
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil || cfg.ServiceCIDR.Contains(ip) {
+		return cfg
+	}
+	for _, kv := range list(serviceCIDRResource.prefix("")) {
+		var sc networkingv1.ServiceCIDR
+		if decodeStored(kv.Value, &sc) != nil || sc.DeletionTimestamp != nil {
+			continue
+		}
+		if c := apimeta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady); c != nil && c.Status != metav1.ConditionTrue {
+			continue
+		}
+		for _, c := range sc.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				cfg.ExtraServiceCIDRs = append(cfg.ExtraServiceCIDRs, p)
+			}
+		}
+	}
+	return cfg
 }

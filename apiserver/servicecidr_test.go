@@ -245,3 +245,42 @@ func TestClusterIPAddresses(t *testing.T) {
 	b := newTestAPIWith(t, apiOptions{dbPath: a.dbPath})
 	b.get("/apis/networking.k8s.io/v1/ipaddresses/10.96.0.1").mustCode(t, http.StatusOK, nil)
 }
+
+// TestClusterIPFromAnotherServiceCIDR checks a Service may ask for a
+// ClusterIP in any ServiceCIDR that is not being deleted or not Ready, as
+// the "should create Services and serve on different Service CIDRs" spec does.
+func TestClusterIPFromAnotherServiceCIDR(t *testing.T) {
+	a := newTestAPI(t)
+	cs, _ := a.clients(t)
+	ctx := context.Background()
+	svcs := cs.CoreV1().Services("default")
+	at := func(name, ip string) error {
+		_, err := svcs.Create(ctx, newService(name, func(s *corev1.Service) { s.Spec.ClusterIP = ip }), metav1.CreateOptions{})
+		return err
+	}
+	if err := at("early", "203.0.113.10"); !apierrors.IsInvalid(err) {
+		t.Errorf("outside every range: %v, want Invalid", err)
+	}
+	sc, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "test-svc-cidr"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"203.0.113.0/24"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := at("cidr1-test", "203.0.113.10"); err != nil {
+		t.Fatalf("in the new range: %v", err)
+	}
+	if ip, err := cs.NetworkingV1().IPAddresses().Get(ctx, "203.0.113.10", metav1.GetOptions{}); err != nil || ip.Spec.ParentRef.Name != "cidr1-test" {
+		t.Errorf("IPAddress 203.0.113.10: %v %+v", err, ip)
+	}
+	if err := at("network", "203.0.113.0"); !apierrors.IsInvalid(err) {
+		t.Errorf("the range's network address: %v, want Invalid", err)
+	}
+	// A range marked not Ready takes no more addresses.
+	sc.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Terminating", LastTransitionTime: metav1.Now()}}
+	if _, err := cs.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, sc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := at("late", "203.0.113.11"); !apierrors.IsInvalid(err) {
+		t.Errorf("in a range not Ready: %v, want Invalid", err)
+	}
+}

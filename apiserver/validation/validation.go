@@ -48,6 +48,10 @@ import (
 type Config struct {
 	ServiceCIDR              netip.Prefix // default 10.96.0.0/12
 	NodePortMin, NodePortMax int32        // default 30000, 32767
+	// ExtraServiceCIDRs are the ranges of the other ServiceCIDRs in use
+	// (Ready and not being deleted): a Service may ask for a ClusterIP in
+	// them too, as with kube-apiserver's multi-range allocator.
+	ExtraServiceCIDRs []netip.Prefix
 }
 
 // DefaultConfig returns the settings of a stock kubeadm cluster.
