@@ -384,27 +384,52 @@ var fixedClusterIPs = map[string]int{"default/kubernetes": 1, "kube-system/kube-
 // allocateIP picks a free ClusterIP. Like Kubernetes (KEP-3070) the lowest band of
 // the range is kept for static addresses and dynamic ones come from above it first.
 func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service) (string, error) {
-	cidr := s.cfg.Validation.ServiceCIDR
-	base := cidr.Masked().Addr()
-	size := 1 << (base.BitLen() - cidr.Bits())
-	if size > 1<<24 {
-		size = 1 << 24
-	}
-	nth := func(n int) netip.Addr {
-		a := base.As4()
-		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-		v += uint32(n)
-		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-	}
+	cidr := s.cfg.Validation.ServiceCIDR.Masked()
 	if n, ok := fixedClusterIPs[svc.Namespace+"/"+svc.Name]; ok {
-		ip := nth(n).String()
+		ip := nthAddr(cidr.Addr(), n).String()
 		if s.claimIP(tx, ip, svc) == nil {
 			return ip, nil
 		}
 	}
-	band := min(max(16, size/16), 256)
-	if band >= size-2 {
-		band = 0
+	if ip, ok, err := s.allocateFrom(tx, svc, cidr, true); ok || err != nil {
+		return ip, err
+	}
+	// The configured range is full: as kube-apiserver's allocator does, take
+	// one from the other ServiceCIDRs of the cluster's family.
+	for _, p := range readyServiceCIDRs(tx.List) {
+		if p.Addr().Is4() != cidr.Addr().Is4() || p == cidr || !p.Addr().Is4() {
+			continue
+		}
+		if ip, ok, err := s.allocateFrom(tx, svc, p, false); ok || err != nil {
+			return ip, err
+		}
+	}
+	return "", apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: range is full"))
+}
+
+// nthAddr is the IPv4 address n after base.
+func nthAddr(base netip.Addr, n int) netip.Addr {
+	a := base.As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(n)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// allocateFrom claims a free address of cidr for svc, at random, skipping the
+// network and broadcast addresses; with band, addresses of the lowest band
+// (kept for addresses users choose) only when the rest are taken.
+func (s *Server) allocateFrom(tx store.Tx, svc *corev1.Service, cidr netip.Prefix, band bool) (string, bool, error) {
+	base := cidr.Addr()
+	size := 1 << (base.BitLen() - cidr.Bits())
+	if size > 1<<24 {
+		size = 1 << 24
+	}
+	low := 0
+	if band {
+		low = min(max(16, size/16), 256)
+		if low >= size-2 {
+			low = 0
+		}
 	}
 	try := func(lo, hi int) (string, bool, error) {
 		if hi <= lo {
@@ -413,21 +438,17 @@ func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service) (string, error) {
 		start := lo + rand.IntN(hi-lo)
 		for i := 0; i < hi-lo; i++ {
 			n := lo + (start-lo+i)%(hi-lo)
-			ip := nth(n).String()
+			ip := nthAddr(base, n).String()
 			if !ipTaken(tx, ip) {
 				return ip, true, s.claimIP(tx, ip, svc)
 			}
 		}
 		return "", false, nil
 	}
-	// Skip the network address and the broadcast address.
-	if ip, ok, err := try(max(band, 1), size-1); ok || err != nil {
-		return ip, err
+	if ip, ok, err := try(max(low, 1), size-1); ok || err != nil {
+		return ip, ok, err
 	}
-	if ip, ok, err := try(1, max(band, 1)); ok || err != nil {
-		return ip, err
-	}
-	return "", apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: range is full"))
+	return try(1, max(low, 1))
 }
 
 // allocatePort picks a free NodePort. Like Kubernetes (KEP-3668) the lowest band

@@ -198,9 +198,7 @@ func (s *Server) ensureDefaultServiceCIDR() error {
 
 // validationFor is the validation config for writing obj: a Service asking
 // for a ClusterIP outside the configured range may have one from another
-// ServiceCIDR that is Ready (or has no Ready condition yet, as kube-apiserver
-// assumes) and not being deleted. list reads the store (or the write's
-// transaction).
+// ServiceCIDR. list reads the store (or the write's transaction).
 func (s *Server) validationFor(obj runtime.Object, list func(prefix string) []store.KV) validation.Config {
 	cfg := s.cfg.Validation
 	svc, ok := obj.(*corev1.Service)
@@ -211,6 +209,15 @@ func (s *Server) validationFor(obj runtime.Object, list func(prefix string) []st
 	if err != nil || cfg.ServiceCIDR.Contains(ip) {
 		return cfg
 	}
+	cfg.ExtraServiceCIDRs = readyServiceCIDRs(list)
+	return cfg
+}
+
+// readyServiceCIDRs are the ranges of the ServiceCIDRs ClusterIPs may come
+// from: those Ready (or without a Ready condition yet, as kube-apiserver
+// assumes) and not being deleted.
+func readyServiceCIDRs(list func(prefix string) []store.KV) []netip.Prefix {
+	var out []netip.Prefix
 	for _, kv := range list(serviceCIDRResource.prefix("")) {
 		var sc networkingv1.ServiceCIDR
 		if decodeStored(kv.Value, &sc) != nil || sc.DeletionTimestamp != nil {
@@ -221,9 +228,9 @@ func (s *Server) validationFor(obj runtime.Object, list func(prefix string) []st
 		}
 		for _, c := range sc.Spec.CIDRs {
 			if p, err := netip.ParsePrefix(c); err == nil {
-				cfg.ExtraServiceCIDRs = append(cfg.ExtraServiceCIDRs, p)
+				out = append(out, p.Masked())
 			}
 		}
 	}
-	return cfg
+	return out
 }

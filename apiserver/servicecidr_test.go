@@ -2,10 +2,15 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/apiserver/validation"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -282,5 +287,46 @@ func TestClusterIPFromAnotherServiceCIDR(t *testing.T) {
 	}
 	if err := at("late", "203.0.113.11"); !apierrors.IsInvalid(err) {
 		t.Errorf("in a range not Ready: %v, want Invalid", err)
+	}
+}
+
+// TestClusterIPsSpillIntoOtherServiceCIDRs checks that once the configured
+// range is full, ClusterIPs come from the other ServiceCIDRs, as with
+// kube-apiserver's allocator, and that a ServiceCIDR added is how an
+// administrator grows a full service network.
+func TestClusterIPsSpillIntoOtherServiceCIDRs(t *testing.T) {
+	vcfg := validation.DefaultConfig()
+	vcfg.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/28") // 14 addresses, one the API's
+	a := newTestAPIWith(t, apiOptions{vcfg: vcfg})
+	cs, _ := a.clients(t)
+	ctx := context.Background()
+	create := func(i int) (*corev1.Service, error) {
+		return cs.CoreV1().Services("default").Create(ctx, newService(fmt.Sprintf("s%02d", i)), metav1.CreateOptions{})
+	}
+	for i := range 13 {
+		if _, err := create(i); err != nil {
+			t.Fatalf("service %d: %v", i, err)
+		}
+	}
+	if _, err := create(13); !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "range is full") {
+		t.Fatalf("a full range: %v, want range is full", err)
+	}
+	if _, err := cs.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "more"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.100.0.0/29"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for i := 13; i < 19; i++ {
+		svc, err := create(i)
+		if err != nil {
+			t.Fatalf("service %d: %v", i, err)
+		}
+		if !netip.MustParsePrefix("10.100.0.0/29").Contains(netip.MustParseAddr(svc.Spec.ClusterIP)) || got[svc.Spec.ClusterIP] {
+			t.Errorf("service %d got %s", i, svc.Spec.ClusterIP)
+		}
+		got[svc.Spec.ClusterIP] = true
+	}
+	if _, err := create(19); !apierrors.IsInternalError(err) {
+		t.Errorf("both ranges full: %v, want range is full", err)
 	}
 }
