@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -214,4 +215,41 @@ func TestRepackSubsets(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("repacked:\ngot  %q\nwant %q", got, want)
 	}
+}
+
+// TestForegroundDeletionOfSliceOwners checks an Endpoints and a Service
+// deleted in the foreground go once the garbage collector has deleted their
+// EndpointSlices (mirrored ones, and the endpoints controller's).
+func TestForegroundDeletionOfSliceOwners(t *testing.T) {
+	tc := newEndpointsCluster(t)
+	tc.createService(testService("ext", nil, corev1.ServicePort{Port: 80}))
+	if _, err := tc.client.CoreV1().Endpoints("default").Create(tc.ctx, &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext", Namespace: "default"},
+		Subsets: []corev1.EndpointSubset{{Ports: []corev1.EndpointPort{{Port: 80}},
+			Addresses: []corev1.EndpointAddress{{IP: "192.0.2.1"}}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc.waitMirrored("ext", "IPv4 :80/TCP: 192.0.2.1=ready")
+	tc.createService(testService("web", map[string]string{"app": "web"}, corev1.ServicePort{Name: "http", Port: 80}))
+	eventually(t, "web's slice", func() (bool, string) {
+		_, sl := tc.slicesOf("web")
+		return len(sl) == 1, fmt.Sprintf("%d slices", len(sl))
+	})
+
+	fg := metav1.DeletePropagationForeground
+	if err := tc.client.CoreV1().Endpoints("default").Delete(tc.ctx, "ext", metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.client.CoreV1().Services("default").Delete(tc.ctx, "web", metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both gone with their slices", func() (bool, string) {
+		_, epErr := tc.client.CoreV1().Endpoints("default").Get(tc.ctx, "ext", metav1.GetOptions{})
+		_, svcErr := tc.client.CoreV1().Services("default").Get(tc.ctx, "web", metav1.GetOptions{})
+		_, ext := tc.slicesOf("ext")
+		_, web := tc.slicesOf("web")
+		return apierrors.IsNotFound(epErr) && apierrors.IsNotFound(svcErr) && len(ext) == 0 && len(web) == 0,
+			fmt.Sprintf("endpoints: %v, service: %v, %d+%d slices", epErr, svcErr, len(ext), len(web))
+	})
 }
