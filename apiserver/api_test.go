@@ -33,6 +33,8 @@ var collectionPaths = map[string]string{
 	"discovery.k8s.io/v1/EndpointSlice": "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
 	"networking.k8s.io/v1/Ingress":      "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
 	"networking.k8s.io/v1/IngressClass": "/apis/networking.k8s.io/v1/ingressclasses",
+	"networking.k8s.io/v1/ServiceCIDR":  "/apis/networking.k8s.io/v1/servicecidrs",
+	"networking.k8s.io/v1/IPAddress":    "/apis/networking.k8s.io/v1/ipaddresses",
 	"apps/v1/StatefulSet":               "/apis/apps/v1/namespaces/default/statefulsets",
 	"apps/v1/DaemonSet":                 "/apis/apps/v1/namespaces/default/daemonsets",
 	"batch/v1/Job":                      "/apis/batch/v1/namespaces/default/jobs",

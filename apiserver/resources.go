@@ -147,6 +147,13 @@ var resources = []*resource{
 		newObj: func() runtime.Object { return &networkingv1.Ingress{} }, status: true, generation: true},
 	{gv: networkingv1.SchemeGroupVersion, name: "ingressclasses", singular: "ingressclass", kind: "IngressClass",
 		newObj: func() runtime.Object { return &networkingv1.IngressClass{} }},
+	// ServiceCIDRs are the ranges ClusterIPs come from (the "kubernetes" one is
+	// the configured service CIDR, bootstrap.go); IPAddresses record each
+	// allocated ClusterIP (alloc.go), as kube-apiserver's MultiCIDRServiceAllocator does.
+	{gv: networkingv1.SchemeGroupVersion, name: "servicecidrs", singular: "servicecidr", kind: "ServiceCIDR",
+		newObj: func() runtime.Object { return &networkingv1.ServiceCIDR{} }, status: true},
+	{gv: networkingv1.SchemeGroupVersion, name: "ipaddresses", singular: "ipaddress", kind: "IPAddress", shortNames: []string{"ip"},
+		newObj: func() runtime.Object { return &networkingv1.IPAddress{} }},
 	{gv: coordinationv1.SchemeGroupVersion, name: "leases", singular: "lease", kind: "Lease", namespaced: true,
 		newObj: func() runtime.Object { return &coordinationv1.Lease{} }},
 	// Served by conversion to networking.k8s.io/v1 (ingress_v1beta1.go); listed

@@ -253,8 +253,9 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 			return nil, err
 		}
 	}
-	validation.Default(obj, s.cfg.Validation)
-	if errs := validation.Validate(obj, nil, s.cfg.Validation); len(errs) > 0 {
+	vcfg := s.validationFor(obj, func(prefix string) []store.KV { kvs, _, _ := s.store.List(prefix); return kvs })
+	validation.Default(obj, vcfg)
+	if errs := validation.Validate(obj, nil, vcfg); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(res.gvk().GroupKind(), m.GetName(), errs)
 	}
 	key := res.key(m.GetNamespace(), m.GetName())
@@ -401,9 +402,18 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		}
 		switch {
 		case sub == "status":
-			// A status write changes status only (and, as Kubernetes allows, nothing else).
+			// A status write changes status and, as Kubernetes' status
+			// strategies allow, metadata; never spec. Pods (here) and
+			// ServiceCIDRs (ResetObjectMetaForStatus) take status only, and
+			// Deployments keep their labels, as their strategies say.
 			st := old.DeepCopyObject()
 			copyField(st, obj, "Status")
+			if res.name != "pods" && res.name != "servicecidrs" {
+				copyField(st, obj, "ObjectMeta")
+				if res.name == "deployments" {
+					metaOf(st).SetLabels(om.GetLabels())
+				}
+			}
 			metaOf(st).SetResourceVersion(om.GetResourceVersion())
 			obj, m = st, metaOf(st)
 		case sub == "finalize":
@@ -424,8 +434,9 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		if svc, ok := obj.(*corev1.Service); ok {
 			keepAllocated(svc, old.(*corev1.Service))
 		}
-		validation.Default(obj, s.cfg.Validation)
-		if errs := validation.Validate(obj, old, s.cfg.Validation); len(errs) > 0 {
+		vcfg := s.validationFor(obj, tx.List)
+		validation.Default(obj, vcfg)
+		if errs := validation.Validate(obj, old, vcfg); len(errs) > 0 {
 			return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
 		}
 		// An object being deleted goes once its last finalizer is removed. Pods go

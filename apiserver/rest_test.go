@@ -326,6 +326,20 @@ func TestStatusSubresource(t *testing.T) {
 		})
 	}
 
+	// The Service status lifecycle conformance spec: a status patch may
+	// carry metadata, which Kubernetes' service status strategy keeps.
+	t.Run("service status with metadata", func(t *testing.T) {
+		a := a.with(t)
+		a.create(servicesPath, newService("lb", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeLoadBalancer }))
+		var got corev1.Service
+		a.patch(servicesPath+"/lb/status", "application/merge-patch+json",
+			`{"metadata":{"annotations":{"patchedstatus":"true"}},"spec":{"type":"ClusterIP"},"status":{"loadBalancer":{"ingress":[{"ip":"203.0.113.1"}]}}}`).mustCode(t, 200, &got)
+		if got.Annotations["patchedstatus"] != "true" || got.Spec.Type != corev1.ServiceTypeLoadBalancer ||
+			len(got.Status.LoadBalancer.Ingress) != 1 || got.Status.LoadBalancer.Ingress[0].IP != "203.0.113.1" {
+			t.Errorf("after status patch: annotations %v type %s status %+v", got.Annotations, got.Spec.Type, got.Status)
+		}
+	})
+
 	t.Run("pod status", func(t *testing.T) {
 		a := a.with(t)
 		p := newPod("p", "", nil)

@@ -2,7 +2,9 @@
 // Deployment controller (template revisions -> ReplicaSets, rolling updates,
 // history, status), the ReplicaSet and ReplicationController controller
 // (replicas -> Pods), the scheduler (unbound Pods -> Nodes), the endpoints controller (Service
-// selector x Pods -> Endpoints and EndpointSlices), node IPAM (a podCIDR per
+// selector x Pods -> Endpoints and EndpointSlices), EndpointSlice mirroring
+// (hand-written Endpoints of selector-less Services -> EndpointSlices), the
+// ServiceCIDR controller (finalizer and Ready condition), node IPAM (a podCIDR per
 // Node) and the garbage collector (Pods, ReplicaSets and EndpointSlices
 // whose owners are gone, and foreground deletion).
 //
@@ -104,6 +106,7 @@ type Controllers struct {
 	gc    *collector
 	nl    *nodeLifecycle
 	sa    *serviceAccounts
+	scc   *serviceCIDRController
 
 	startOnce sync.Once
 	ready     chan struct{}
@@ -160,6 +163,8 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controlle
 	c.rcc = newReplicationController(c)
 	c.sched = newScheduler(c)
 	c.ec = newEndpointsController(c)
+	newMirroringController(c)
+	c.scc = newServiceCIDRController(c)
 	c.ipam = newNodeIPAM(c)
 	c.gc = newCollector(c)
 	c.nl = newNodeLifecycle(c)

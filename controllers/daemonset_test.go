@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/polymorphichelpers"
 )
 
@@ -194,9 +195,14 @@ func TestDaemonSetOnDelete(t *testing.T) {
 		d.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
 	}))
 	tc.waitDaemonNodes("logs", "n1", "n2")
-	d := tc.getDaemonSet("logs")
-	d.Spec.Template.Spec.Containers[0].Image = "nginx:1.27"
-	if _, err := tc.client.AppsV1().DaemonSets("default").Update(tc.ctx, d, metav1.UpdateOptions{}); err != nil {
+	// The controller may write status between the read and the update: retry
+	// on conflict, as a client would.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d := tc.getDaemonSet("logs")
+		d.Spec.Template.Spec.Containers[0].Image = "nginx:1.27"
+		_, err := tc.client.AppsV1().DaemonSets("default").Update(tc.ctx, d, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "generation 2 observed with no pod updated", func() (bool, string) {

@@ -327,8 +327,11 @@ func TestEndpointsTerminatingPods(t *testing.T) {
 func TestEndpointsLeaveSelectorlessServicesAlone(t *testing.T) {
 	tc := newEndpointsCluster(t)
 	tc.createService(testService("external-db", nil, corev1.ServicePort{Name: "pg", Port: 5432}))
+	// skip-mirror keeps the mirroring controller out of it: this is about
+	// the endpoints controller (mirroring.go has its own tests).
 	manual, err := tc.client.CoreV1().Endpoints("default").Create(tc.ctx, &corev1.Endpoints{
-		ObjectMeta: metav1.ObjectMeta{Name: "external-db", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "external-db", Namespace: "default",
+			Labels: map[string]string{discoveryv1.LabelSkipMirror: "true"}},
 		Subsets: []corev1.EndpointSubset{{
 			Addresses: []corev1.EndpointAddress{{IP: "192.0.2.10"}},
 			Ports:     []corev1.EndpointPort{{Name: "pg", Port: 5432}},

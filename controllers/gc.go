@@ -21,8 +21,10 @@ import (
 // owners are all gone, as Kubernetes' garbage collector does for background
 // cascading deletion (Deployment -> ReplicaSet -> Pod). It knows the owner
 // kinds Deployment, ReplicaSet, ReplicationController, StatefulSet,
-// DaemonSet, Job and Service; an
-// object with an owner of another kind is never collected. An owner counts
+// DaemonSet, Job, Service and Endpoints (the owner of mirrored slices); an
+// object with an owner of another kind is never collected. Foreground
+// deletion is carried out for Deployments, ReplicaSets,
+// ReplicationControllers, Services and Endpoints. An owner counts
 // as gone when neither the cache nor a live GET finds it with the UID the
 // reference names, so a Deployment deleted and re-created under the same
 // name does not keep the old one's pods.
@@ -57,6 +59,8 @@ func newCollector(c *Controllers) *collector {
 		c.factory.Apps().V1().Deployments().Informer(),
 		c.factory.Apps().V1().ReplicaSets().Informer(),
 		c.factory.Core().V1().ReplicationControllers().Informer(),
+		c.factory.Core().V1().Services().Informer(),
+		c.factory.Core().V1().Endpoints().Informer(),
 	} {
 		inf.AddEventHandler(handlers(g.enqueueForeground, func(_, cur any) { g.enqueueForeground(cur) }, g.enqueueOwners))
 	}
@@ -67,7 +71,7 @@ func newCollector(c *Controllers) *collector {
 				g.enqueue(gcSlice, cur.(metav1.Object))
 			}
 		},
-		func(any) {},
+		g.enqueueOwners,
 	))
 	c.factory.Apps().V1().Deployments().Informer().AddEventHandler(handlers(
 		func(any) {}, func(_, _ any) {},
@@ -307,6 +311,13 @@ func (g *collector) ownerExists(ctx context.Context, ns string, ref metav1.Owner
 		live = func() (metav1.Object, error) {
 			return g.c.client.BatchV1().Jobs(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 		}
+	case gv.Group == corev1.GroupName && ref.Kind == "Endpoints": // slices the mirroring controller made
+		if e, err := g.c.endpoints.Endpoints(ns).Get(ref.Name); err == nil {
+			cached = e
+		}
+		live = func() (metav1.Object, error) {
+			return g.c.client.CoreV1().Endpoints(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+		}
 	case gv.Group == corev1.GroupName && ref.Kind == "Service":
 		if s, err := g.c.services.Services(ns).Get(ref.Name); err == nil {
 			cached = s
@@ -333,7 +344,8 @@ func (g *collector) ownerExists(ctx context.Context, ns string, ref metav1.Owner
 
 // foregroundKinds are the owners whose foreground deletion the collector
 // carries out, by the kind their dependents' references name.
-var foregroundKinds = map[string]string{"Deployment": "deployment", "ReplicaSet": "replicaset", "ReplicationController": "rc"}
+var foregroundKinds = map[string]string{"Deployment": "deployment", "ReplicaSet": "replicaset", "ReplicationController": "rc",
+	"Service": "service", "Endpoints": "endpoints"}
 
 func (g *collector) enqueueForeground(obj any) {
 	m, ok := obj.(metav1.Object)
@@ -348,6 +360,10 @@ func (g *collector) enqueueForeground(obj any) {
 		kind = "replicaset"
 	case *corev1.ReplicationController:
 		kind = "rc"
+	case *corev1.Service:
+		kind = "service"
+	case *corev1.Endpoints:
+		kind = "endpoints"
 	default:
 		return
 	}
@@ -390,7 +406,50 @@ func (g *collector) syncForeground(ctx context.Context, key string) error {
 			return g.c.client.CoreV1().Pods(ns).Delete(ctx, m.GetName(), o)
 		}
 	}
+	slicesOf := func(uid types.UID) {
+		list, _ := g.c.slices.EndpointSlices(ns).List(labels.Everything())
+		for _, s := range list {
+			if ownedBy(s, uid) {
+				dependents = append(dependents, s)
+			}
+		}
+		deleteDependent = func(m metav1.Object, o metav1.DeleteOptions) error {
+			return g.c.client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, m.GetName(), o)
+		}
+	}
 	switch kind {
+	case "service":
+		svc, err := g.c.services.Services(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		owner = svc
+		slicesOf(svc.UID)
+		removeFinalizer = func() error {
+			cur, err := g.c.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || cur.UID != svc.UID {
+				return err
+			}
+			cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == metav1.FinalizerDeleteDependents })
+			_, err = g.c.client.CoreV1().Services(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}
+	case "endpoints":
+		ep, err := g.c.endpoints.Endpoints(ns).Get(name)
+		if err != nil {
+			return nil
+		}
+		owner = ep
+		slicesOf(ep.UID)
+		removeFinalizer = func() error {
+			cur, err := g.c.client.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || cur.UID != ep.UID {
+				return err
+			}
+			cur.Finalizers = slices.DeleteFunc(cur.Finalizers, func(f string) bool { return f == metav1.FinalizerDeleteDependents })
+			_, err = g.c.client.CoreV1().Endpoints(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		}
 	case "deployment":
 		d, err := g.c.deployments.Deployments(ns).Get(name)
 		if err != nil {

@@ -79,8 +79,18 @@ func newTestCluster(t *testing.T) *testCluster {
 // startControllers runs a fresh Controllers and waits until it is ready.
 func (tc *testCluster) startControllers(opts Options) {
 	tc.t.Helper()
+	tc.startControllersWith(opts, nil)
+}
+
+// startControllersWith is startControllers with a hook that adjusts the
+// Controllers before they run.
+func (tc *testCluster) startControllersWith(opts Options, adjust func(*Controllers)) {
+	tc.t.Helper()
 	ctx, cancel := context.WithCancel(tc.ctx)
 	c := New(tc.client, testLogger(tc.t), opts)
+	if adjust != nil {
+		adjust(c)
+	}
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	select {

@@ -271,3 +271,37 @@ func ingressClassCells(ic *networkingv1.IngressClass, now time.Time) []interface
 	}
 	return []interface{}{ic.Name, ic.Spec.Controller, params, age(ic.CreationTimestamp, now)}
 }
+
+var serviceCIDRColumns = []metav1.TableColumnDefinition{
+	nameColumn,
+	column("CIDRs", networkingv1.ServiceCIDRSpec{}.SwaggerDoc()["cidrs"]),
+	ageColumn,
+}
+
+func serviceCIDRCells(sc *networkingv1.ServiceCIDR, now time.Time) []interface{} {
+	return []interface{}{sc.Name, strings.Join(sc.Spec.CIDRs, ","), age(sc.CreationTimestamp, now)}
+}
+
+// ipAddressColumns are kube-apiserver's: Name and ParentRef (its printer
+// computes an age cell too but declares no column for it, so kubectl never
+// shows one).
+var ipAddressColumns = []metav1.TableColumnDefinition{
+	nameColumn,
+	column("ParentRef", networkingv1.IPAddressSpec{}.SwaggerDoc()["parentRef"]),
+}
+
+func ipAddressCells(ip *networkingv1.IPAddress, now time.Time) []interface{} {
+	parent := "<none>"
+	if r := ip.Spec.ParentRef; r != nil {
+		parent = r.Resource
+		if r.Group != "" {
+			parent += "." + r.Group
+		}
+		parent = strings.ToLower(parent)
+		if r.Namespace != "" {
+			parent += "/" + r.Namespace
+		}
+		parent += "/" + r.Name
+	}
+	return []interface{}{ip.Name, parent}
+}

@@ -216,3 +216,28 @@ func TestIngressClassCells(t *testing.T) {
 	}
 	checkRows(t, "ingressclasses", cases)
 }
+
+func TestServiceCIDRCells(t *testing.T) {
+	cases := []rowCase{
+		{"dual stack",
+			&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", CreationTimestamp: ago(9 * 24 * time.Hour)},
+				Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12", "fd00:10:96::/112"}}},
+			[]interface{}{"kubernetes", "10.96.0.0/12,fd00:10:96::/112", "9d"}},
+	}
+	checkRows(t, "servicecidrs", cases)
+}
+
+func TestIPAddressCells(t *testing.T) {
+	ip := func(ref *networkingv1.ParentReference) *networkingv1.IPAddress {
+		return &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.10", CreationTimestamp: ago(time.Hour)},
+			Spec: networkingv1.IPAddressSpec{ParentRef: ref}}
+	}
+	cases := []rowCase{
+		{"a service's", ip(&networkingv1.ParentReference{Resource: "services", Namespace: "kube-system", Name: "kube-dns"}),
+			[]interface{}{"10.96.0.10", "services/kube-system/kube-dns"}},
+		{"a cluster-scoped object in a group", ip(&networkingv1.ParentReference{Group: "example.com", Resource: "Gateways", Name: "gw"}),
+			[]interface{}{"10.96.0.10", "gateways.example.com/gw"}},
+		{"no parent", ip(nil), []interface{}{"10.96.0.10", "<none>"}},
+	}
+	checkRows(t, "ipaddresses", cases)
+}

@@ -82,6 +82,8 @@ func TestColumns(t *testing.T) {
 			[]string{"Containers", "Images", "Selector"}},
 		{"ingresses", []string{"Name", "Class", "Hosts", "Address", "Ports", "Age"}, nil},
 		{"ingressclasses", []string{"Name", "Controller", "Parameters", "Age"}, nil},
+		{"servicecidrs", []string{"Name", "CIDRs", "Age"}, nil},
+		{"ipaddresses", []string{"Name", "ParentRef"}, nil},
 		{"secrets", []string{"Name", "Type", "Data", "Age"}, nil},
 		{"configmaps", []string{"Name", "Data", "Age"}, nil},
 		// Wide columns sit between normal ones: kubectl keeps the server's order.

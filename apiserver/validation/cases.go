@@ -1420,5 +1420,6 @@ spec:
 		},
 	}
 	all = append(all, replicaSetBadManifests()...)
+	all = append(all, serviceCIDRBadManifests()...)
 	return append(all, workloadBadManifests()...)
 }

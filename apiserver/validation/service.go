@@ -354,7 +354,8 @@ func validateClusterIPs(svc, old *corev1.Service, cfg Config) field.ErrorList {
 	}
 	if primaryOK && spec.ClusterIP != "" && spec.ClusterIP != corev1.ClusterIPNone &&
 		(old == nil || old.Spec.ClusterIP != spec.ClusterIP) {
-		if addr, err := netip.ParseAddr(spec.ClusterIP); err == nil && !inServiceRange(addr, cfg.ServiceCIDR) {
+		if addr, err := netip.ParseAddr(spec.ClusterIP); err == nil && !inServiceRange(addr, cfg.ServiceCIDR) &&
+			!slices.ContainsFunc(cfg.ExtraServiceCIDRs, func(p netip.Prefix) bool { return inServiceRange(addr, p.Masked()) }) {
 			allErrs = append(allErrs, field.Invalid(ipPath, spec.ClusterIP, fmt.Sprintf(
 				"failed to allocate IP %s: provided IP is not in the valid range. The range of valid IPs is %s", spec.ClusterIP, cfg.ServiceCIDR)))
 		}

@@ -48,6 +48,10 @@ import (
 type Config struct {
 	ServiceCIDR              netip.Prefix // default 10.96.0.0/12
 	NodePortMin, NodePortMax int32        // default 30000, 32767
+	// ExtraServiceCIDRs are the ranges of the other ServiceCIDRs in use
+	// (Ready and not being deleted): a Service may ask for a ClusterIP in
+	// them too, as with kube-apiserver's multi-range allocator.
+	ExtraServiceCIDRs []netip.Prefix
 }
 
 // DefaultConfig returns the settings of a stock kubeadm cluster.
@@ -117,6 +121,10 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateIngress(o, oldAs[*networkingv1.Ingress](old))
 	case *networkingv1.IngressClass:
 		return validateIngressClass(o, oldAs[*networkingv1.IngressClass](old))
+	case *networkingv1.ServiceCIDR:
+		return validateServiceCIDR(o, oldAs[*networkingv1.ServiceCIDR](old))
+	case *networkingv1.IPAddress:
+		return validateIPAddress(o, oldAs[*networkingv1.IPAddress](old))
 	case *appsv1.StatefulSet:
 		return validateStatefulSet(o, oldAs[*appsv1.StatefulSet](old))
 	case *appsv1.DaemonSet:

@@ -718,6 +718,10 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 		obj = &networkingv1.Ingress{}
 	case "networking.k8s.io/v1/IngressClass":
 		obj = &networkingv1.IngressClass{}
+	case "networking.k8s.io/v1/ServiceCIDR":
+		obj = &networkingv1.ServiceCIDR{}
+	case "networking.k8s.io/v1/IPAddress":
+		obj = &networkingv1.IPAddress{}
 	case "apps/v1/StatefulSet":
 		obj = &appsv1.StatefulSet{}
 	case "apps/v1/DaemonSet":
@@ -732,7 +736,7 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 	}
 	// The server puts namespaced objects in the request's namespace.
 	switch obj.(type) {
-	case *corev1.Namespace, *corev1.Node, *networkingv1.IngressClass:
+	case *corev1.Namespace, *corev1.Node, *networkingv1.IngressClass, *networkingv1.ServiceCIDR, *networkingv1.IPAddress:
 	default:
 		m := obj.(metav1.Object)
 		if m.GetNamespace() != "" {

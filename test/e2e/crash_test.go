@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -216,8 +217,43 @@ func verifyServices(t *testing.T, p *serverProc, l *ledger) (committedUnacked in
 			portOwner[np] = key
 		}
 	}
+	verifyIPAddresses(t, p, ipOwner)
 	t.Logf("%d services, %d clusterIPs, %d nodePorts, %d committed without acknowledgement", len(all), len(ipOwner), len(portOwner), committedUnacked)
 	return committedUnacked
+}
+
+// verifyIPAddresses checks the IPAddress objects the allocator writes with each
+// ClusterIP (in the same transaction) agree with the Services: one per
+// ClusterIP, naming its Service, and none left over.
+func verifyIPAddresses(t *testing.T, p *serverProc, ipOwner map[string]string) {
+	t.Helper()
+	resp, body, err := p.do(http.MethodGet, "/apis/networking.k8s.io/v1/ipaddresses", nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("listing ipaddresses: %v %s", err, body)
+	}
+	var list networkingv1.IPAddressList
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatalf("decoding ipaddress list: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, ip := range list.Items {
+		ref := ip.Spec.ParentRef
+		owner := ipOwner[ip.Name]
+		switch {
+		case ref == nil || ref.Resource != "services":
+			t.Errorf("IPAddress %s has parentRef %+v", ip.Name, ref)
+		case owner == "":
+			t.Errorf("IPAddress %s names %s/%s, which has no such ClusterIP", ip.Name, ref.Namespace, ref.Name)
+		case owner != ref.Namespace+"/"+ref.Name:
+			t.Errorf("IPAddress %s names %s/%s, but the ClusterIP is %s's", ip.Name, ref.Namespace, ref.Name, owner)
+		}
+		seen[ip.Name] = true
+	}
+	for ip, owner := range ipOwner {
+		if !seen[ip] {
+			t.Errorf("ClusterIP %s of %s has no IPAddress", ip, owner)
+		}
+	}
 }
 
 // probeAllocations asks for some in-use ClusterIPs and NodePorts explicitly: the
