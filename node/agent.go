@@ -104,6 +104,7 @@ type Agent struct {
 	prefix string // netns prefix of this node's pods
 
 	apiEnvState
+	hostPorts hostPortState
 }
 
 // New checks cfg and returns an agent; Run starts it.
@@ -130,7 +131,8 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
-		prefix: sandboxPrefix(cfg.NodeName, cfg.DataDir),
+		prefix:    sandboxPrefix(cfg.NodeName, cfg.DataDir),
+		hostPorts: hostPortState{kick: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -215,6 +217,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	a.syncNetwork(nodeInf.Lister())
+	a.syncHostPortsLogged()
 	close(a.ready)
 	a.log.Info("node agent ready", "podCIDR", cidr, "nodeIP", a.cfg.NodeIP)
 	t := time.NewTicker(resyncPeriod)
@@ -226,8 +229,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-netSync:
 			a.syncNetwork(nodeInf.Lister())
+		case <-a.hostPorts.kick:
+			a.syncHostPortsLogged()
 		case <-t.C:
 			a.syncNetwork(nodeInf.Lister())
+			a.syncHostPortsLogged()
 			if err := a.net.EnsureBridge(); err != nil {
 				a.log.Error("repairing cni0", "err", err)
 			}
@@ -244,6 +250,9 @@ func (a *Agent) podChanged(ctx context.Context, o any) {
 	pod, ok := o.(*corev1.Pod)
 	if !ok {
 		return
+	}
+	if len(podHostPorts(pod)) > 0 {
+		a.kickHostPorts()
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
