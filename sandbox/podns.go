@@ -328,11 +328,11 @@ func makeMountPoint(source, target string) error {
 	return nil
 }
 
-// removeMountPoints removes the recorded mount points, as far as they are
+// removeMountPoints removes the mount points recorded in record, as far as they are
 // empty directories (or a recorded empty file), and the record. The caller
 // holds the lock.
-func removeMountPoints() {
-	b, err := os.ReadFile(mountPointRecord)
+func removeMountPoints(record string) {
+	b, err := os.ReadFile(record)
 	if err != nil {
 		return
 	}
@@ -354,7 +354,7 @@ func removeMountPoints() {
 			}
 		}
 	}
-	os.Remove(mountPointRecord)
+	os.Remove(record)
 }
 
 // ReleasePodNSDir removes PodNSDir's bind mount, and the directories minikit made
@@ -379,7 +379,7 @@ func ReleasePodNSDir() error {
 		return fmt.Errorf("unmounting %s: %w", PodNSDir, err)
 	}
 	os.Remove(PodNSDir)
-	removeMountPoints()
+	removeMountPoints(mountPointRecord)
 	unlock()
 	os.Remove(filepath.Dir(PodNSDir))
 	return nil
