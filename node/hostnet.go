@@ -67,18 +67,18 @@ func (t *streamTarget) netnsPath() string {
 // podHostsFile is the pod's /etc/hosts as the kubelet writes it: for a
 // hostNetwork pod the node's file, else localhost entries and the pod's own
 // name (its FQDN first when it has a subdomain); host aliases follow.
-func podHostsFile(pod *corev1.Pod, ips []string, clusterDomain string, nodeHosts []byte) []byte {
+func podHostsFile(pod *corev1.Pod, ips []string, nodeHosts []byte) []byte {
 	var b bytes.Buffer
 	if pod.Spec.HostNetwork {
 		b.WriteString("# Kubernetes-managed hosts file (host network).\n")
 		b.Write(nodeHosts)
 	} else {
-		host := podHostname(pod)
+		host, domain := podHostnameDomain(pod)
 		b.WriteString("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
 			"fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
 		for _, ip := range ips {
-			if pod.Spec.Subdomain != "" {
-				fmt.Fprintf(&b, "%s\t%s.%s.%s.svc.%s\t%s\n", ip, host, pod.Spec.Subdomain, pod.Namespace, clusterDomain, host)
+			if domain != "" {
+				fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", ip, host, domain, host)
 			} else {
 				fmt.Fprintf(&b, "%s\t%s\n", ip, host)
 			}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,8 @@ func TestPodHostsFile(t *testing.T) {
 		{"plain", corev1.PodSpec{}, header + "10.244.1.5\tweb\n"},
 		{"hostname and subdomain", corev1.PodSpec{Hostname: "dns-querier-1", Subdomain: "dns-test-service"},
 			header + "10.244.1.5\tdns-querier-1.dns-test-service.ns.svc.cluster.local\tdns-querier-1\n"},
+		{"hostnameOverride", corev1.PodSpec{Hostname: "h", Subdomain: "s", HostnameOverride: ptr("override.example.host")},
+			header + "10.244.1.5\toverride.example.host\n"},
 		{"host aliases", corev1.PodSpec{HostAliases: aliases},
 			header + "10.244.1.5\tweb\n\n# Entries added by HostAliases.\n1.2.3.4\tfoo\tbar\n"},
 		{"host network", corev1.PodSpec{HostNetwork: true, NodeName: "node1", HostAliases: aliases},
@@ -27,7 +30,7 @@ func TestPodHostsFile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}, Spec: tc.spec}
-			got := string(podHostsFile(pod, []string{"10.244.1.5"}, "cluster.local", []byte("127.0.0.1 localhost\n")))
+			got := string(podHostsFile(pod, []string{"10.244.1.5"}, []byte("127.0.0.1 localhost\n")))
 			if got != tc.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tc.want)
 			}
@@ -59,6 +62,27 @@ func TestExecImageArgv(t *testing.T) {
 				t.Errorf("%s %q: got %q, want %q", tc.image, tc.argv, got, tc.want)
 				break
 			}
+		}
+	}
+}
+
+func TestPodHostname(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec corev1.PodSpec
+		want string
+	}{
+		{"name", corev1.PodSpec{}, "web"},
+		{"hostname", corev1.PodSpec{Hostname: "h"}, "h"},
+		{"override", corev1.PodSpec{Hostname: "h", Subdomain: "s", HostnameOverride: ptr("override.example.host")}, "override.example.host"},
+		{"FQDN", corev1.PodSpec{Hostname: "h", Subdomain: "s", SetHostnameAsFQDN: ptr(true)}, "h.s.ns.svc.cluster.local"},
+		{"FQDN without subdomain", corev1.PodSpec{SetHostnameAsFQDN: ptr(true)}, "web"},
+		{"host network", corev1.PodSpec{HostNetwork: true, NodeName: "node1", Hostname: "h"}, "node1"},
+		{"long", corev1.PodSpec{Hostname: strings.Repeat("a", 62) + "-b"}, strings.Repeat("a", 62)},
+	} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}, Spec: tc.spec}
+		if got := podHostname(pod); got != tc.want {
+			t.Errorf("%s: hostname %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

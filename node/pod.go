@@ -240,20 +240,42 @@ func (w *podWorker) ensureSandbox(pod *corev1.Pod) error {
 	return nil
 }
 
-// podHostname is the pod's hostname: spec.hostname or its name (truncated to
-// 63 characters as the kubelet does), or for a hostNetwork pod the node's name.
+// podHostname is the pod's kernel hostname: its name, spec.hostname or
+// spec.hostnameOverride (truncated to 63 characters as the kubelet does), the
+// FQDN when setHostnameAsFQDN asks for it, or for a hostNetwork pod the
+// node's name.
 func podHostname(pod *corev1.Pod) string {
 	if pod.Spec.HostNetwork && pod.Spec.NodeName != "" {
 		return pod.Spec.NodeName
+	}
+	host, domain := podHostnameDomain(pod)
+	if pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN && domain != "" && len(host)+1+len(domain) <= 64 {
+		return host + "." + domain
+	}
+	return host
+}
+
+// podHostnameDomain is the kubelet's GeneratePodHostNameAndDomain: the host
+// name, and SUBDOMAIN.NS.svc.CLUSTER when the pod has a subdomain (none with
+// a hostnameOverride).
+func podHostnameDomain(pod *corev1.Pod) (string, string) {
+	truncate := func(h string) string {
+		if len(h) > 63 {
+			h = strings.TrimRight(h[:63], "-.")
+		}
+		return h
+	}
+	if o := pod.Spec.HostnameOverride; o != nil && *o != "" {
+		return truncate(*o), ""
 	}
 	h := pod.Name
 	if pod.Spec.Hostname != "" {
 		h = pod.Spec.Hostname
 	}
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
+	if pod.Spec.Subdomain == "" {
+		return truncate(h), ""
 	}
-	return h
+	return truncate(h), pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + clusterDomain
 }
 
 func (w *podWorker) resolvPath() string { return filepath.Join(w.dir(), "resolv.conf") }
@@ -275,7 +297,7 @@ func (w *podWorker) writePodFiles(pod *corev1.Pod, ip netip.Addr) error {
 			return err
 		}
 	}
-	hosts := podHostsFile(pod, []string{ip.String()}, clusterDomain, nodeHosts)
+	hosts := podHostsFile(pod, []string{ip.String()}, nodeHosts)
 	resolv, err := os.ReadFile(w.a.cfg.ResolvConf)
 	if err != nil {
 		resolv = nil
