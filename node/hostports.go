@@ -114,7 +114,10 @@ type hostPortState struct {
 	admitted map[types.UID][]hostPortMapping
 	// applied is the rule text last restored; "" before the first apply.
 	applied string
-	kick    chan struct{}
+	// udp holds the UDP mappings last applied, by chain, to tell which came
+	// or went (their conntrack entries are deleted).
+	udp  map[string]hostPortMapping
+	kick chan struct{}
 }
 
 // Admission rejection as the kubelet reports it (lifecycle.PredicateFailureError
@@ -364,6 +367,7 @@ func (a *Agent) syncHostPorts() error {
 	}
 	a.hostPorts.applied = data
 	a.log.Debug("synced hostPort rules", "mappings", len(ms), "staleChains", len(stale))
+	a.flushUDPConntrack(ms)
 	for _, j := range []struct{ chain, comment, target string }{
 		{"PREROUTING", jumpHostPortsComment, chainHostPorts},
 		{"OUTPUT", jumpHostPortsComment, chainHostPorts},
@@ -383,6 +387,38 @@ func (a *Agent) syncHostPorts() error {
 		}
 	}
 	return nil
+}
+
+// flushUDPConntrack deletes the conntrack entries of the UDP hostPorts that
+// came or went since the last apply.
+func (a *Agent) flushUDPConntrack(ms []hostPortMapping) {
+	now := map[string]hostPortMapping{}
+	for _, m := range ms {
+		if m.protocol == corev1.ProtocolUDP {
+			now[m.chain()] = m
+		}
+	}
+	changed := map[string]hostPortMapping{}
+	for c, m := range now {
+		if _, ok := a.hostPorts.udp[c]; !ok {
+			changed[c] = m
+		}
+	}
+	for c, m := range a.hostPorts.udp {
+		if _, ok := now[c]; !ok {
+			changed[c] = m
+		}
+	}
+	a.hostPorts.udp = now
+	if a.net == nil {
+		return
+	}
+	for _, m := range changed {
+		dst, _ := netip.ParseAddr(m.hostIP) // "" (every address) is the zero Addr: any destination
+		if err := a.net.DeleteUDPConntrack(dst, uint16(m.hostPort)); err != nil {
+			a.log.Warn("deleting conntrack entries of a UDP hostPort", "hostPort", m.hostPort, "pod", m.pod, "err", err)
+		}
+	}
 }
 
 // removeHostPorts deletes the hostPort chains and the jumps into them (minikit down).

@@ -739,3 +739,33 @@ func (n *Node) EnsureBridgeRouteLocalnet() error {
 	}
 	return nil
 }
+
+// DeleteUDPConntrack deletes the node's conntrack entries of UDP flows to
+// port (to dst only, when dst is valid), as the CNI portmap plugin does when
+// a UDP hostPort appears or goes: a datagram sent before the mapping existed
+// left an entry with no NAT, and one sent before the pod went left an entry
+// to the old pod, and either would steer the client's next datagrams (same
+// source port) past the current mapping until it times out.
+func (n *Node) DeleteUDPConntrack(dst netip.Addr, port uint16) error {
+	hs, err := n.openHost()
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	f := &netlink.ConntrackFilter{}
+	if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
+		return err
+	}
+	if err := f.AddPort(netlink.ConntrackOrigDstPort, port); err != nil {
+		return err
+	}
+	if dst.IsValid() {
+		if err := f.AddIP(netlink.ConntrackOrigDstIP, dst.AsSlice()); err != nil {
+			return err
+		}
+	}
+	if _, err := hs.h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
+		return fmt.Errorf("deleting conntrack entries of UDP port %d: %w", port, err)
+	}
+	return nil
+}

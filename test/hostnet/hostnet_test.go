@@ -121,6 +121,19 @@ func TestHostNetworkAndHostPorts(t *testing.T) {
 			return testenv.Run(l, lab.Client, "sh", "-c", "echo hostname | nc -u -w 2 "+nodeIP+" 54323")
 		})
 	})
+	t.Run("a UDP hostPort answers a client whose earlier datagrams found no mapping", func(t *testing.T) {
+		// Same source port each time: without the conntrack entry of the
+		// unanswered datagram deleted, the later ones would follow it past
+		// the new DNAT for as long as they keep coming.
+		nc := func() (string, error) {
+			return testenv.Run(l, lab.Client, "sh", "-c", "echo hostname | nc -u -p 40001 -w 1 "+nodeIP+" 54325")
+		}
+		if out, err := nc(); err == nil && out != "" {
+			t.Fatalf("port 54325 answered %q before any pod had it", out)
+		}
+		createReady(t, c, netexecPod("hp-udp2", "", corev1.ProtocolUDP, 54325))
+		answers(t, "hp-udp2 via hostPort, same client port", "hp-udp2", nc)
+	})
 	t.Run("hostPort at 127.0.0.1 on the node, from a loopback source and from the node's address", func(t *testing.T) {
 		answers(t, "hp-tcp via 127.0.0.1", "hp-tcp", curl("node1", "http://127.0.0.1:54323/hostname"))
 		answers(t, "hp-local via 127.0.0.1", "hp-local", curl("node1", "http://127.0.0.1:54324/hostname"))
