@@ -1,7 +1,8 @@
 // Package node is the node agent, minikit's kubelet: it registers its Node, keeps
 // the Ready condition fresh, and converges the kernel to the pods bound to it —
-// a network namespace on the node's cni0 bridge per pod (package sandbox), one
-// process per container, probes, restarts and status — through the API only.
+// a network namespace on the node's cni0 bridge per pod (package sandbox; a
+// hostNetwork pod shares the node's), hostPort DNAT, volumes, one process per
+// container, probes, restarts and status — through the API only.
 //
 // Pods are simulated, not contained: a container is a process in the pod's network,
 // UTS and mount namespaces, running a built-in image (package images) or a command
