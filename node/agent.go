@@ -1,7 +1,8 @@
 // Package node is the node agent, minikit's kubelet: it registers its Node, keeps
 // the Ready condition fresh, and converges the kernel to the pods bound to it —
-// a network namespace on the node's cni0 bridge per pod (package sandbox), one
-// process per container, probes, restarts and status — through the API only.
+// a network namespace on the node's cni0 bridge per pod (package sandbox; a
+// hostNetwork pod shares the node's), hostPort DNAT, volumes, one process per
+// container, probes, restarts and status — through the API only.
 //
 // Pods are simulated, not contained: a container is a process in the pod's network,
 // UTS and mount namespaces, running a built-in image (package images) or a command
@@ -104,6 +105,7 @@ type Agent struct {
 	prefix string // netns prefix of this node's pods
 
 	apiEnvState
+	hostPorts hostPortState
 }
 
 // New checks cfg and returns an agent; Run starts it.
@@ -130,7 +132,8 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
-		prefix: sandboxPrefix(cfg.NodeName, cfg.DataDir),
+		prefix:    sandboxPrefix(cfg.NodeName, cfg.DataDir),
+		hostPorts: hostPortState{kick: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -215,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	a.syncNetwork(nodeInf.Lister())
+	a.syncHostPortsLogged()
 	close(a.ready)
 	a.log.Info("node agent ready", "podCIDR", cidr, "nodeIP", a.cfg.NodeIP)
 	t := time.NewTicker(resyncPeriod)
@@ -226,8 +230,11 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-netSync:
 			a.syncNetwork(nodeInf.Lister())
+		case <-a.hostPorts.kick:
+			a.syncHostPortsLogged()
 		case <-t.C:
 			a.syncNetwork(nodeInf.Lister())
+			a.syncHostPortsLogged()
 			if err := a.net.EnsureBridge(); err != nil {
 				a.log.Error("repairing cni0", "err", err)
 			}
@@ -244,6 +251,9 @@ func (a *Agent) podChanged(ctx context.Context, o any) {
 	pod, ok := o.(*corev1.Pod)
 	if !ok {
 		return
+	}
+	if len(podHostPorts(pod)) > 0 {
+		a.kickHostPorts()
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/images"
-	"github.com/minikit/minikit/sandbox"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -216,19 +216,21 @@ func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
 
 // start runs the container's process inside the pod's namespaces.
 func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
-	plan, err := images.Resolve(images.Spec{Image: spec.Image, Command: spec.Command, Args: spec.Args})
+	w := c.w
+	// The container's own env wins over the Service variables (it comes later).
+	env, lookup := containerEnv(pod, spec, w.a.cfg.NodeName, w.state.IP, w.a.hostIP(), w.a.apiServiceEnv(context.Background()))
+	plan, err := images.Resolve(images.Spec{Image: spec.Image, Command: expandArgv(spec.Command, lookup), Args: expandArgv(spec.Args, lookup)})
 	if err != nil {
 		c.mu.Lock()
 		c.waitReason, c.waitMessage = "ErrImagePull", err.Error()
 		c.mu.Unlock()
 		return err
 	}
-	w := c.w
 	argv := plan.Argv
 	if plan.Builtin {
 		argv = append([]string{w.a.cfg.Executable, "__image-run", plan.Name}, plan.Argv...)
 	}
-	argv = sandbox.ExecArgv(sandbox.NetNSPath(w.state.NetNS), sandbox.PodUTSPath(w.state.NetNS), sandbox.PodMntPath(w.state.NetNS), argv)
+	argv = w.execArgv(argv)
 	if err := os.MkdirAll(filepath.Dir(w.logPath(c.name)), 0o755); err != nil {
 		return err
 	}
@@ -238,8 +240,7 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = containerEnv(pod, spec, w.a.cfg.NodeName, w.state.IP)
-	cmd.Env = append(w.a.apiServiceEnv(context.Background()), cmd.Env...) // the container's own env wins
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group, no parent-death signal: containers outlive an agent restart.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -390,20 +391,34 @@ func (c *container) closeProbes() {
 	}
 }
 
-// containerEnv is the process environment: the container's env with the downward
-// API fields labs use, plus what built-in images read.
-func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP string) []string {
-	env := []string{
+// containerEnv is the process environment: the kubernetes Service's variables
+// (svcEnv), what built-in images read, and the container's env with the
+// downward API fields labs use. Each env value is $(VAR)-expanded with the
+// Service variables and the env entries before it, as the kubelet does; lookup
+// resolves $(VAR) in the container's command and args (the Service variables
+// and the container's env, not the image's PATH or HOSTNAME).
+func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP, hostIP string, svcEnv []string) (env []string, lookup func(string) (string, bool)) {
+	env = append(slices.Clone(svcEnv),
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOSTNAME=" + podHostname(pod),
+		"HOSTNAME="+podHostname(pod),
 		"HOME=/root",
-		"MINIKIT_NODE_NAME=" + nodeName,
-		"MINIKIT_POD_NAMESPACE=" + pod.Namespace,
-		"MINIKIT_POD_NAME=" + pod.Name,
-		"POD_NAME=" + pod.Name,
+		"MINIKIT_NODE_NAME="+nodeName,
+		"MINIKIT_POD_NAMESPACE="+pod.Namespace,
+		"MINIKIT_POD_NAME="+pod.Name,
+		"POD_NAME="+pod.Name,
+	)
+	vars := map[string]string{}
+	for _, kv := range svcEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	lookup = func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
 	}
 	for _, e := range spec.Env {
-		v := e.Value
+		v := expandVars(e.Value, lookup)
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
 			switch e.ValueFrom.FieldRef.FieldPath {
 			case "metadata.name":
@@ -419,10 +434,11 @@ func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP string
 			case "status.podIP", "status.podIPs":
 				v = podIP
 			case "status.hostIP", "status.hostIPs":
-				v = pod.Status.HostIP
+				v = hostIP
 			}
 		}
+		vars[e.Name] = v
 		env = append(env, e.Name+"="+v)
 	}
-	return env
+	return env, lookup
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,12 +49,14 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 				}
 			}
 		}
-		killInNetNS(w.state.NetNS, nil)
+		killInPod(w.state.NetNS, nil)
 		if err := sandbox.DeletePodNamespaces(w.state.NetNS); err != nil && firstErr == nil {
 			firstErr = err
 		}
-		if err := a.net.TeardownPod(w.state.NetNS); err != nil && firstErr == nil {
-			firstErr = err
+		if !w.state.HostNetwork {
+			if err := a.net.TeardownPod(w.state.NetNS); err != nil && firstErr == nil {
+				firstErr = err
+			}
 		}
 		os.RemoveAll(filepath.Join(podsDir, e.Name()))
 		log.Info("removed pod sandbox", "pod", w.state.Namespace+"/"+w.state.Name, "netns", w.state.NetNS)
@@ -74,6 +77,9 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		if err := ipt.DeleteChain(iptables.TableNAT, masqChain); err != nil && firstErr == nil {
 			firstErr = err
 		}
+		if err := removeHostPorts(ipt); err != nil && firstErr == nil {
+			firstErr = err
+		}
 	}
 	if removeBridge {
 		if err := a.net.DeleteBridge(); err != nil && firstErr == nil {
@@ -91,7 +97,7 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 // previous values, for Down to restore.
 func sysctlRecord(dataDir string) string { return filepath.Join(dataDir, "sysctl.json") }
 
-// sweepOrphans kills, once per worker, the processes in the pod's netns that
+// sweepOrphans kills, once per worker, the processes in the pod's namespaces that
 // a previous agent started but did not live to record: an agent killed between
 // starting a container and saving the pod's state leaves a process that no
 // state names, which would hold the container's ports while its replacement
@@ -111,7 +117,7 @@ func (w *podWorker) sweepOrphans() {
 		}
 		c.mu.Unlock()
 	}
-	killed := killInNetNS(w.state.NetNS, func(pid, pgid, ppid int) bool {
+	killed := killInPod(w.state.NetNS, func(pid, pgid, ppid int) bool {
 		return pgid != pid || ppid != 1 || known[pid]
 	})
 	for _, pid := range killed {
@@ -119,15 +125,22 @@ func (w *podWorker) sweepOrphans() {
 	}
 }
 
-// killInNetNS SIGKILLs the process group of every process whose network
-// namespace is the named one, except those keep returns true for, and returns
-// their PIDs. A namespace's inode identifies it while it is mounted.
-func killInNetNS(name string, keep func(pid, pgid, ppid int) bool) []int {
-	var st syscall.Stat_t
-	if syscall.Stat(sandbox.NetNSPath(name), &st) != nil {
+// killInPod SIGKILLs the process group of every process in the named pod's
+// network namespace or mount namespace (a hostNetwork pod has only the
+// latter: its processes share the node's network namespace, where only the
+// mount namespace tells them apart), except those keep returns true for, and
+// returns their PIDs. A namespace's inode identifies it while it is mounted.
+func killInPod(name string, keep func(pid, pgid, ppid int) bool) []int {
+	var want []string
+	for _, f := range []struct{ path, kind string }{{sandbox.NetNSPath(name), "net"}, {sandbox.PodMntPath(name), "mnt"}} {
+		var st syscall.Stat_t
+		if syscall.Stat(f.path, &st) == nil && sandbox.IsNamespaceFile(f.path) {
+			want = append(want, f.kind+":["+strconv.FormatUint(st.Ino, 10)+"]")
+		}
+	}
+	if len(want) == 0 {
 		return nil
 	}
-	want := "net:[" + strconv.FormatUint(st.Ino, 10) + "]"
 	entries, _ := os.ReadDir("/proc")
 	var killed []int
 	for _, e := range entries {
@@ -135,7 +148,14 @@ func killInNetNS(name string, keep func(pid, pgid, ppid int) bool) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err != nil || ns != want {
+		inPod := false
+		for _, w := range want {
+			kind, _, _ := strings.Cut(w, ":")
+			if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/" + kind); err == nil && ns == w {
+				inPod = true
+			}
+		}
+		if !inPod {
 			continue
 		}
 		f := procStat(pid)

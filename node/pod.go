@@ -21,14 +21,17 @@ import (
 // podState is what the agent persists per pod so a restarted agent adopts the
 // pod's sandbox and processes instead of recreating them.
 type podState struct {
-	Namespace  string                     `json:"namespace"`
-	Name       string                     `json:"name"`
-	UID        types.UID                  `json:"uid"`
-	NetNS      string                     `json:"netns"`
-	HostVeth   string                     `json:"hostVeth"`
-	IP         string                     `json:"ip"`
-	StartTime  time.Time                  `json:"startTime"`
-	Containers map[string]*containerState `json:"containers"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	NetNS     string    `json:"netns"`
+	HostVeth  string    `json:"hostVeth"`
+	IP        string    `json:"ip"`
+	// HostNetwork pods run in the node's network namespace: NetNS names only
+	// their UTS and mount namespaces, and IP is the node's.
+	HostNetwork bool                       `json:"hostNetwork,omitempty"`
+	StartTime   time.Time                  `json:"startTime"`
+	Containers  map[string]*containerState `json:"containers"`
 }
 
 // podWorker owns one pod: it is the only goroutine that touches the pod's sandbox,
@@ -50,6 +53,11 @@ type podWorker struct {
 	orphansSwept bool
 	sandboxMsg   string
 	token        tokenState
+	// admitted is set once the pod passed admission (its hostPorts are free).
+	admitted bool
+	// volumesRefreshAt is when configMap, secret and downwardAPI volumes are
+	// next rewritten from the API.
+	volumesRefreshAt time.Time
 }
 
 func newPodWorker(a *Agent, ns, name string, uid types.UID) *podWorker {
@@ -128,9 +136,27 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	if podFinished(pod) {
+		if w.state == nil && len(w.containers) == 0 {
+			// Finished before this agent ran anything of it (rejected at
+			// admission, or done before a restart): its status stands.
+			return false, nil
+		}
+		// A finished pod holds no hostPorts, as the scheduler counts them.
+		w.a.forgetHostPorts(w.uid)
 		return false, w.updateStatus(ctx, pod)
 	}
+	if !w.admitted {
+		if !w.a.admitHostPorts(pod, w.state != nil) {
+			return false, w.reject(ctx, pod, rejectReasonNodePorts, rejectMessageNodePorts)
+		}
+		w.admitted = true
+	}
 	if err := w.ensureSandbox(pod); err != nil {
+		w.sandboxOK, w.sandboxMsg = false, err.Error()
+		w.updateStatus(ctx, pod)
+		return false, err
+	}
+	if err := w.ensureVolumeFiles(ctx, pod); err != nil {
 		w.sandboxOK, w.sandboxMsg = false, err.Error()
 		w.updateStatus(ctx, pod)
 		return false, err
@@ -158,41 +184,55 @@ func (w *podWorker) ensureSandbox(pod *corev1.Pod) error {
 	if w.state == nil {
 		w.state = &podState{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 			NetNS: w.a.sandboxName(pod.UID), HostVeth: w.a.hostVeth(pod.UID), StartTime: time.Now(),
-			Containers: map[string]*containerState{}}
+			HostNetwork: pod.Spec.HostNetwork, Containers: map[string]*containerState{}}
 	}
-	ip, err := w.a.ipam.Allocate(string(pod.UID))
-	if err != nil {
-		return fmt.Errorf("allocating an IP for pod %q: %w", pod.Namespace+"/"+pod.Name, err)
-	}
-	if w.state.IP != ip.String() {
-		w.state.IP = ip.String()
-		if err := w.saveState(); err != nil {
-			return err
+	var ip netip.Addr
+	if pod.Spec.HostNetwork {
+		if !w.a.cfg.NodeIP.IsValid() {
+			return fmt.Errorf("pod %q uses the host network but the node has no InternalIP", pod.Namespace+"/"+pod.Name)
 		}
-	}
-	pn := sandbox.PodNet{NetNS: w.state.NetNS, HostVeth: w.state.HostVeth, IP: ip}
-	if ok, why := w.a.net.PodOK(pn); !ok {
-		if why != "netns missing" || len(w.containers) > 0 {
-			w.logf("repairing pod sandbox", "problem", why)
-		}
-		if why == "netns missing" {
-			// Processes inside a vanished netns are cut off: restart them in the new one.
-			for _, c := range w.containers {
-				c.kill("sandbox recreated")
+		ip = w.a.cfg.NodeIP
+		if w.state.IP != ip.String() || !w.state.HostNetwork {
+			w.state.IP, w.state.HostNetwork = ip.String(), true
+			if err := w.saveState(); err != nil {
+				return err
 			}
 		}
-		if _, err := w.a.net.SetupPod(pn); err != nil {
-			return fmt.Errorf("setting up sandbox of pod %q: %w", pod.Namespace+"/"+pod.Name, err)
+	} else {
+		var err error
+		if ip, err = w.a.ipam.Allocate(string(pod.UID)); err != nil {
+			return fmt.Errorf("allocating an IP for pod %q: %w", pod.Namespace+"/"+pod.Name, err)
+		}
+		if w.state.IP != ip.String() {
+			w.state.IP = ip.String()
+			if err := w.saveState(); err != nil {
+				return err
+			}
+		}
+		pn := sandbox.PodNet{NetNS: w.state.NetNS, HostVeth: w.state.HostVeth, IP: ip}
+		if ok, why := w.a.net.PodOK(pn); !ok {
+			if why != "netns missing" || len(w.containers) > 0 {
+				w.logf("repairing pod sandbox", "problem", why)
+			}
+			if why == "netns missing" {
+				// Processes inside a vanished netns are cut off: restart them in the new one.
+				for _, c := range w.containers {
+					c.kill("sandbox recreated")
+				}
+			}
+			if _, err := w.a.net.SetupPod(pn); err != nil {
+				return fmt.Errorf("setting up sandbox of pod %q: %w", pod.Namespace+"/"+pod.Name, err)
+			}
 		}
 	}
 	if err := w.writePodFiles(pod, ip); err != nil {
 		return err
 	}
-	binds, err := w.volumeBinds(pod)
-	if err != nil {
-		return err
-	}
 	if !sandbox.PodNamespacesExist(w.state.NetNS) {
+		binds, err := w.volumeBinds(pod)
+		if err != nil {
+			return err
+		}
 		if err := sandbox.CreatePodNamespacesWith(w.state.NetNS, podHostname(pod), w.resolvPath(), w.hostsPath(), binds); err != nil {
 			return err
 		}
@@ -200,19 +240,49 @@ func (w *podWorker) ensureSandbox(pod *corev1.Pod) error {
 	return nil
 }
 
+// podHostname is the pod's kernel hostname: its name, spec.hostname or
+// spec.hostnameOverride (truncated to 63 characters as the kubelet does), the
+// FQDN when setHostnameAsFQDN asks for it, or for a hostNetwork pod the
+// node's name.
 func podHostname(pod *corev1.Pod) string {
+	if pod.Spec.HostNetwork && pod.Spec.NodeName != "" {
+		return pod.Spec.NodeName
+	}
+	host, domain := podHostnameDomain(pod)
+	if pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN && domain != "" && len(host)+1+len(domain) <= 64 {
+		return host + "." + domain
+	}
+	return host
+}
+
+// podHostnameDomain is the kubelet's GeneratePodHostNameAndDomain: the host
+// name, and SUBDOMAIN.NS.svc.CLUSTER when the pod has a subdomain (none with
+// a hostnameOverride).
+func podHostnameDomain(pod *corev1.Pod) (string, string) {
+	truncate := func(h string) string {
+		if len(h) > 63 {
+			h = strings.TrimRight(h[:63], "-.")
+		}
+		return h
+	}
+	if o := pod.Spec.HostnameOverride; o != nil && *o != "" {
+		return truncate(*o), ""
+	}
 	h := pod.Name
 	if pod.Spec.Hostname != "" {
 		h = pod.Spec.Hostname
 	}
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
+	if pod.Spec.Subdomain == "" {
+		return truncate(h), ""
 	}
-	return h
+	return truncate(h), pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + clusterDomain
 }
 
 func (w *podWorker) resolvPath() string { return filepath.Join(w.dir(), "resolv.conf") }
 func (w *podWorker) hostsPath() string  { return filepath.Join(w.dir(), "hosts") }
+
+// clusterDomain is the DNS domain of the pods' FQDNs in /etc/hosts.
+const clusterDomain = "cluster.local"
 
 // writePodFiles writes the pod's /etc/hosts and /etc/resolv.conf in place (the
 // bind mounts hold the inodes).
@@ -220,21 +290,14 @@ func (w *podWorker) writePodFiles(pod *corev1.Pod, ip netip.Addr) error {
 	if err := os.MkdirAll(w.dir(), 0o755); err != nil {
 		return err
 	}
-	host := podHostname(pod)
-	fqdn := host
-	if pod.Spec.Subdomain != "" {
-		fqdn = host + "." + pod.Spec.Subdomain + "." + pod.Namespace + ".svc.cluster.local"
+	var nodeHosts []byte
+	if pod.Spec.HostNetwork {
+		var err error
+		if nodeHosts, err = nodeHostsFile(); err != nil {
+			return err
+		}
 	}
-	hosts := "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" +
-		"fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n" +
-		ip.String() + "\t" + fqdn
-	if fqdn != host {
-		hosts += "\t" + host
-	}
-	hosts += "\n"
-	for _, ha := range pod.Spec.HostAliases {
-		hosts += ha.IP + "\t" + strings.Join(ha.Hostnames, "\t") + "\n"
-	}
+	hosts := podHostsFile(pod, []string{ip.String()}, nodeHosts)
 	resolv, err := os.ReadFile(w.a.cfg.ResolvConf)
 	if err != nil {
 		resolv = nil
@@ -242,7 +305,7 @@ func (w *podWorker) writePodFiles(pod *corev1.Pod, ip netip.Addr) error {
 	if w.a.cfg.PodResolvConf != nil {
 		resolv = w.a.cfg.PodResolvConf(pod, resolv)
 	}
-	for path, content := range map[string][]byte{w.hostsPath(): []byte(hosts), w.resolvPath(): resolv} {
+	for path, content := range map[string][]byte{w.hostsPath(): hosts, w.resolvPath(): resolv} {
 		if old, err := os.ReadFile(path); err == nil && string(old) == string(content) {
 			continue
 		}
@@ -280,18 +343,23 @@ func (w *podWorker) cleanup() error {
 		c.closeProbes()
 		w.untrack(c)
 	}
-	// Whatever still runs in the pod's netns is the pod's (an unrecorded
-	// container, a process it left behind): it would keep the namespace alive.
-	killInNetNS(name, nil)
+	// Whatever still runs in the pod's namespaces is the pod's (an unrecorded
+	// container, a process it left behind): it would keep them alive.
+	killInPod(name, nil)
 	if err := sandbox.DeletePodNamespaces(name); err != nil {
 		return err
 	}
-	if err := w.a.net.TeardownPod(name); err != nil {
-		return err
+	// A hostNetwork pod has no netns, veth or IP of its own: the node's
+	// network namespace is left alone.
+	if w.state == nil || !w.state.HostNetwork {
+		if err := w.a.net.TeardownPod(name); err != nil {
+			return err
+		}
 	}
 	if err := w.a.ipam.Release(string(w.uid)); err != nil {
 		return err
 	}
+	w.a.forgetHostPorts(w.uid)
 	return os.RemoveAll(w.dir())
 }
 
@@ -364,6 +432,25 @@ func (w *podWorker) updateStatus(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("updating status of pod %q: %w", pod.Namespace+"/"+pod.Name, err)
 	}
 	w.lastStatus = &st
+	return nil
+}
+
+// reject fails a pod the node cannot run, as the kubelet's admission does.
+func (w *podWorker) reject(ctx context.Context, pod *corev1.Pod, reason, msg string) error {
+	p := pod.DeepCopy()
+	p.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: msg, QOSClass: pod.Status.QOSClass}
+	if w.a.cfg.NodeIP.IsValid() {
+		p.Status.HostIP = w.a.cfg.NodeIP.String()
+		p.Status.HostIPs = []corev1.HostIP{{IP: p.Status.HostIP}}
+	}
+	_, err := w.a.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		w.wake()
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("rejecting pod %q: %w", pod.Namespace+"/"+pod.Name, err)
+	}
 	return nil
 }
 

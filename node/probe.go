@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/minikit/minikit/sandbox"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -192,8 +190,7 @@ func (c *container) probeOnce(ctx context.Context, p *corev1.Probe, spec corev1.
 		}
 		return conn.Close()
 	case p.Exec != nil:
-		ns := c.w.state.NetNS
-		argv := sandbox.ExecArgv(sandbox.NetNSPath(ns), sandbox.PodUTSPath(ns), sandbox.PodMntPath(ns), p.Exec.Command)
+		argv := c.w.execArgv(p.Exec.Command)
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

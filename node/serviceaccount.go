@@ -61,19 +61,6 @@ func projectedVolume(pod *corev1.Pod) (*corev1.Volume, string) {
 
 func (w *podWorker) volumeDir(name string) string { return filepath.Join(w.dir(), "volumes", name) }
 
-// volumeBinds creates the pod's volume directories and returns their mounts.
-func (w *podWorker) volumeBinds(pod *corev1.Pod) ([]sandbox.Bind, error) {
-	v, mountPath := projectedVolume(pod)
-	if v == nil {
-		return nil, nil
-	}
-	dir := w.volumeDir(v.Name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	return []sandbox.Bind{{Source: dir, Target: mountPath, ReadOnly: true}}, nil
-}
-
 // ensureServiceAccountFiles writes the projected volume's files, fetching a
 // new token when none is held or the held one is due for refresh.
 func (w *podWorker) ensureServiceAccountFiles(ctx context.Context, pod *corev1.Pod) error {

@@ -74,7 +74,7 @@ func (a *Agent) resolveStream(ns, name, ctr string) (*streamTarget, error) {
 		}
 		t.c = c
 	}
-	if !sandbox.PodNamespacesExist(t.netns) || !sandbox.ExistsNamed(t.netns) {
+	if !sandbox.PodNamespacesExist(t.netns) || (!pod.Spec.HostNetwork && !sandbox.ExistsNamed(t.netns)) {
 		return nil, &streamError{http.StatusInternalServerError, fmt.Sprintf("pod %q has no running sandbox", ns+"/"+name)}
 	}
 	return t, nil
@@ -182,14 +182,18 @@ func (a *Agent) servePortForward(w http.ResponseWriter, r *http.Request) {
 }
 
 // ExecInContainer runs cmd in the pod's network, UTS and mount namespaces with
-// the container's environment, as a container runtime's exec does. A non-zero
-// exit is returned as a utilexec.ExitError, which the library reports to the
-// client as the exit code.
+// the container's environment, as a container runtime's exec does. A command
+// that names the container image's own program (/agnhost in an agnhost
+// container) runs that built-in image, as it starts containers; anything else
+// runs from the node's file system. A non-zero exit is returned as a
+// utilexec.ExitError, which the library reports to the client as the exit code.
 func (t *streamTarget) ExecInContainer(ctx context.Context, _, _, _ string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
-	argv = sandbox.ExecArgv(sandbox.NetNSPath(t.netns), sandbox.PodUTSPath(t.netns), sandbox.PodMntPath(t.netns), argv)
+	env, _ := containerEnv(t.pod, t.spec, t.a.cfg.NodeName, t.pod.Status.PodIP, t.a.hostIP(), t.a.apiServiceEnv(ctx))
+	argv = t.a.execImageArgv(t.spec.Image, argv)
+	argv = sandbox.ExecArgv(t.netnsPath(), sandbox.PodUTSPath(t.netns), sandbox.PodMntPath(t.netns), argv)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	// As the container got it: the kubernetes Service's variables, then its own env (which wins).
-	cmd.Env = append(t.a.apiServiceEnv(ctx), containerEnv(t.pod, t.spec, t.a.cfg.NodeName, t.pod.Status.PodIP)...)
+	cmd.Env = env
 	if tty {
 		cmd.Env = append(cmd.Env, "TERM=xterm")
 		return exitError(runInPty(ctx, cmd, in, out, resize))

@@ -152,6 +152,10 @@ func ensureMountPoint(dir string, propagation uintptr) error {
 	return nil
 }
 
+// IsNamespaceFile reports whether path is a live namespace file (an nsfs
+// mount), not the empty placeholder underneath one.
+func IsNamespaceFile(path string) bool { return isNSFile(path) }
+
 // isNSFile reports whether path is a namespace file, i.e. an nsfs bind
 // mount, rather than the empty placeholder file underneath it.
 func isNSFile(path string) bool {

@@ -704,3 +704,68 @@ func (n *Node) DeleteBridge() error {
 	}
 	return nil
 }
+
+// EnsureBridgeRouteLocalnet sets net.ipv4.conf.BRIDGE.route_localnet=1 in the
+// node's namespace, which hostPorts reachable at 127.0.0.1 need (the CNI
+// portmap plugin sets the same on the pods' host interface): a connection from
+// 127.0.0.1 DNATed to a pod leaves through the bridge with a loopback source
+// until POSTROUTING masquerades it, and its replies come back through the
+// bridge to 127.0.0.1; without the setting the kernel drops both as martians.
+// The setting belongs to the bridge, which minikit owns, and goes with it, so
+// it is not recorded for RestoreSysctls.
+func (n *Node) EnsureBridgeRouteLocalnet() error {
+	if err := validLinkName(n.Bridge); err != nil {
+		return err
+	}
+	path := "/proc/sys/net/ipv4/conf/" + n.Bridge + "/route_localnet"
+	set := func() error {
+		cur, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(cur)) == "1" {
+			return nil
+		}
+		return os.WriteFile(path, []byte("1"), 0o644)
+	}
+	var err error
+	if n.HostNS == "" {
+		err = set()
+	} else {
+		err = DoPath(NetNSPath(n.HostNS), set)
+	}
+	if err != nil {
+		return fmt.Errorf("setting route_localnet on %s: %w", n.Bridge, err)
+	}
+	return nil
+}
+
+// DeleteUDPConntrack deletes the node's conntrack entries of UDP flows to
+// port (to dst only, when dst is valid), as the CNI portmap plugin does when
+// a UDP hostPort appears or goes: a datagram sent before the mapping existed
+// left an entry with no NAT, and one sent before the pod went left an entry
+// to the old pod, and either would steer the client's next datagrams (same
+// source port) past the current mapping until it times out.
+func (n *Node) DeleteUDPConntrack(dst netip.Addr, port uint16) error {
+	hs, err := n.openHost()
+	if err != nil {
+		return err
+	}
+	defer hs.Close()
+	f := &netlink.ConntrackFilter{}
+	if err := f.AddProtocol(unix.IPPROTO_UDP); err != nil {
+		return err
+	}
+	if err := f.AddPort(netlink.ConntrackOrigDstPort, port); err != nil {
+		return err
+	}
+	if dst.IsValid() {
+		if err := f.AddIP(netlink.ConntrackOrigDstIP, dst.AsSlice()); err != nil {
+			return err
+		}
+	}
+	if _, err := hs.h.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f); err != nil {
+		return fmt.Errorf("deleting conntrack entries of UDP port %d: %w", port, err)
+	}
+	return nil
+}

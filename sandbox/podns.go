@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,12 +60,16 @@ type Bind struct {
 }
 
 // CreatePodNamespacesWith is CreatePodNamespaces with extra bind mounts of
-// directories (a service account token volume). A Target missing on the
-// node is created as an empty directory to mount on (pods share the node's
-// file system: the directory is visible on the node, but what is mounted on
-// it is not); RemoveBindTargets removes such directories again. Files in a
-// Source should be replaced by rename (atomically), which the directory
-// bind shows at once.
+// directories or files (a pod's volumes). A Target missing on the node is
+// created, as an empty directory (or an empty file, for a file Source) to
+// mount on: pods share the node's file system, so it is visible on the node,
+// but what is mounted on it is not. Such mount points are recorded and
+// removed by ReleasePodNSDir once no pod on the machine remains (a pod's
+// mount point may be another pod's too, and removing a directory that is a
+// mount point in another mount namespace detaches that mount there).
+// Files in a Source should be replaced by rename (atomically), which the
+// directory bind shows at once. Binds are mounted in order: a later Target
+// inside an earlier one's lands on the earlier mount.
 func CreatePodNamespacesWith(name, hostname, resolvConf, hosts string, binds []Bind) error {
 	if err := validName(name); err != nil {
 		return fmt.Errorf("creating namespaces of pod: %w", err)
@@ -98,6 +103,12 @@ func CreatePodNamespacesWith(name, hostname, resolvConf, hosts string, binds []B
 			return wrap(err)
 		}
 		f.Close()
+	}
+	for _, b := range binds {
+		if err := makeMountPoint(b.Source, b.Target); err != nil {
+			DeletePodNamespaces(name)
+			return wrap(err)
+		}
 	}
 	if err := pinPodNamespaces(name, hostname, resolvConf, hosts, binds); err != nil {
 		DeletePodNamespaces(name)
@@ -165,8 +176,11 @@ func buildPodNamespaces(hostname, resolvConf, hosts string, binds []Bind) error 
 		}
 	}
 	for _, b := range binds {
-		if err := os.MkdirAll(b.Target, 0o755); err != nil {
-			return fmt.Errorf("creating mount point %s: %w", b.Target, err)
+		// A Target inside an earlier bind is made inside that volume.
+		if _, err := os.Stat(b.Target); err != nil {
+			if err := os.MkdirAll(b.Target, 0o755); err != nil {
+				return fmt.Errorf("creating mount point %s: %w", b.Target, err)
+			}
 		}
 		if err := unix.Mount(b.Source, b.Target, "none", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind-mounting %s on %s: %w", b.Source, b.Target, err)
@@ -261,6 +275,88 @@ func lockPodNSDir() (func(), error) {
 	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
 }
 
+// mountPointRecord lists the mount points CreatePodNamespacesWith created on
+// the node, one path per line, for ReleasePodNSDir to remove.
+var mountPointRecord = filepath.Join(filepath.Dir(PodNSDir), "mountpoints")
+
+// makeMountPoint creates target (and its missing parents) on the node, a
+// directory or, for a file source, an empty file, and records the topmost
+// path it created.
+func makeMountPoint(source, target string) error {
+	st, err := os.Stat(source)
+	if err != nil {
+		return fmt.Errorf("volume source %s: %w", source, err)
+	}
+	if _, err := os.Lstat(target); err == nil {
+		return nil
+	}
+	top := filepath.Clean(target)
+	for d := filepath.Dir(top); d != "/" && d != "."; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		top = d
+	}
+	unlock, err := lockPodNSDir()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := os.MkdirAll(filepath.Dir(mountPointRecord), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(mountPointRecord, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("recording mount point %s: %w", top, err)
+	}
+	_, err = f.WriteString(top + "\n")
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("recording mount point %s: %w", top, err)
+	}
+	if st.IsDir() {
+		err = os.MkdirAll(target, 0o755)
+	} else if err = os.MkdirAll(filepath.Dir(target), 0o755); err == nil {
+		var tf *os.File
+		if tf, err = os.OpenFile(target, os.O_RDONLY|os.O_CREATE, 0o644); err == nil {
+			tf.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("creating mount point %s: %w", target, err)
+	}
+	return nil
+}
+
+// removeMountPoints removes the mount points recorded in record, as far as they are
+// empty directories (or a recorded empty file), and the record. The caller
+// holds the lock.
+func removeMountPoints(record string) {
+	b, err := os.ReadFile(record)
+	if err != nil {
+		return
+	}
+	for _, top := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if top == "" || !filepath.IsAbs(top) || filepath.Clean(top) == "/" {
+			continue
+		}
+		var paths []string
+		filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+			if err == nil {
+				paths = append(paths, p)
+			}
+			return nil
+		})
+		// Deepest first; os.Remove leaves anything not empty.
+		for i := len(paths) - 1; i >= 0; i-- {
+			if fi, err := os.Lstat(paths[i]); err == nil && (fi.IsDir() || (paths[i] == top && fi.Mode().IsRegular() && fi.Size() == 0)) {
+				os.Remove(paths[i])
+			}
+		}
+	}
+	os.Remove(record)
+}
+
 // ReleasePodNSDir removes PodNSDir's bind mount, and the directories minikit made
 // under /run, once no pod namespaces remain (minikit down). While any agent on the
 // machine still has pods, it leaves everything in place.
@@ -283,6 +379,7 @@ func ReleasePodNSDir() error {
 		return fmt.Errorf("unmounting %s: %w", PodNSDir, err)
 	}
 	os.Remove(PodNSDir)
+	removeMountPoints(mountPointRecord)
 	unlock()
 	os.Remove(filepath.Dir(PodNSDir))
 	return nil

@@ -252,3 +252,56 @@ func TestPodNamespacesBind(t *testing.T) {
 		t.Errorf("%s left on the node", filepath.Dir(filepath.Dir(target)))
 	}
 }
+
+// A file binds onto a file: the mount point made for it on the node is an
+// empty file.
+func TestPodNamespacesBindFile(t *testing.T) {
+	requireRoot(t)
+	src := writeTemp(t, "config", "from the volume")
+	top := filepath.Join("/run", testName("bindfile"))
+	target := filepath.Join(top, "etc", "app.conf")
+	t.Cleanup(func() { removeMountPointsUnder(top) })
+	name := testName("podns")
+	t.Cleanup(func() { DeletePodNamespaces(name) })
+	if err := CreatePodNamespacesWith(name, "web-0", "", "", []Bind{{Source: src, Target: target}}); err != nil {
+		t.Fatalf("CreatePodNamespacesWith: %v", err)
+	}
+	out, err := exec.Command(Nsenter, "--mount="+PodMntPath(name), "--", "cat", target).CombinedOutput()
+	if err != nil || string(out) != "from the volume" {
+		t.Fatalf("file in pod = %q, %v", out, err)
+	}
+	if fi, err := os.Stat(target); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+		t.Fatalf("node's mount point %s: %v %v, want an empty file", target, fi, err)
+	}
+}
+
+// removeMountPoints removes recorded directories and files it made, as far
+// as they are empty, and nothing else.
+func TestRemoveMountPoints(t *testing.T) {
+	dir := t.TempDir()
+	made := filepath.Join(dir, "made")
+	kept := filepath.Join(dir, "kept")
+	for _, d := range []string{filepath.Join(made, "a", "b"), filepath.Join(kept, "c")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(kept, "c", "data"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	record := filepath.Join(dir, "record")
+	os.WriteFile(record, []byte(made+"\n"+kept+"\n"+filepath.Join(dir, "file")+"\n"), 0o644)
+	removeMountPoints(record)
+	if exists(made) || exists(filepath.Join(dir, "file")) || exists(record) {
+		t.Errorf("left: made %v, file %v, record %v", exists(made), exists(filepath.Join(dir, "file")), exists(record))
+	}
+	if !exists(filepath.Join(kept, "c", "data")) {
+		t.Error("removed a directory that was not empty")
+	}
+}
+
+// removeMountPointsUnder removes a test's mount points (and only those).
+func removeMountPointsUnder(top string) {
+	rec := filepath.Join(os.TempDir(), filepath.Base(top)+".record")
+	os.WriteFile(rec, []byte(top+"\n"), 0o644)
+	removeMountPoints(rec)
+}
