@@ -88,6 +88,7 @@ var errHelpShown = errors.New("help shown")
 func (c *container) agnhostFlags(name string) *pflag.FlagSet {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(c.stderr)
+	fs.Usage = func() {} // parseAgnhost prints usage for --help, errors say what is wrong
 	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 	})

@@ -79,7 +79,7 @@ func netexec(ctx context.Context, c *container, args []string) error {
 				return err
 			}
 			n.log.Printf("Started UDP server on port %s %d", h, *udpPort)
-			port := *udpPort
+			port := conn.LocalAddr().(*net.UDPAddr).Port // *udpPort, unless that was 0
 			servers = append(servers, &udpServer{conn: conn, handle: func(pkt []byte, from *net.UDPAddr) []byte {
 				return n.udp(pkt, from, port)
 			}})
@@ -97,6 +97,7 @@ func netexec(ctx context.Context, c *container, args []string) error {
 	if err != nil {
 		return err
 	}
+	n.httpPort = ln.Addr().(*net.TCPAddr).Port
 	hs := c.httpServer(ln, h)
 	hs.cert, hs.keyFile = *certFile, *keyFile
 	n.log.Printf("Started HTTP server on port %d", *httpPort)
