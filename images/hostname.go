@@ -20,23 +20,25 @@ const awaitDeletion = 60 * time.Second
 func serveHostname(ctx context.Context, c *container, args []string, agnhost bool) error {
 	var doTCP, doUDP, doHTTP, doClose bool
 	var port int
-	if agnhost {
-		fs := c.agnhostFlags("serve-hostname")
+	define := func(fs interface {
+		BoolVar(p *bool, name string, value bool, usage string)
+		IntVar(p *int, name string, value int, usage string)
+	}) {
 		fs.BoolVar(&doTCP, "tcp", false, "Serve raw over TCP.")
 		fs.BoolVar(&doUDP, "udp", false, "Serve raw over UDP.")
 		fs.BoolVar(&doHTTP, "http", true, "Serve HTTP.")
 		fs.BoolVar(&doClose, "close", false, "Close connection per each HTTP request.")
 		fs.IntVar(&port, "port", 9376, "Port number.")
+	}
+	if agnhost {
+		fs := c.agnhostFlags("serve-hostname")
+		define(fs)
 		if _, err := c.parseAgnhost(fs, args, 0, 0); err != nil {
 			return err
 		}
 	} else {
 		fs := c.flags("serve-hostname")
-		fs.BoolVar(&doTCP, "tcp", false, "Serve raw over TCP.")
-		fs.BoolVar(&doUDP, "udp", false, "Serve raw over UDP.")
-		fs.BoolVar(&doHTTP, "http", true, "Serve HTTP.")
-		fs.BoolVar(&doClose, "close", false, "Close connection per each HTTP request.")
-		fs.IntVar(&port, "port", 9376, "Port number.")
+		define(fs)
 		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
