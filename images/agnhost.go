@@ -2,378 +2,170 @@ package images
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"log"
-	"net"
 	"net/http"
 	"net/url"
-	"strconv"
+	"slices"
 	"strings"
-	"time"
+
+	"github.com/spf13/pflag"
 )
 
-var agnhostSubcommands = []string{"liveness", "netexec", "pause", "porter", "serve-hostname"}
+// agnhostCommand is one subcommand of registry.k8s.io/e2e-test-images/agnhost.
+type agnhostCommand struct {
+	short string
+	run   func(ctx context.Context, c *container, args []string) error
+}
+
+// agnhostCommands are the subcommands minikit implements: the ones the Kubernetes
+// networking docs and the sig-network conformance specs run.
+var agnhostCommands = map[string]agnhostCommand{
+	"connect":         {"Attempts a TCP, UDP or SCTP connection and returns useful errors", connect},
+	"dns-server-list": {"Prints the host's DNS Server list", dnsServerList},
+	"dns-suffix":      {"Prints the host's DNS suffix list", dnsSuffix},
+	"etc-hosts":       {"Prints the host's /etc/hosts file", etcHosts},
+	"liveness":        {"Starts a server that fails liveness probes after 10 seconds", liveness},
+	"netexec":         {"Creates HTTP(S) and UDP servers with various endpoints", netexec},
+	"pause":           {"Pauses the execution", agnhostPause},
+	"porter":          {"Serves requested data on ports specified in ENV variables", porter},
+	"serve-hostname": {"Serves the hostname", func(ctx context.Context, c *container, args []string) error {
+		return serveHostname(ctx, c, args, true)
+	}},
+	"test-webserver": {"Starts a simple HTTP fileserver", testWebserver},
+}
 
 // runAgnhost is registry.k8s.io/e2e-test-images/agnhost: its first argument picks
-// the subcommand, as with the real image's cobra CLI.
+// the subcommand, as with the real image's cobra CLI. With no arguments at all
+// (command: ["/agnhost"]) it prints its help and exits 0, as cobra does; a
+// container that gives neither command nor args gets the image's CMD, "pause".
 func runAgnhost(ctx context.Context, c *container, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("agnhost needs a subcommand; minikit implements %s", strings.Join(agnhostSubcommands, ", "))
+	if len(args) == 0 || args[0] == "help" || args[0] == "--help" || args[0] == "-h" {
+		fmt.Fprint(c.stdout, agnhostHelp())
+		return nil
 	}
 	sub, rest := args[0], args[1:]
-	switch sub {
-	case "netexec":
-		return netexec(ctx, c, rest)
-	case "serve-hostname":
-		return serveHostname(ctx, c, rest, true)
-	case "liveness":
-		return liveness(ctx, c, rest)
-	case "porter":
-		return porter(ctx, c, rest)
-	case "pause":
-		if err := parseFlags(c.flags("pause"), rest); err != nil {
-			return err
-		}
-		fmt.Fprintln(c.stdout, "Paused")
-		return c.serve(ctx)
+	cmd, ok := agnhostCommands[sub]
+	if !ok {
+		return fmt.Errorf("agnhost subcommand %q is not implemented by minikit; implemented: %s",
+			sub, strings.Join(agnhostNames(), ", "))
 	}
-	return fmt.Errorf("agnhost subcommand %q is not implemented by minikit; implemented: %s",
-		sub, strings.Join(agnhostSubcommands, ", "))
+	err := cmd.run(ctx, c, rest)
+	if errors.Is(err, errHelpShown) {
+		return nil
+	}
+	return err
 }
 
-// netexecServer holds what netexec's handlers share.
-type netexecServer struct {
-	c        *container
-	log      *log.Logger
-	hostname string
-	healthy  bool // the real /healthz reports whether a UDP (or SCTP) server runs
+func agnhostNames() []string {
+	names := make([]string, 0, len(agnhostCommands))
+	for n := range agnhostCommands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
-// netexec serves agnhost's test endpoints over HTTP(S) and the hostname/echo/clientip
-// commands over UDP. Endpoints that touch the filesystem or run commands (/shell,
-// /upload) answer 501: a minikit pod shares the host's filesystem.
-func netexec(ctx context.Context, c *container, args []string) error {
-	fs := c.flags("netexec")
-	httpPort := fs.Int("http-port", 8080, "HTTP Listen Port")
-	udpPort := fs.Int("udp-port", 8081, "UDP Listen Port")
-	sctpPort := fs.Int("sctp-port", -1, "SCTP Listen Port")
-	certFile := fs.String("tls-cert-file", "", "File containing an x509 certificate for HTTPS.")
-	keyFile := fs.String("tls-private-key-file", "", "File containing an x509 private key matching --tls-cert-file")
-	override := fs.String("http-override", "", "Override the HTTP handler to always respond as if it were a GET with this path & params")
-	udpAddrs := fs.String("udp-listen-addresses", "", "A comma separated list of ip addresses the udp servers listen from")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func agnhostHelp() string {
+	var b strings.Builder
+	b.WriteString("Usage:\n  app [command]\n\nAvailable Commands (those minikit implements):\n")
+	for _, n := range agnhostNames() {
+		fmt.Fprintf(&b, "  %-16s %s\n", n, agnhostCommands[n].short)
 	}
-	if err := checkPort("--http-port", *httpPort); err != nil {
-		return err
-	}
-	if *udpPort != -1 {
-		if err := checkPort("--udp-port", *udpPort); err != nil {
-			return err
-		}
-	}
-	hostname, err := c.hostname()
-	if err != nil {
-		return fmt.Errorf("reading hostname: %w", err)
-	}
-	n := &netexecServer{c: c, log: c.logger(), hostname: hostname, healthy: *udpPort != -1 || *sctpPort != -1}
-	if *sctpPort != -1 {
-		n.log.Printf("SCTP is not supported by minikit; ignoring --sctp-port=%d", *sctpPort)
-	}
-
-	var servers []server
-	if *udpPort != -1 {
-		hosts := []string{c.listenHost}
-		if *udpAddrs != "" {
-			hosts = strings.Split(*udpAddrs, ",")
-		}
-		for _, h := range hosts {
-			if net.ParseIP(h) == nil && h != "" {
-				return fmt.Errorf("parseAddress: invalid address %s", h)
-			}
-			conn, err := c.listenUDP(h, *udpPort)
-			if err != nil {
-				return err
-			}
-			n.log.Printf("Started UDP server on port %s %d", h, *udpPort)
-			servers = append(servers, &udpServer{conn: conn, handle: n.udp})
-		}
-	}
-
-	mux := http.NewServeMux()
-	n.routes(mux)
-	var h http.Handler = mux
-	if *override != "" {
-		h = overrideHandler(mux, *override)
-	}
-	ln, err := c.listenTCP(c.listenHost, *httpPort)
-	if err != nil {
-		return err
-	}
-	hs := c.httpServer(ln, h)
-	hs.cert, hs.keyFile = *certFile, *keyFile
-	n.log.Printf("Started HTTP server on port %d", *httpPort)
-	return c.serve(ctx, append(servers, hs)...)
+	b.WriteString("\nUse \"app [command] --help\" for more information about a command.\n")
+	return b.String()
 }
 
-func (n *netexecServer) routes(mux *http.ServeMux) {
-	mux.HandleFunc("/", n.root)
-	mux.HandleFunc("/clientip", n.clientIP)
-	mux.HandleFunc("/dial", n.dial)
-	mux.HandleFunc("/echo", n.echo)
-	mux.HandleFunc("/exit", n.exit)
-	mux.HandleFunc("/healthz", n.healthz)
-	mux.HandleFunc("/hostname", n.hostnameHandler)
-	mux.HandleFunc("/hostName", n.hostnameHandler)
-	mux.HandleFunc("/redirect", n.redirect)
-	mux.HandleFunc("/shell", n.notImplemented)
-	mux.HandleFunc("/upload", n.notImplemented)
-	mux.HandleFunc("/shutdown", n.shutdown)
-}
+// errHelpShown ends a subcommand that printed its usage for --help; agnhost then
+// exits 0.
+var errHelpShown = errors.New("help shown")
 
-// overrideHandler answers every request as a GET of path, like --http-override.
-func overrideHandler(mux http.Handler, path string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o, err := http.NewRequestWithContext(r.Context(), http.MethodGet, path, nil)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("override request failed: %v", err), http.StatusInternalServerError)
-			return
-		}
-		o.RemoteAddr = r.RemoteAddr
-		mux.ServeHTTP(w, o)
+// agnhostFlags returns a flag set that parses like agnhost's cobra commands:
+// pflag syntax (--flag=v, --flag v, --bool, --bool=false), flags and
+// positional arguments in any order, "_" and "-" alike in flag names, and
+// klog's -v, --vmodule and --log-flush-frequency accepted and ignored (agnhost
+// runs through component-base's cli.Run, which adds them: some tests pass them).
+func (c *container) agnhostFlags(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	fs.Usage = func() {} // parseAgnhost prints usage for --help, errors say what is wrong
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		return pflag.NormalizedName(strings.ReplaceAll(name, "_", "-"))
 	})
+	fs.StringP("v", "v", "0", "number for the log level verbosity")
+	fs.String("vmodule", "", "comma-separated list of pattern=N settings for file-filtered logging")
+	fs.String("log-flush-frequency", "5s", "Maximum number of seconds between log flushes")
+	return fs
 }
 
-func (n *netexecServer) root(w http.ResponseWriter, r *http.Request) {
-	n.log.Printf("GET /")
-	fmt.Fprintf(w, "NOW: %v", n.c.now())
-}
-
-func (n *netexecServer) clientIP(w http.ResponseWriter, r *http.Request) {
-	n.log.Printf("GET /clientip")
-	fmt.Fprint(w, r.RemoteAddr)
-}
-
-func (n *netexecServer) hostnameHandler(w http.ResponseWriter, r *http.Request) {
-	n.log.Printf("GET %s", r.URL.Path)
-	fmt.Fprint(w, n.hostname)
-}
-
-func (n *netexecServer) echo(w http.ResponseWriter, r *http.Request) {
-	msg, codeString := r.FormValue("msg"), r.FormValue("code")
-	n.log.Printf("GET /echo?msg=%s&code=%s", msg, codeString)
-	if codeString != "" {
-		code, err := strconv.Atoi(codeString)
-		if err != nil {
-			fmt.Fprintf(w, "argument 'code' must be an integer or empty, got %q\n", codeString)
-			return
+// parseAgnhost parses args into fs and returns the positional arguments, of
+// which there must be between minArgs and maxArgs (cobra's Args checks).
+func (c *container) parseAgnhost(fs *pflag.FlagSet, args []string, minArgs, maxArgs int) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(c.stdout, "Usage:\n  app %s [flags]\n\nFlags:\n%s", fs.Name(), fs.FlagUsages())
+			return nil, errHelpShown
 		}
-		w.WriteHeader(code)
+		return nil, fmt.Errorf("parsing %s arguments %q: %w", fs.Name(), args, err)
 	}
-	fmt.Fprint(w, msg)
-}
-
-func (n *netexecServer) healthz(w http.ResponseWriter, r *http.Request) {
-	n.log.Printf("GET /healthz")
-	if !n.healthy {
-		w.WriteHeader(http.StatusPreconditionFailed)
-	}
-}
-
-func (n *netexecServer) redirect(w http.ResponseWriter, r *http.Request) {
-	location, codeString := r.FormValue("location"), r.FormValue("code")
-	n.log.Printf("%s /redirect?msg=%s&code=%s", r.Method, location, codeString)
-	code := http.StatusFound
-	if codeString != "" {
-		var err error
-		if code, err = strconv.Atoi(codeString); err != nil {
-			fmt.Fprintf(w, "argument 'code' must be an integer or empty, got %q\n", codeString)
-			return
-		}
-	}
-	http.Redirect(w, r, location, code)
-}
-
-func (n *netexecServer) notImplemented(w http.ResponseWriter, r *http.Request) {
-	n.log.Printf("GET %s (not implemented by minikit)", r.URL.Path)
-	http.Error(w, r.URL.Path+" is not implemented by minikit's built-in agnhost", http.StatusNotImplemented)
-}
-
-// exit stops the image with ?code= after ?wait=, allowing ?timeout= for
-// connections to close. With no timeout the real image exits at once, so the
-// client gets no response.
-func (n *netexecServer) exit(w http.ResponseWriter, r *http.Request) {
-	waitString, timeoutString, codeString := r.FormValue("wait"), r.FormValue("timeout"), r.FormValue("code")
-	n.log.Printf("GET /exit?code=%s&timeout=%s&wait=%s", codeString, timeoutString, waitString)
-	timeout, err := time.ParseDuration(timeoutString)
-	if err != nil && timeoutString != "" {
-		fmt.Fprintf(w, "argument 'timeout' must be a valid golang duration or empty, got %q\n", timeoutString)
-		return
-	}
-	wait, err := time.ParseDuration(waitString)
-	if err != nil && waitString != "" {
-		fmt.Fprintf(w, "argument 'wait' must be a valid golang duration or empty, got %q\n", waitString)
-		return
-	}
-	code, err := strconv.Atoi(codeString)
-	if err != nil && codeString != "" {
-		fmt.Fprintf(w, "argument 'code' must be an integer [0-127] or empty, got %q\n", codeString)
-		return
-	}
-	n.log.Printf("Will begin shutdown in %s, allowing %s for connections to close, then will exit with %d", wait, timeout, code)
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
-	}
-	if timeout <= 0 {
-		hijackAndClose(w)
-	}
-	n.c.requestExit(code, timeout)
-}
-
-func (n *netexecServer) shutdown(w http.ResponseWriter, r *http.Request) {
-	n.log.Printf("GET /shutdown")
-	hijackAndClose(w)
-	n.c.requestExit(0, 0)
-}
-
-// dial makes ?tries= requests of ?request= to ?host=:?port= over ?protocol= (http or
-// udp) and reports the answers as JSON, like the real /dial used by the e2e tests.
-func (n *netexecServer) dial(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	host, port, request, protocol, tryParam := q.Get("host"), q.Get("port"), q.Get("request"), q.Get("protocol"), q.Get("tries")
-	n.log.Printf("GET /dial?host=%s&protocol=%s&port=%s&request=%s&tries=%s", host, protocol, port, request, tryParam)
-	tries := 1
-	if tryParam != "" {
-		var err error
-		if tries, err = strconv.Atoi(tryParam); err != nil {
-			http.Error(w, fmt.Sprintf("tries parameter is invalid. %v", err), http.StatusBadRequest)
-			return
-		}
-	}
-	if request == "" {
-		http.Error(w, "request parameter not specified. <nil>", http.StatusBadRequest)
-		return
-	}
-	hostPort := net.JoinHostPort(host, port)
-	var dial func(ctx context.Context, request, addr string) (string, error)
-	var err error
-	switch strings.ToLower(protocol) {
-	case "", "http":
-		dial = dialHTTP
-		_, err = net.ResolveTCPAddr("tcp", hostPort)
-	case "udp":
-		dial = dialUDP
-		_, err = net.ResolveUDPAddr("udp", hostPort)
-	case "sctp":
-		http.Error(w, "sctp is not supported by minikit", http.StatusNotImplemented)
-		return
-	default:
-		http.Error(w, fmt.Sprintf("unsupported protocol. %s", protocol), http.StatusBadRequest)
-		return
-	}
-	if err != nil {
-		http.Error(w, fmt.Sprintf("host and/or port param are invalid. %v", err), http.StatusBadRequest)
-		return
-	}
-	var responses, errs []string
-	var response string
-	for range tries {
-		if response, err = dial(r.Context(), request, hostPort); err != nil {
-			errs = append(errs, err.Error())
-		} else {
-			responses = append(responses, response)
-		}
-	}
-	// The real handler keys "responses" on the last answer being non-empty.
-	output := map[string][]string{}
-	if response != "" {
-		output["responses"] = responses
-	}
-	if len(errs) > 0 {
-		output["errors"] = errs
-	}
-	b, err := json.Marshal(output)
-	if err != nil {
-		http.Error(w, fmt.Sprintf("response could not be serialized. %v", err), http.StatusExpectationFailed)
-		return
-	}
-	_, _ = w.Write(b)
-}
-
-func dialHTTP(ctx context.Context, request, addr string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/%s", addr, request), nil)
-	if err != nil {
-		return "", err
-	}
-	// No proxy: the request must leave from this pod, as the real one does.
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	return string(body), nil
-}
-
-func dialUDP(ctx context.Context, request, addr string) (string, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "udp", addr)
-	if err != nil {
-		return "", fmt.Errorf("udp dial failed. err:%v", err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte(request)); err != nil {
-		return "", fmt.Errorf("udp connection write failed. err:%v", err)
-	}
-	buf := make([]byte, 2048)
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, err := conn.Read(buf)
-	if err != nil || n == 0 {
-		return "", fmt.Errorf("reading from udp connection failed. err:'%v'", err)
-	}
-	return string(buf[:n]), nil
-}
-
-// udp answers netexec's UDP commands. Like the real server it lower-cases the
-// datagram first, so "echo Hello" answers "hello".
-func (n *netexecServer) udp(pkt []byte, from *net.UDPAddr) []byte {
-	text := strings.ToLower(strings.TrimSpace(string(pkt)))
+	pos := fs.Args()
 	switch {
-	case text == "hostname":
-		n.log.Println("Sending udp hostName response")
-		return []byte(n.hostname)
-	case strings.HasPrefix(text, "echo "):
-		msg := strings.TrimPrefix(text, "echo ")
-		n.log.Printf("Echoing %v to UDP client %s\n", msg, from)
-		return []byte(msg)
-	case text == "clientip":
-		n.log.Printf("Sending clientip back to UDP client %s\n", from)
-		return []byte(from.String())
-	case text != "":
-		n.log.Printf("Unknown UDP command received from %s: %v\n", from, text)
+	case minArgs > 0 && minArgs == maxArgs && len(pos) != minArgs:
+		return nil, fmt.Errorf("%s: accepts %d arg(s), received %d", fs.Name(), minArgs, len(pos))
+	case len(pos) > maxArgs:
+		return nil, fmt.Errorf("%s: accepts at most %d arg(s), received %d", fs.Name(), maxArgs, len(pos))
+	case len(pos) < minArgs:
+		return nil, fmt.Errorf("%s: requires at least %d arg(s), only received %d", fs.Name(), minArgs, len(pos))
 	}
-	return nil
+	return pos, nil
+}
+
+// agnhostPause is `agnhost pause`: it says so and waits. Stopped by a signal it
+// reports which one and exits 1 for SIGINT, 2 for SIGTERM, as the real one does
+// (a plain cancellation, as in tests, returns nil).
+func agnhostPause(ctx context.Context, c *container, args []string) error {
+	if _, err := c.parseAgnhost(c.agnhostFlags("pause"), args, 0, 0); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, "Paused")
+	fmt.Fprintln(c.stdout, "Signals registered")
+	if err := c.serve(ctx); err != nil {
+		return err
+	}
+	sig, code, ok := signalOf(ctx)
+	if !ok {
+		return nil
+	}
+	fmt.Fprintf(c.stdout, "exiting because of signal %q\n", sig)
+	return &ExitError{Code: code}
+}
+
+// signalOf reports the signal that cancelled ctx, if signal.NotifyContext did
+// (its cause reads "<signal> signal received"), with the exit code agnhost pause
+// gives it.
+func signalOf(ctx context.Context) (string, int, bool) {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		return "", 0, false
+	}
+	sig, ok := strings.CutSuffix(cause.Error(), " signal received")
+	if !ok {
+		return "", 0, false
+	}
+	switch sig {
+	case "interrupt":
+		return sig, 1, true
+	case "terminated":
+		return sig, 2, true
+	}
+	return sig, 0, true
 }
 
 // liveness is `agnhost liveness`, the server of the Kubernetes liveness-probe
 // tutorial: /healthz answers 200 for the first 10 seconds, then 500. The real one
 // always listens on 8080; MINIKIT_PORT overrides that for tests.
 func liveness(ctx context.Context, c *container, args []string) error {
-	if err := parseFlags(c.flags("liveness"), args); err != nil {
+	if _, err := c.parseAgnhost(c.agnhostFlags("liveness"), args, 0, 0); err != nil {
 		return err
 	}
 	port, err := c.envPort("MINIKIT_PORT", 8080)

@@ -33,7 +33,16 @@ type container struct {
 	hostname   func() (string, error)
 	now        func() time.Time
 	requestID  func() string
-	ready      func()
+	// after is time.After; tests replace it to end waits (serve-hostname's
+	// minute after SIGTERM, netexec's --delay-shutdown) when they choose.
+	after func(time.Duration) <-chan time.Time
+	// root is where the container's filesystem starts: "/" in a pod (whose mount
+	// namespace shows the host's files plus its own /etc/resolv.conf, /etc/hosts
+	// and volumes), a temporary directory in tests.
+	root string
+	// shell runs netexec's /shell commands.
+	shell string
+	ready func()
 	// onListen, when set, learns every bound address; tests use it to find the
 	// ports the kernel picked for port 0.
 	onListen func(network string, addr net.Addr)
@@ -61,6 +70,9 @@ func newContainer(image string, env map[string]string, listenHost string, stdout
 		// Real images run with no /etc/localtime, so their clocks read UTC.
 		now:       func() time.Time { return time.Now().UTC() },
 		requestID: randomRequestID,
+		after:     time.After,
+		root:      "/",
+		shell:     "/bin/sh",
 		exit:      make(chan exitRequest, 1),
 	}
 }

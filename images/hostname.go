@@ -6,25 +6,47 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 )
 
+// awaitDeletion is how long serve-hostname goes on serving after SIGTERM: it
+// waits for the kubelet to kill it, so clients see it until then.
+const awaitDeletion = 60 * time.Second
+
 // serveHostname is registry.k8s.io/serve_hostname and `agnhost serve-hostname`:
-// the hostname, without a newline, over HTTP (default), raw TCP or UDP on one
-// port (default 9376). The two differ only in agnhost's start-up log line.
+// the hostname, without a newline, over HTTP (default), raw TCP (written on
+// accept, then closed) or UDP on one port (default 9376). The old image parses
+// Go flags (-port), agnhost pflag ones (--port); only agnhost logs its port.
 func serveHostname(ctx context.Context, c *container, args []string, agnhost bool) error {
-	fs := c.flags("serve-hostname")
-	doTCP := fs.Bool("tcp", false, "Serve raw over TCP.")
-	doUDP := fs.Bool("udp", false, "Serve raw over UDP.")
-	doHTTP := fs.Bool("http", true, "Serve HTTP.")
-	doClose := fs.Bool("close", false, "Close connection per each HTTP request.")
-	port := fs.Int("port", 9376, "Port number.")
-	if err := parseFlags(fs, args); err != nil {
+	var doTCP, doUDP, doHTTP, doClose bool
+	var port int
+	define := func(fs interface {
+		BoolVar(p *bool, name string, value bool, usage string)
+		IntVar(p *int, name string, value int, usage string)
+	}) {
+		fs.BoolVar(&doTCP, "tcp", false, "Serve raw over TCP.")
+		fs.BoolVar(&doUDP, "udp", false, "Serve raw over UDP.")
+		fs.BoolVar(&doHTTP, "http", true, "Serve HTTP.")
+		fs.BoolVar(&doClose, "close", false, "Close connection per each HTTP request.")
+		fs.IntVar(&port, "port", 9376, "Port number.")
+	}
+	if agnhost {
+		fs := c.agnhostFlags("serve-hostname")
+		define(fs)
+		if _, err := c.parseAgnhost(fs, args, 0, 0); err != nil {
+			return err
+		}
+	} else {
+		fs := c.flags("serve-hostname")
+		define(fs)
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+	}
+	if err := checkPort("--port", port); err != nil {
 		return err
 	}
-	if err := checkPort("--port", *port); err != nil {
-		return err
-	}
-	if *doHTTP && (*doTCP || *doUDP) {
+	if doHTTP && (doTCP || doUDP) {
 		return errors.New("can't serve TCP/UDP mode and HTTP mode at the same time")
 	}
 	hostname, err := c.hostname()
@@ -34,8 +56,8 @@ func serveHostname(ctx context.Context, c *container, args []string, agnhost boo
 	logger := c.logger()
 
 	var servers []server
-	if *doTCP {
-		ln, err := c.listenTCP(c.listenHost, *port)
+	if doTCP {
+		ln, err := c.listenTCP(c.listenHost, port)
 		if err != nil {
 			return err
 		}
@@ -44,8 +66,8 @@ func serveHostname(ctx context.Context, c *container, args []string, agnhost boo
 			_, _ = conn.Write([]byte(hostname))
 		}))
 	}
-	if *doUDP {
-		conn, err := c.listenUDP(c.listenHost, *port)
+	if doUDP {
+		conn, err := c.listenUDP(c.listenHost, port)
 		if err != nil {
 			return err
 		}
@@ -54,23 +76,43 @@ func serveHostname(ctx context.Context, c *container, args []string, agnhost boo
 			return []byte(hostname)
 		}})
 	}
-	if *doHTTP {
-		ln, err := c.listenTCP(c.listenHost, *port)
+	if doHTTP {
+		ln, err := c.listenTCP(c.listenHost, port)
 		if err != nil {
 			return err
 		}
 		servers = append(servers, c.httpServer(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			logger.Printf("HTTP request from %s", r.RemoteAddr)
-			if *doClose {
+			if doClose {
 				w.Header().Set("Connection", "close")
 			}
 			fmt.Fprint(w, hostname)
 		})))
 	}
 	if agnhost {
-		logger.Printf("Serving on port %d.\n", *port)
+		logger.Printf("Serving on port %d.\n", port)
 	}
-	return c.serve(ctx, servers...)
+	// The pod's SIGTERM ends ctx; the servers go on for awaitDeletion, until the
+	// kubelet kills the process.
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-runCtx.Done():
+			return
+		}
+		if sig, _, ok := signalOf(ctx); ok {
+			logger.Printf("Shutting down after receiving signal: %s.\n", sig)
+		}
+		logger.Printf("Awaiting pod deletion.\n")
+		select {
+		case <-c.after(awaitDeletion):
+		case <-runCtx.Done():
+		}
+		stop()
+	}()
+	return c.serve(runCtx, servers...)
 }
 
 // runPause is registry.k8s.io/pause: it holds the pod open and says nothing.

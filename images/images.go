@@ -1,13 +1,17 @@
 // Package images owns minikit's built-in container images: Go re-implementations
-// of the images the Kubernetes documentation uses for networking examples
-// (serve_hostname, agnhost, nginx, nginxdemos/hello) plus minikit's own echo
-// server, so those manifests run unchanged on a machine without a container
-// runtime.
+// of the images the Kubernetes documentation and the e2e conformance suite use
+// for networking (serve_hostname, agnhost and its subcommands, pause, nginx,
+// httpd, nginxdemos/hello) plus minikit's own echo server, so those manifests
+// run unchanged on a machine without a container runtime.
 //
-// The node agent asks Resolve how to start a container. A built-in image runs as
-// the minikit binary re-executed inside the pod's namespaces
-// (`minikit __image-run NAME ARGS...`), which calls Run; anything else runs as a
-// host command inside the pod. The images answer in their real formats (same
+// The node agent asks Resolve how to start a container, and ResolveExec whether
+// an exec addresses the image's own program (`kubectl exec POD -- /agnhost
+// dns-suffix`). A built-in image runs as the minikit binary re-executed inside
+// the pod's namespaces (`minikit __image-run NAME ARGS...`), which calls Run;
+// anything else (a shell script in busybox, jessie-dnsutils or agnhost with
+// `command: [sh, -c, ...]`) runs as a host command inside the pod, which is
+// why those images' tools (sh, dig, getent, curl, nc, wget) must exist on the
+// host. The images answer in their real formats (same
 // bodies, same flags, same log lines where it matters) because students compare
 // what they see with the docs. Their logs are the container's log: they are
 // written to the process's stdout and stderr in each image's own format, not
@@ -67,7 +71,14 @@ type builtin struct {
 	// execsArgs is set for images whose entrypoint script runs its arguments as a
 	// command unless they start the image's program (nginx's docker-entrypoint.sh).
 	execsArgs bool
-	run       func(ctx context.Context, c *container, args []string) error
+	// cmd is the image's default CMD: the args when a container gives neither
+	// command nor args (agnhost's is "pause").
+	cmd []string
+	// programs are the absolute paths of the image's own executables that an
+	// exec may name (ResolveExec); a path the host may also have (nginx) is not
+	// listed, so exec never starts a second server by accident.
+	programs []string
+	run      func(ctx context.Context, c *container, args []string) error
 }
 
 var nginxEntrypoints = []string{"nginx", "nginx-debug", "/usr/sbin/nginx", "/docker-entrypoint.sh"}
@@ -81,13 +92,16 @@ var builtins = []builtin{
 	{
 		name:        "registry.k8s.io/e2e-test-images/agnhost",
 		repos:       []string{"e2e-test-images/agnhost", "kubernetes-e2e-test-images/agnhost"},
-		entrypoints: []string{"/agnhost", "agnhost"},
+		entrypoints: []string{"/agnhost", "agnhost", "/agnhost-2"},
+		cmd:         []string{"pause"},
+		programs:    []string{"/agnhost", "/agnhost-2"},
 		run:         runAgnhost,
 	},
 	{
 		name:        "registry.k8s.io/serve_hostname",
 		repos:       []string{"serve_hostname", "google_containers/serve_hostname", "google-containers/serve_hostname", "minikit/serve-hostname"},
 		entrypoints: []string{"/serve_hostname", "serve_hostname"},
+		programs:    []string{"/serve_hostname"},
 		run: func(ctx context.Context, c *container, args []string) error {
 			return serveHostname(ctx, c, args, false)
 		},
@@ -96,11 +110,13 @@ var builtins = []builtin{
 		name:        "registry.k8s.io/pause",
 		repos:       []string{"pause", "pause-amd64", "google_containers/pause", "google_containers/pause-amd64"},
 		entrypoints: []string{"/pause"},
+		programs:    []string{"/pause"},
 		run:         runPause,
 	},
 	{
+		// The e2e suite's nginx images are the alpine nginx image rebuilt.
 		name:        "nginx",
-		repos:       []string{"nginx"},
+		repos:       []string{"nginx", "e2e-test-images/nginx", "kubernetes-e2e-test-images/nginx"},
 		entrypoints: nginxEntrypoints,
 		execsArgs:   true,
 		run:         nginxWelcome(80),
@@ -145,6 +161,14 @@ var builtins = []builtin{
 		run:         nginxHello(helloSite{port: 8080}),
 	},
 	{
+		// httpd's CMD is httpd-foreground (no ENTRYPOINT), so args replace it.
+		name:        "httpd",
+		repos:       []string{"httpd", "e2e-test-images/httpd", "kubernetes-e2e-test-images/httpd"},
+		entrypoints: []string{"httpd-foreground", "/usr/local/bin/httpd-foreground", "httpd", "/usr/local/apache2/bin/httpd"},
+		execsArgs:   true,
+		run:         runHttpd,
+	},
+	{
 		name:  "minikit/echo",
 		repos: []string{"minikit/echo"},
 		run:   runEcho,
@@ -153,12 +177,19 @@ var builtins = []builtin{
 
 // shellImages are general-purpose images that minikit runs from the host's
 // filesystem; cmd is the image's default CMD (none has an ENTRYPOINT), used when
-// the container gives neither command nor args.
+// the container gives neither command nor args. The e2e suite's busybox,
+// jessie-dnsutils and glibc-dns-testing (dig, getent, nslookup on Debian) only
+// ever run shell scripts.
 var shellImages = map[string][]string{
-	"busybox": {"sh"},
-	"alpine":  {"/bin/sh"},
-	"ubuntu":  {"/bin/bash"},
-	"debian":  {"bash"},
+	"busybox":                             {"sh"},
+	"e2e-test-images/busybox":             {"sh"},
+	"kubernetes-e2e-test-images/busybox":  {"sh"},
+	"alpine":                              {"/bin/sh"},
+	"ubuntu":                              {"/bin/bash"},
+	"debian":                              {"bash"},
+	"e2e-test-images/jessie-dnsutils":     {"bash"},
+	"kubernetes-e2e-test-images/dnsutils": {"bash"},
+	"e2e-test-images/glibc-dns-testing":   {"bash"},
 }
 
 // Names lists the built-in images by canonical name, for error messages and docs.
@@ -186,6 +217,8 @@ func Resolve(s Spec) (Plan, error) {
 			return Plan{Argv: slices.Concat(s.Command, s.Args)}, nil
 		case b.execsArgs && len(s.Args) > 0 && !slices.Contains(b.entrypoints, s.Args[0]):
 			return Plan{Argv: slices.Clone(s.Args)}, nil
+		case len(s.Command) == 0 && len(s.Args) == 0:
+			return Plan{Builtin: true, Name: b.name, Argv: slices.Clone(b.cmd)}, nil
 		default:
 			return Plan{Builtin: true, Name: b.name, Argv: slices.Clone(s.Args)}, nil
 		}
@@ -201,6 +234,27 @@ func Resolve(s Spec) (Plan, error) {
 	}
 	return Plan{}, fmt.Errorf("image %q is not a built-in image of minikit and has no command; built-in images: %s",
 		s.Image, strings.Join(Names(), ", "))
+}
+
+// ResolveExec says whether an exec into a container of image runs the image's
+// own program rather than a host command: argv[0] must be one of the built-in
+// image's executables by absolute path, as in
+// `kubectl exec POD -- /agnhost dns-suffix` or `/agnhost connect ADDR`. It then
+// returns the Plan to run (Builtin, Name, and Argv = argv[1:]), which the node
+// agent starts as `minikit __image-run NAME ARGV...` inside the pod's
+// namespaces with the exec's stdio; the image's exit status is the exec's.
+// For any other argv, including shell commands that mention the program
+// (`sh -c "/agnhost connect ..."`), it returns false and the exec runs on
+// the host's filesystem.
+func ResolveExec(image string, argv []string) (Plan, bool) {
+	if len(argv) == 0 {
+		return Plan{}, false
+	}
+	b, ok := lookup(parseRef(image))
+	if !ok || !slices.Contains(b.programs, argv[0]) {
+		return Plan{}, false
+	}
+	return Plan{Builtin: true, Name: b.name, Argv: slices.Clone(argv[1:])}, true
 }
 
 // Run runs built-in image name (a canonical name or any reference that resolves

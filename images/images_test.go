@@ -60,6 +60,20 @@ func start(t *testing.T, image string, args []string, env map[string]string) *ru
 
 func startAt(t *testing.T, image string, args []string, env map[string]string, now func() time.Time) *running {
 	t.Helper()
+	return startWith(t, image, args, env, func(c *container) { c.now = now })
+}
+
+// fired is an after func whose waits are over at once: by default a test's
+// serve-hostname stops right after cancel, without its minute of grace.
+func fired(time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	ch <- testTime
+	return ch
+}
+
+// startWith starts image like start, after configure adjusts the container.
+func startWith(t *testing.T, image string, args []string, env map[string]string, configure func(*container)) *running {
+	t.Helper()
 	b, ok := lookup(parseRef(image))
 	if !ok {
 		t.Fatalf("%q is not a built-in image", image)
@@ -67,7 +81,8 @@ func startAt(t *testing.T, image string, args []string, env map[string]string, n
 	r := &running{done: make(chan error, 1), addrs: map[string][]net.Addr{}}
 	c := newContainer(b.name, env, "127.0.0.1", &r.stdout, &r.stderr)
 	c.hostname = func() (string, error) { return "web-0", nil }
-	c.now = now
+	c.now = func() time.Time { return testTime }
+	c.after = fired
 	c.requestID = func() string { return testRequestID }
 	c.onListen = func(network string, addr net.Addr) {
 		r.mu.Lock()
@@ -76,6 +91,9 @@ func startAt(t *testing.T, image string, args []string, env map[string]string, n
 	}
 	ready := make(chan struct{})
 	c.ready = func() { close(ready) }
+	if configure != nil {
+		configure(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- c.run(ctx, b, args) }()
@@ -264,7 +282,13 @@ func TestHTTP(t *testing.T) {
 			path: "/redirect?location=/echo%3Fmsg%3Dfoobar&code=307", wantStatus: 307,
 			wantHeader: map[string]string{"Location": "/echo?msg=foobar"}, wantBody: "<a href=\"/echo?msg=foobar\">Temporary Redirect</a>.\n\n"},
 		{name: "netexec /shell", image: "registry.k8s.io/e2e-test-images/agnhost:2.39", args: netexec,
-			path: "/shell?cmd=id", wantStatus: 501, wantBody: "/shell is not implemented by minikit's built-in agnhost\n"},
+			path: "/shell?cmd=echo%20hello", wantBody: `{"output":"hello\n"}`},
+		{name: "netexec /shell shellCommand wins", image: "registry.k8s.io/e2e-test-images/agnhost:2.39", args: netexec,
+			path: "/shell?shellCommand=echo%20a&cmd=echo%20b", wantBody: `{"output":"a\n"}`},
+		{name: "netexec /shell failing", image: "registry.k8s.io/e2e-test-images/agnhost:2.39", args: netexec,
+			path: "/shell?cmd=exit%203", wantBody: `{"error":"exit status 3"}`},
+		{name: "netexec /upload", image: "registry.k8s.io/e2e-test-images/agnhost:2.39", args: netexec,
+			path: "/upload", wantStatus: 501, wantBody: "/upload is not implemented by minikit's built-in agnhost\n"},
 		{name: "netexec /dial without request", image: "registry.k8s.io/e2e-test-images/agnhost:2.39", args: netexec,
 			path: "/dial?host=127.0.0.1&port=1", wantStatus: 400, wantBody: "request parameter not specified. <nil>\n"},
 		{name: "netexec /dial bad protocol", image: "registry.k8s.io/e2e-test-images/agnhost:2.39", args: netexec,
@@ -634,8 +658,8 @@ func TestNginxAccessLog(t *testing.T) {
 
 func TestAgnhostPauseSaysPaused(t *testing.T) {
 	r := start(t, "registry.k8s.io/e2e-test-images/agnhost:2.39", []string{"pause"}, nil)
-	if got := r.stdout.String(); got != "Paused\n" {
-		t.Errorf("stdout = %q, want %q", got, "Paused\n")
+	if got, want := r.stdout.String(), "Paused\nSignals registered\n"; got != want {
+		t.Errorf("stdout = %q, want %q", got, want)
 	}
 }
 
@@ -660,14 +684,18 @@ func TestRunErrors(t *testing.T) {
 		{"serve_hostname bad port", "registry.k8s.io/serve_hostname", []string{"-port=70000"}, nil, "--port 70000 is not a valid port"},
 		{"serve_hostname positional args", "registry.k8s.io/serve_hostname", []string{"-port=0", "extra"}, nil,
 			`parsing serve-hostname arguments: unexpected ["extra"]`},
-		{"agnhost without subcommand", "registry.k8s.io/e2e-test-images/agnhost", nil, nil,
-			"agnhost needs a subcommand; minikit implements liveness, netexec, pause, porter, serve-hostname"},
 		{"agnhost fake-gitserver", "registry.k8s.io/e2e-test-images/agnhost", []string{"fake-gitserver"}, nil,
 			`agnhost subcommand "fake-gitserver" is not implemented by minikit`},
 		{"porter bad port", "registry.k8s.io/e2e-test-images/agnhost", []string{"porter"}, map[string]string{"SERVE_PORT_x": "foo"},
 			"parsing the port of SERVE_PORT_x"},
 		{"netexec unknown flag", "registry.k8s.io/e2e-test-images/agnhost", []string{"netexec", "--bogus"}, nil,
-			"flag provided but not defined: -bogus"},
+			`parsing netexec arguments ["--bogus"]: unknown flag: --bogus`},
+		{"netexec positional argument", "registry.k8s.io/e2e-test-images/agnhost", []string{"netexec", "extra"}, nil,
+			"netexec: accepts at most 0 arg(s), received 1"},
+		{"connect without destination", "registry.k8s.io/e2e-test-images/agnhost", []string{"connect", "--timeout=1s"}, nil,
+			"connect: accepts 1 arg(s), received 0"},
+		{"test-webserver bad port", "registry.k8s.io/e2e-test-images/agnhost", []string{"test-webserver", "--port=-2"}, nil,
+			"--port -2 is not a valid port"},
 		{"netexec bad UDP address", "registry.k8s.io/e2e-test-images/agnhost",
 			[]string{"netexec", "--http-port=0", "--udp-port=0", "--udp-listen-addresses=nope"}, nil, "parseAddress: invalid address nope"},
 		{"nginx bad MINIKIT_PORT", "nginx", nil, map[string]string{"MINIKIT_PORT": "x"}, `parsing MINIKIT_PORT="x"`},
@@ -728,7 +756,8 @@ func TestAgnhostPorter(t *testing.T) {
 		r := start(t, agnhost, []string{"porter", "--json-response"}, map[string]string{"SERVE_PORT_0": "foo"})
 		for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"} {
 			got := do(t, m, "http://"+r.addr(t, "tcp")+"/some/path/with/"+m, nil)
-			if want := `{"Method":"` + m + `","Body":"foo"}` + "\n"; got.status != 200 || got.body != want {
+			if want := `{"Method":"` + m + `","Body":"foo"}`; got.status != 200 || got.body != want ||
+				got.header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s: got %d %q, want %q", m, got.status, got.body, want)
 			}
 		}

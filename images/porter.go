@@ -27,9 +27,9 @@ import (
 // KEY_FILE override it); minikit generates a self-signed one when they are
 // unset.
 func porter(ctx context.Context, c *container, args []string) error {
-	fs := c.flags("porter")
+	fs := c.agnhostFlags("porter")
 	jsonResp := fs.Bool("json-response", false, "Responds to requests with a json response that includes the default value with the http.Request Method")
-	if err := parseFlags(fs, args); err != nil {
+	if _, err := c.parseAgnhost(fs, args, 0, 0); err != nil {
 		return err
 	}
 	log := c.logger()
@@ -98,8 +98,13 @@ func porterHandler(value string, jsonResp bool) http.Handler {
 			fmt.Fprint(w, value)
 			return
 		}
+		j, err := json.Marshal(struct{ Method, Body string }{r.Method, value})
+		if err != nil {
+			http.Error(w, fmt.Sprintf("Internal Server Error: %v", err), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(struct{ Method, Body string }{r.Method, value})
+		_, _ = w.Write(j)
 	})
 }
 

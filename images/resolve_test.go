@@ -54,6 +54,25 @@ func TestResolve(t *testing.T) {
 		{"agnhost on old gcr.io",
 			Spec{Image: "gcr.io/kubernetes-e2e-test-images/agnhost:2.2", Args: []string{"pause"}},
 			Plan{Builtin: true, Name: agnhost, Argv: []string{"pause"}}},
+		// The conformance specs' agnhost containers (test/utils/image/manifest.go: 2.66.1, prev 2.55).
+		{"agnhost with neither command nor args runs its CMD, pause",
+			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.66.1"},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{"pause"}}},
+		{"agnhost command without args prints its help",
+			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.55", Command: []string{"/agnhost"}},
+			Plan{Builtin: true, Name: agnhost}},
+		{"agnhost serve-hostname as the service jig runs it",
+			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.66.1", Command: []string{"/agnhost", "serve-hostname", "--http=false", "--tcp", "--udp"}},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{"serve-hostname", "--http=false", "--tcp", "--udp"}}},
+		{"agnhost porter as the proxy specs run it",
+			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.66.1", Command: []string{"/agnhost", "porter", "--json-response"}},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{"porter", "--json-response"}}},
+		{"agnhost DNS querier script runs on the host",
+			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.66.1", Command: []string{"sh", "-c", "for i in `seq 1 600`; do sleep 1; done"}},
+			Plan{Argv: []string{"sh", "-c", "for i in `seq 1 600`; do sleep 1; done"}}},
+		{"agnhost coredns runs on the host",
+			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.66.1", Command: []string{"/coredns"}, Args: []string{"-conf", "/etc/coredns/Corefile"}},
+			Plan{Argv: []string{"/coredns", "-conf", "/etc/coredns/Corefile"}}},
 		{"agnhost with a shell command runs on the host",
 			Spec{Image: "registry.k8s.io/e2e-test-images/agnhost:2.39", Command: []string{"sh", "-c", "sleep 5"}},
 			Plan{Argv: []string{"sh", "-c", "sleep 5"}}},
@@ -67,6 +86,19 @@ func TestResolve(t *testing.T) {
 		{"nginxdemos/hello-nonroot:plain-text", Spec{Image: "nginxdemos/hello-nonroot:plain-text"}, Plan{Builtin: true, Name: "nginxdemos/nginx-hello:plain-text"}},
 
 		{"pause", Spec{Image: "registry.k8s.io/pause:3.10"}, Plan{Builtin: true, Name: "registry.k8s.io/pause"}},
+		{"pause 3.10.2", Spec{Image: "registry.k8s.io/pause:3.10.2"}, Plan{Builtin: true, Name: "registry.k8s.io/pause"}},
+
+		// The e2e suite's nginx images are nginx; httpd is "It works!".
+		{"e2e nginx", Spec{Image: "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"}, Plan{Builtin: true, Name: "nginx"}},
+		{"e2e nginx new", Spec{Image: "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"}, Plan{Builtin: true, Name: "nginx"}},
+		{"httpd", Spec{Image: "httpd:2.4.38-alpine"}, Plan{Builtin: true, Name: "httpd"}},
+		{"e2e httpd", Spec{Image: "registry.k8s.io/e2e-test-images/httpd:2.4.39-4"}, Plan{Builtin: true, Name: "httpd"}},
+		{"httpd args that are a command replace its CMD",
+			Spec{Image: "httpd", Args: []string{"sh", "-c", "sleep 1"}},
+			Plan{Argv: []string{"sh", "-c", "sleep 1"}}},
+		{"httpd args starting httpd-foreground",
+			Spec{Image: "httpd", Args: []string{"httpd-foreground"}},
+			Plan{Builtin: true, Name: "httpd", Argv: []string{"httpd-foreground"}}},
 		{"minikit/echo with a port", Spec{Image: "minikit/echo", Args: []string{"--port=9000"}},
 			Plan{Builtin: true, Name: "minikit/echo", Argv: []string{"--port=9000"}}},
 		{"minikit/echo command is not its entrypoint",
@@ -85,9 +117,16 @@ func TestResolve(t *testing.T) {
 		{"ubuntu default CMD", Spec{Image: "ubuntu:24.04"}, Plan{Argv: []string{"/bin/bash"}}},
 		{"debian default CMD", Spec{Image: "debian:bookworm"}, Plan{Argv: []string{"bash"}}},
 
-		{"unknown image with a command",
-			Spec{Image: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.3", Command: []string{"sleep", "infinity"}},
+		{"e2e busybox default CMD", Spec{Image: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"}, Plan{Argv: []string{"sh"}}},
+		{"e2e busybox args", Spec{Image: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2", Args: []string{"sleep", "10"}},
+			Plan{Argv: []string{"sleep", "10"}}},
+		{"jessie-dnsutils with a command",
+			Spec{Image: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7", Command: []string{"sleep", "infinity"}},
 			Plan{Argv: []string{"sleep", "infinity"}}},
+		{"jessie-dnsutils default CMD", Spec{Image: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7"}, Plan{Argv: []string{"bash"}}},
+		{"glibc-dns-testing querier script",
+			Spec{Image: "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1", Command: []string{"sh", "-c", "dig +short x"}},
+			Plan{Argv: []string{"sh", "-c", "dig +short x"}}},
 		{"unknown image, command and args",
 			Spec{Image: "curlimages/curl", Command: []string{"curl"}, Args: []string{"-s", "http://web"}},
 			Plan{Argv: []string{"curl", "-s", "http://web"}}},
@@ -103,6 +142,46 @@ func TestResolve(t *testing.T) {
 			}
 			if got.Builtin && !slices.Contains(Names(), got.Name) {
 				t.Errorf("Resolve(%+v) named %q, which Names does not list", tt.spec, got.Name)
+			}
+		})
+	}
+}
+
+func TestResolveExec(t *testing.T) {
+	const agnhost = "registry.k8s.io/e2e-test-images/agnhost"
+	tests := []struct {
+		name   string
+		image  string
+		argv   []string
+		want   Plan
+		wantOK bool
+	}{
+		{"agnhost dns-suffix", "registry.k8s.io/e2e-test-images/agnhost:2.66.1", []string{"/agnhost", "dns-suffix"},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{"dns-suffix"}}, true},
+		{"agnhost connect", "registry.k8s.io/e2e-test-images/agnhost:2.55",
+			[]string{"/agnhost", "connect", "10.96.0.1:80", "--timeout=3s", "--protocol=tcp"},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{"connect", "10.96.0.1:80", "--timeout=3s", "--protocol=tcp"}}, true},
+		{"agnhost-2", "registry.k8s.io/e2e-test-images/agnhost:2.66.1", []string{"/agnhost-2", "etc-hosts"},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{"etc-hosts"}}, true},
+		{"agnhost alone", "registry.k8s.io/e2e-test-images/agnhost:2.66.1", []string{"/agnhost"},
+			Plan{Builtin: true, Name: agnhost, Argv: []string{}}, true},
+		{"a shell in agnhost runs on the host", "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+			[]string{"/bin/sh", "-x", "-c", "curl -q -s http://10.96.0.5/"}, Plan{}, false},
+		{"a relative agnhost is not the image's path", "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+			[]string{"agnhost", "dns-suffix"}, Plan{}, false},
+		{"hostname in agnhost runs on the host", "registry.k8s.io/e2e-test-images/agnhost:2.66.1", []string{"hostname"}, Plan{}, false},
+		{"/agnhost in another image is the host's", "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+			[]string{"/agnhost", "dns-suffix"}, Plan{}, false},
+		{"nginx in the nginx image is not re-run", "nginx", []string{"nginx", "-s", "reload"}, Plan{}, false},
+		{"serve_hostname", "registry.k8s.io/serve_hostname:1.1", []string{"/serve_hostname", "-port=9000"},
+			Plan{Builtin: true, Name: "registry.k8s.io/serve_hostname", Argv: []string{"-port=9000"}}, true},
+		{"empty argv", "registry.k8s.io/e2e-test-images/agnhost:2.66.1", nil, Plan{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ResolveExec(tt.image, tt.argv)
+			if ok != tt.wantOK || got.Builtin != tt.want.Builtin || got.Name != tt.want.Name || !slices.Equal(got.Argv, tt.want.Argv) {
+				t.Errorf("ResolveExec(%q, %q) = %+v, %v; want %+v, %v", tt.image, tt.argv, got, ok, tt.want, tt.wantOK)
 			}
 		})
 	}
