@@ -110,8 +110,8 @@ func (a *Agent) execImageArgv(image string, argv []string) []string {
 	if len(argv) == 0 {
 		return argv
 	}
-	plan, err := images.Resolve(images.Spec{Image: image, Command: argv})
-	if err != nil || !plan.Builtin {
+	plan, ok := images.ResolveExec(image, argv)
+	if !ok {
 		return argv
 	}
 	return append([]string{a.cfg.Executable, "__image-run", plan.Name}, plan.Argv...)
