@@ -16,6 +16,7 @@ import (
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -252,6 +253,9 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 		if err := s.admitPod(pod); err != nil {
 			return nil, err
 		}
+	}
+	if ing, ok := obj.(*networkingv1.Ingress); ok {
+		s.admitIngress(ing)
 	}
 	vcfg := s.validationFor(obj, func(prefix string) []store.KV { kvs, _, _ := s.store.List(prefix); return kvs })
 	validation.Default(obj, vcfg)
