@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/minikit/minikit/spdyframe"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +26,21 @@ const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 // agentTransport dials node agents for streaming requests; the connections are
 // hijacked and copied, so no pooling or timeouts beyond the dial apply.
 var agentTransport = &http.Transport{Proxy: nil}
+
+// portForwardTransport dials node agents for port-forward. After the upgrade
+// the client's SPDY stream is copied into the connection a frame per write
+// (spdyframe.ForwardConn): spdystream writes each frame as three pieces, which
+// reach here as three TLS records or WebSocket messages, and copied as they
+// come they would cross the node's network stack as three segments.
+var portForwardTransport = &http.Transport{Proxy: nil,
+	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return spdyframe.ForwardConn{Conn: c}, nil
+	}}
 
 // isStreamSub reports whether sub is one of the pod subresources served by
 // serveStream.
@@ -112,7 +130,11 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, rq request)
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+s.cfg.NodeToken)
 	responder := streamResponder{s}
-	upgrade := proxy.NewUpgradeAwareHandler(loc, agentTransport, false, true, responder)
+	transport := agentTransport
+	if rq.sub == "portforward" {
+		transport = portForwardTransport
+	}
+	upgrade := proxy.NewUpgradeAwareHandler(loc, transport, false, true, responder)
 	var h http.Handler = upgrade
 	switch rq.sub {
 	case "exec", "attach":

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +16,14 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/spdyframe"
 
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -177,8 +180,24 @@ func (a *Agent) servePortForward(w http.ResponseWriter, r *http.Request) {
 		writeStreamError(w, err)
 		return
 	}
+	if !wsstream.IsWebSocketRequest(r) {
+		w = frameWriter{w}
+	}
 	portforward.ServePortForward(w, r, t, parts[0]+"/"+parts[1], string(t.pod.UID), opts,
 		streamIdleTimeout, streamCreationTimeout, portforward.SupportedProtocols)
+}
+
+// frameWriter hands the SPDY upgrade a connection that writes whole frames
+// (spdyframe): spdystream writes each frame field by field, three segments per
+// data frame, each of which the API server would forward as a TLS record.
+type frameWriter struct{ http.ResponseWriter }
+
+func (f frameWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(f.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	return spdyframe.NewConn(c), rw, nil
 }
 
 // ExecInContainer runs cmd in the pod's network, UTS and mount namespaces with
