@@ -24,7 +24,8 @@ const headerLen = 8
 // Writer coalesces the SPDY frames written to it into whole-frame writes to w.
 // The stream must begin at a frame boundary.
 type Writer struct {
-	w io.Writer
+	w        io.Writer
+	vectored bool // w writes net.Buffers in one writev
 
 	mu      sync.Mutex // frames may be written from several goroutines
 	pending []byte     // the start of a frame not yet complete (copied)
@@ -34,7 +35,10 @@ type Writer struct {
 }
 
 // NewWriter returns a Writer onto w.
-func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+func NewWriter(w io.Writer) *Writer {
+	_, tcp := w.(*net.TCPConn)
+	return &Writer{w: w, vectored: tcp}
+}
 
 // Write takes p, the next bytes of the stream, and writes out every frame it
 // completes; the start of an incomplete frame is kept for the next Write.
@@ -64,13 +68,18 @@ func (fw *Writer) Write(p []byte) (int, error) {
 	}
 	if end > 0 {
 		var err error
-		if len(fw.pending) > 0 {
+		switch {
+		case len(fw.pending) == 0:
+			_, err = fw.w.Write(p[:end])
+		case fw.vectored:
 			bufs := net.Buffers{fw.pending, p[:end]}
 			_, err = bufs.WriteTo(fw.w)
-			fw.pending = fw.pending[:0]
-		} else {
-			_, err = fw.w.Write(p[:end])
+		default:
+			// One Write on a TLS connection is one record per 16 KiB.
+			fw.pending = append(fw.pending, p[:end]...)
+			_, err = fw.w.Write(fw.pending)
 		}
+		fw.pending = fw.pending[:0]
 		if err != nil {
 			return 0, err
 		}
