@@ -9,6 +9,10 @@ command -v curl >/dev/null || need+=(curl)
 command -v nsenter >/dev/null || need+=(util-linux)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v kubectl >/dev/null || need+=(kubernetes-client)
+# The conformance run: its script reads JSON and JUnit with python3; the upstream
+# specs run nc (OpenBSD flavour, as in their images) and curl in pods.
+command -v python3 >/dev/null || need+=(python3)
+command -v nc >/dev/null || need+=(netcat-openbsd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
