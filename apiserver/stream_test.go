@@ -53,6 +53,8 @@ type fakeAgent struct {
 	paths []string
 	auth  []bool
 	tcp   []bool // reached through its port rather than called in process
+
+	refuse string // if set, port-forwards are refused with this (as a pod without a sandbox is)
 }
 
 func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -89,6 +91,8 @@ func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		csrc.ServeAttach(w, r, f, parts[2], "uid", parts[3], opts, time.Minute, 10*time.Second, csrc.SupportedStreamingProtocols)
+	case parts[0] == "portForward" && len(parts) == 3 && f.refusal() != "":
+		http.Error(w, f.refusal(), http.StatusInternalServerError)
 	case parts[0] == "portForward" && len(parts) == 3:
 		opts, err := cspf.NewV4Options(r)
 		if err != nil {
@@ -433,6 +437,49 @@ func portForwardEcho(t *testing.T, e *streamEnv, dialer httpstream.Dialer, tcp b
 	if len(e.agent.paths) != seen+1 || e.agent.paths[seen] != "/portForward/default/web?" || !e.agent.auth[seen] || e.agent.tcp[seen] != tcp {
 		t.Errorf("the agent got %q (token %v, through its port %v), want one /portForward/default/web with the node token (through its port %v)",
 			e.agent.paths[seen:], e.agent.auth[seen:], e.agent.tcp[seen:], tcp)
+	}
+}
+
+func (f *fakeAgent) refusal() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refuse
+}
+
+// TestStreamPortForwardRefused: the agent's refusal reaches the client, from
+// an agent reached over TCP or called in process.
+func TestStreamPortForwardRefused(t *testing.T) {
+	e := newStreamEnv(t)
+	const msg = `pod "default/web" has no running sandbox`
+	e.agent.mu.Lock()
+	e.agent.refuse = msg
+	e.agent.mu.Unlock()
+	u, _ := url.Parse(e.api.url + "/api/v1/namespaces/default/pods/web/portforward")
+	tr, upgrader, err := spdy.RoundTripperFor(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spdyDialer := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u)
+	wsDialer, err := portforward.NewSPDYOverWebsocketDialer(u, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, agent := range []string{"over TCP", "in process"} {
+		if agent == "in process" {
+			e.api.srv.SetLocalAgent("node1", e.agent)
+		}
+		for name, dialer := range map[string]httpstream.Dialer{"spdy": spdyDialer, "websocket": wsDialer} {
+			t.Run(agent+"/"+name, func(t *testing.T) {
+				c, _, err := dialer.Dial(portforward.PortForwardProtocolV1Name)
+				if err == nil {
+					c.Close()
+					t.Fatal("the port-forward was upgraded, want the agent's refusal")
+				}
+				if !strings.Contains(err.Error(), msg) {
+					t.Errorf("got %v, want the agent's %q", err, msg)
+				}
+			})
+		}
 	}
 }
 
