@@ -59,6 +59,7 @@ type Server struct {
 	nsFinalizing sync.Map     // namespace name -> struct{}, finalizers running
 	watches      atomic.Int64 // watch streams being served
 	proxy        proxyTransports
+	localAgent   atomic.Pointer[localAgent] // the node agent in this process, if any (stream.go)
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.

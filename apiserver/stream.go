@@ -1,6 +1,9 @@
 package apiserver
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -8,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/minikit/minikit/spdyframe"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +28,21 @@ const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 // agentTransport dials node agents for streaming requests; the connections are
 // hijacked and copied, so no pooling or timeouts beyond the dial apply.
 var agentTransport = &http.Transport{Proxy: nil}
+
+// portForwardTransport dials node agents for port-forward. After the upgrade
+// the client's SPDY stream is copied into the connection a frame per write
+// (spdyframe.ForwardConn): spdystream writes each frame as three pieces, which
+// reach here as three TLS records or WebSocket messages, and copied as they
+// come they would cross the node's network stack as three segments.
+var portForwardTransport = &http.Transport{Proxy: nil,
+	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return spdyframe.ForwardConn{Conn: c}, nil
+	}}
 
 // isStreamSub reports whether sub is one of the pod subresources served by
 // serveStream.
@@ -111,8 +131,16 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request, rq request)
 	// The agent takes the node token, never the client's credentials.
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+s.cfg.NodeToken)
+	if la := s.localAgent.Load(); la != nil && rq.sub == "portforward" && la.node == pod.Spec.NodeName {
+		la.servePortForward(w, r, path, agentQuery)
+		return nil
+	}
 	responder := streamResponder{s}
-	upgrade := proxy.NewUpgradeAwareHandler(loc, agentTransport, false, true, responder)
+	transport := agentTransport
+	if rq.sub == "portforward" {
+		transport = portForwardTransport
+	}
+	upgrade := proxy.NewUpgradeAwareHandler(loc, transport, false, true, responder)
 	var h http.Handler = upgrade
 	switch rq.sub {
 	case "exec", "attach":
@@ -207,4 +235,74 @@ func (sr streamResponder) Error(w http.ResponseWriter, r *http.Request, err erro
 		return
 	}
 	writeError(w, r, apierrors.NewServiceUnavailable(fmt.Sprintf("error dialing backend: %v", err)), sr.s.log)
+}
+
+// localAgent is the node agent of this process (`minikit server` runs one for
+// its own node) and its kubelet handler. A port-forward to a pod of that node
+// is served by calling the handler on the client's connection rather than by
+// proxying to the agent's port: the same handler, token check and SPDY
+// session, without copying every frame across the node's loopback twice (out
+// of the API server and into the agent, and back).
+type localAgent struct {
+	node    string
+	handler http.Handler
+}
+
+// SetLocalAgent names the node whose agent runs in this process and its
+// kubelet handler (node.Agent.KubeletHandler).
+func (s *Server) SetLocalAgent(node string, kubelet http.Handler) {
+	s.localAgent.Store(&localAgent{node: node, handler: kubelet})
+}
+
+// servePortForward hands r, already carrying the node token, to the agent as
+// the request for path and query. SPDY clients upgrade to the agent directly;
+// WebSocket tunnels (kubectl 1.31+) are unwrapped by apiserver's
+// TunnelingHandler, which expects its handler to write the upgrade response
+// onto the hijacked connection as a proxied backend does (rawUpgrade).
+func (la *localAgent) servePortForward(w http.ResponseWriter, r *http.Request, path string, query url.Values) {
+	r.URL = &url.URL{Path: path, RawQuery: query.Encode()}
+	r.RequestURI = r.URL.RequestURI()
+	tunnel := asproxy.NewTunnelingHandler(rawUpgrade{la.handler})
+	asproxy.NewTranslatingHandler(la.handler, tunnel, wsstream.IsWebSocketRequestWithTunnelingProtocol).ServeHTTP(w, r)
+}
+
+// rawUpgrade runs a handler that upgrades in place (WriteHeader(101), then
+// Hijack, as cri-streaming's SPDY upgrade does) so that the hijacked
+// connection begins with the 101 response's bytes, as a proxied backend's
+// would.
+type rawUpgrade struct{ h http.Handler }
+
+func (u rawUpgrade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.h.ServeHTTP(&rawUpgradeWriter{ResponseWriter: w}, r)
+}
+
+type rawUpgradeWriter struct {
+	http.ResponseWriter
+	upgrade bool
+}
+
+func (w *rawUpgradeWriter) WriteHeader(code int) {
+	if code == http.StatusSwitchingProtocols {
+		w.upgrade = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *rawUpgradeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, _, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if w.upgrade {
+		var b bytes.Buffer
+		b.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+		w.Header().Write(&b)
+		b.WriteString("\r\n")
+		if _, err := c.Write(b.Bytes()); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+	}
+	return c, bufio.NewReadWriter(bufio.NewReader(c), bufio.NewWriter(c)), nil
 }

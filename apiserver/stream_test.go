@@ -40,6 +40,9 @@ const (
 	streamNodeToken = "node-token"
 )
 
+// viaPortHeader marks the requests the fake agent gets through its port.
+const viaPortHeader = "X-Test-Via-Port"
+
 // fakeAgent is a kubelet-like endpoint serving exec and port-forward through
 // cri-streaming, as the node agent does, with an in-process "container": it
 // records what the API server asked for.
@@ -49,6 +52,9 @@ type fakeAgent struct {
 	mu    sync.Mutex
 	paths []string
 	auth  []bool
+	tcp   []bool // reached through its port rather than called in process
+
+	refuse string // if set, port-forwards are refused with this (as a pod without a sandbox is)
 }
 
 func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -59,6 +65,7 @@ func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.paths = append(f.paths, r.URL.Path+"?"+r.URL.RawQuery)
 	f.auth = append(f.auth, ok && tok == streamNodeToken)
+	f.tcp = append(f.tcp, r.Header.Get(viaPortHeader) != "")
 	f.mu.Unlock()
 	if !ok || tok != streamNodeToken {
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
@@ -84,6 +91,8 @@ func (f *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		csrc.ServeAttach(w, r, f, parts[2], "uid", parts[3], opts, time.Minute, 10*time.Second, csrc.SupportedStreamingProtocols)
+	case parts[0] == "portForward" && len(parts) == 3 && f.refusal() != "":
+		http.Error(w, f.refusal(), http.StatusInternalServerError)
 	case parts[0] == "portForward" && len(parts) == 3:
 		opts, err := cspf.NewV4Options(r)
 		if err != nil {
@@ -175,7 +184,10 @@ func newStreamEnv(t *testing.T) *streamEnv {
 		}
 	}()
 	fa := &fakeAgent{echoAddr: echo.Addr().String()}
-	agent := httptest.NewServer(fa)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set(viaPortHeader, "1")
+		fa.ServeHTTP(w, r)
+	}))
 	t.Cleanup(agent.Close)
 	ap := netip.MustParseAddrPort(agent.Listener.Addr().String())
 
@@ -339,8 +351,39 @@ func TestStreamPortForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, dialer := range map[string]httpstream.Dialer{"spdy": spdyDialer, "websocket": wsDialer} {
-		t.Run(name, func(t *testing.T) {
+	// The agent is reached over TCP, or called in process when it runs in
+	// the API server's process for the pod's node; an in-process agent of
+	// another node is never called.
+	otherNode := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the agent of node9 was called for %s", r.URL)
+		http.Error(w, "wrong node", http.StatusInternalServerError)
+	})
+	for _, agent := range []struct {
+		name    string
+		node    string
+		handler http.Handler
+		tcp     bool
+	}{{"over TCP", "", nil, true}, {"in process", "node1", e.agent, false}, {"in process for another node", "node9", otherNode, true}} {
+		if agent.handler != nil {
+			e.api.srv.SetLocalAgent(agent.node, agent.handler)
+		}
+		for name, dialer := range map[string]httpstream.Dialer{"spdy": spdyDialer, "websocket": wsDialer} {
+			t.Run(agent.name+"/"+name, func(t *testing.T) {
+				portForwardEcho(t, e, dialer, agent.tcp)
+			})
+		}
+	}
+}
+
+// portForwardEcho forwards a local port to port 8080 of pod web through
+// dialer and checks that 10 connections at once are echoed, and that the
+// agent got the port-forward with the node token, through its port or not.
+func portForwardEcho(t *testing.T, e *streamEnv, dialer httpstream.Dialer, tcp bool) {
+	e.agent.mu.Lock()
+	seen := len(e.agent.paths)
+	e.agent.mu.Unlock()
+	{
+		{
 			stop, ready := make(chan struct{}), make(chan struct{})
 			pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, io.Discard)
 			if err != nil {
@@ -387,7 +430,56 @@ func TestStreamPortForward(t *testing.T) {
 			for err := range errs {
 				t.Error(err)
 			}
-		})
+		}
+	}
+	e.agent.mu.Lock()
+	defer e.agent.mu.Unlock()
+	if len(e.agent.paths) != seen+1 || e.agent.paths[seen] != "/portForward/default/web?" || !e.agent.auth[seen] || e.agent.tcp[seen] != tcp {
+		t.Errorf("the agent got %q (token %v, through its port %v), want one /portForward/default/web with the node token (through its port %v)",
+			e.agent.paths[seen:], e.agent.auth[seen:], e.agent.tcp[seen:], tcp)
+	}
+}
+
+func (f *fakeAgent) refusal() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refuse
+}
+
+// TestStreamPortForwardRefused: the agent's refusal reaches the client, from
+// an agent reached over TCP or called in process.
+func TestStreamPortForwardRefused(t *testing.T) {
+	e := newStreamEnv(t)
+	const msg = `pod "default/web" has no running sandbox`
+	e.agent.mu.Lock()
+	e.agent.refuse = msg
+	e.agent.mu.Unlock()
+	u, _ := url.Parse(e.api.url + "/api/v1/namespaces/default/pods/web/portforward")
+	tr, upgrader, err := spdy.RoundTripperFor(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spdyDialer := spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u)
+	wsDialer, err := portforward.NewSPDYOverWebsocketDialer(u, e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, agent := range []string{"over TCP", "in process"} {
+		if agent == "in process" {
+			e.api.srv.SetLocalAgent("node1", e.agent)
+		}
+		for name, dialer := range map[string]httpstream.Dialer{"spdy": spdyDialer, "websocket": wsDialer} {
+			t.Run(agent+"/"+name, func(t *testing.T) {
+				c, _, err := dialer.Dial(portforward.PortForwardProtocolV1Name)
+				if err == nil {
+					c.Close()
+					t.Fatal("the port-forward was upgraded, want the agent's refusal")
+				}
+				if !strings.Contains(err.Error(), msg) {
+					t.Errorf("got %v, want the agent's %q", err, msg)
+				}
+			})
+		}
 	}
 }
 

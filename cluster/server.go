@@ -253,6 +253,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 			return err
 		}
 		s.Agent = agent
+		s.api.SetLocalAgent(agent.Kubelet())
 	}
 	go func() { wg.Wait(); close(s.done) }()
 	return nil

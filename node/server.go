@@ -41,6 +41,13 @@ func (a *Agent) serveLogs(ctx context.Context, addr string, token string) error 
 	return nil
 }
 
+// Kubelet returns the agent's node name and its kubelet endpoints behind the
+// token check, for an API server in the same process to call rather than
+// dial (apiserver.Server.SetLocalAgent).
+func (a *Agent) Kubelet() (nodeName string, h http.Handler) {
+	return a.cfg.NodeName, a.kubeletHandler(a.cfg.Token)
+}
+
 // kubeletHandler routes the kubelet paths, behind the token check.
 func (a *Agent) kubeletHandler(token string) http.Handler {
 	mux := http.NewServeMux()

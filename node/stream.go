@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,12 +16,14 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/spdyframe"
 
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -177,8 +180,24 @@ func (a *Agent) servePortForward(w http.ResponseWriter, r *http.Request) {
 		writeStreamError(w, err)
 		return
 	}
+	if !wsstream.IsWebSocketRequest(r) {
+		w = frameWriter{w}
+	}
 	portforward.ServePortForward(w, r, t, parts[0]+"/"+parts[1], string(t.pod.UID), opts,
 		streamIdleTimeout, streamCreationTimeout, portforward.SupportedProtocols)
+}
+
+// frameWriter hands the SPDY upgrade a connection that writes whole frames
+// (spdyframe): spdystream writes each frame field by field, three segments per
+// data frame, each of which the API server would forward as a TLS record.
+type frameWriter struct{ http.ResponseWriter }
+
+func (f frameWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(f.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	return spdyframe.NewConn(c), rw, nil
 }
 
 // ExecInContainer runs cmd in the pod's network, UTS and mount namespaces with
@@ -391,6 +410,9 @@ func (a *Agent) podLogPath(uid types.UID, ctr string) string {
 	return (&podWorker{a: a, uid: uid}).logPath(ctr)
 }
 
+// portForwardBuffer is the most a pod's answer is read at once.
+const portForwardBuffer = 256 << 10
+
 // PortForward connects stream to the port on the pod's loopback, dialled from
 // inside its network namespace, as the kubelet's runtimes do.
 func (t *streamTarget) PortForward(ctx context.Context, _, _ string, port int32, stream io.ReadWriteCloser) error {
@@ -418,7 +440,10 @@ func (t *streamTarget) PortForward(ctx context.Context, _, _ string, port int32,
 			conn.Close()
 		}
 	}()
-	_, err = io.Copy(stream, conn)
+	// Each read from the pod is one SPDY data frame: a larger buffer than
+	// io.Copy's 32 KiB makes fewer frames of a bulk transfer, each of which
+	// costs a frame header, an allocation and a channel hand-off on both ends.
+	_, err = io.CopyBuffer(stream, struct{ io.Reader }{conn}, make([]byte, portForwardBuffer))
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("copying from port %d of pod %q: %w", port, t.pod.Namespace+"/"+t.pod.Name, err)
 	}

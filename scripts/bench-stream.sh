@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Streaming benchmark in a throwaway lab: median `kubectl exec POD -- true`
 # against `kubectl get pod POD` (20 runs each, kubectl 1.32 and Debian's 1.20),
-# and HTTP requests/s through `kubectl port-forward` against the same load sent
-# straight to the pod from its node. Needs root and scripts/deps.sh.
+# HTTP requests/s through `kubectl port-forward` against the same load sent
+# straight to the pod from its node, and one 512 MiB download through
+# port-forward against the same download from the node; the direct runs come
+# before and after the forwarded ones and their mean is the reference.
+# Needs root and scripts/deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
