@@ -421,7 +421,7 @@ func (t *streamTarget) PortForward(ctx context.Context, _, _ string, port int32,
 	}
 	var conn net.Conn
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
-	err := sandbox.DoPath(sandbox.NetNSPath(t.netns), func() error {
+	err := sandbox.DoPath(t.netnsPath(), func() error {
 		var d net.Dialer
 		var err error
 		conn, err = d.DialContext(ctx, "tcp4", addr)
