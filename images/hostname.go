@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// awaitDeletion is how long serve-hostname goes on serving after SIGTERM: it
-// waits for the kubelet to kill it, so clients see it until then.
+// awaitDeletion is how long agnhost serve-hostname goes on serving after
+// SIGTERM: it waits for the kubelet to kill it, so clients see it until then.
 const awaitDeletion = 60 * time.Second
 
 // serveHostname is registry.k8s.io/serve_hostname and `agnhost serve-hostname`:
@@ -92,8 +92,13 @@ func serveHostname(ctx context.Context, c *container, args []string, agnhost boo
 	if agnhost {
 		logger.Printf("Serving on port %d.\n", port)
 	}
-	// The pod's SIGTERM ends ctx; the servers go on for awaitDeletion, until the
-	// kubelet kills the process.
+	// The old serve_hostname image (the docs' and the book's "hostnames"
+	// Deployment) stops serving at SIGTERM, so scaling to zero empties a
+	// Service at once. agnhost's serve-hostname instead goes on for
+	// awaitDeletion after the pod's SIGTERM, until the kubelet kills it.
+	if !agnhost {
+		return c.serve(ctx, servers...)
+	}
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	go func() {
