@@ -340,6 +340,17 @@ func (t *streamTarget) AttachContainer(ctx context.Context, _, _, _ string, in i
 	if out == nil {
 		out = errOut
 	}
+	// The output is followed from before the first key reaches the
+	// container: what the keys make it write (their echo, a command's answer)
+	// is the client's even when the container answers and exits at once.
+	var logf *os.File
+	if out != nil {
+		var err error
+		if logf, err = openLogEnd(t.a.podLogPath(t.pod.UID, c.name)); err != nil {
+			return err
+		}
+		defer logf.Close()
+	}
 	clientGone := make(chan struct{})
 	if in != nil && stdin != nil {
 		go func() {
@@ -361,20 +372,26 @@ func (t *streamTarget) AttachContainer(ctx context.Context, _, _, _ string, in i
 		}
 		return nil
 	}
-	return followLog(ctx, t.a.podLogPath(t.pod.UID, c.name), out, exited, clientGone)
+	followLog(ctx, logf, out, exited, clientGone)
+	return nil
 }
 
-// followLog copies what is appended to the log at path from now on to out,
-// until the container exits (then what it wrote last), the client goes or ctx ends.
-func followLog(ctx context.Context, path string, out io.Writer, exited, gone <-chan struct{}) error {
+// openLogEnd opens the container's log at path where it ends now.
+func openLogEnd(path string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("opening the container's output: %w", err)
+		return nil, fmt.Errorf("opening the container's output: %w", err)
 	}
-	defer f.Close()
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		return err
+		f.Close()
+		return nil, fmt.Errorf("opening the container's output: %w", err)
 	}
+	return f, nil
+}
+
+// followLog copies what is appended to the log f from its offset on to out,
+// until the container exits (then what it wrote last), the client goes or ctx ends.
+func followLog(ctx context.Context, f *os.File, out io.Writer, exited, gone <-chan struct{}) {
 	buf := make([]byte, 32<<10)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -384,7 +401,7 @@ func followLog(ctx context.Context, path string, out io.Writer, exited, gone <-c
 			n, err := f.Read(buf)
 			if n > 0 {
 				if _, werr := out.Write(buf[:n]); werr != nil {
-					return nil
+					return
 				}
 			}
 			if err != nil || n == 0 {
@@ -392,15 +409,15 @@ func followLog(ctx context.Context, path string, out io.Writer, exited, gone <-c
 			}
 		}
 		if last {
-			return nil
+			return
 		}
 		select {
 		case <-exited:
 			last = true
 		case <-gone:
-			return nil
+			return
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
 	}

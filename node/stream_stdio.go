@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +20,14 @@ type containerStdio struct {
 	ptmx  *os.File
 	child *os.File // the container's end, closed here once it started
 	log   *os.File // the terminal copy's own handle on the log
+	// copied is closed once the terminal's output is all in the log.
+	copied chan struct{}
 }
+
+// drainTimeout bounds how long a tty container's exit waits for its terminal's
+// last output to reach the log: a background process that keeps the terminal
+// open must not keep the exit from being seen.
+const drainTimeout = 2 * time.Second
 
 // openStdio sets up cmd's stdio for spec: a pseudo-terminal as the
 // controlling terminal of a new session for tty: true, a pipe for stdin: true,
@@ -78,7 +86,9 @@ func (s *containerStdio) started() {
 		s.child.Close()
 	}
 	if s.ptmx != nil {
+		s.copied = make(chan struct{})
 		go func() {
+			defer close(s.copied)
 			io.Copy(s.log, s.ptmx)
 			s.log.Close()
 			s.ptmx.Close()
@@ -86,10 +96,24 @@ func (s *containerStdio) started() {
 	}
 }
 
-// exited closes a stdin pipe once the process is gone.
+// exited closes a stdin pipe once the process is gone and, for a terminal,
+// waits until what the process wrote to it last is in the log. It runs before
+// the exit is recorded: an attach session ends at the exit after one last read
+// of the log, and that read must find the output (the prompt's answer, the
+// last line of `run -it --rm`), which the terminal's copy may not have
+// written yet when the process is reaped. A container writing to its log file
+// directly has written everything by then.
 func (s *containerStdio) exited() {
 	if s.stdin != nil && s.ptmx == nil {
 		s.stdin.Close()
+	}
+	if s.copied != nil {
+		t := time.NewTimer(drainTimeout)
+		defer t.Stop()
+		select {
+		case <-s.copied:
+		case <-t.C:
+		}
 	}
 }
 
