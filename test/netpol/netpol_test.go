@@ -217,4 +217,3 @@ func (e *env) dialFrom(t *testing.T, p *pod, addr string) net.Conn {
 	}
 	return conn
 }
-
