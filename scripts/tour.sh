@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 # The order a student would read them in; examples not listed here run after them.
-ORDER=(clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress)
+ORDER=(clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress networkpolicy)
 examples=()
 if [ $# -gt 0 ]; then
   for e in "$@"; do
