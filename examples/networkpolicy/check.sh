@@ -32,16 +32,22 @@ conn() {
   [[ $p == */* ]] && ns=${p%%/*} p=${p#*/}
   kubectl exec -n "$ns" "$p" -- /agnhost connect "$2" --timeout=1s 2>&1
 }
+# cmdline [NS/]POD ADDR: the kubectl command conn runs, as the student types it.
+cmdline() {
+  local ns=$NS p=$1
+  [[ $p == */* ]] && ns=${p%%/*} p=${p#*/}
+  printf '$ kubectl exec -n %s %s -- /agnhost connect %s --timeout=1s   -> ' "$ns" "$p" "$2"
+}
 # allowed/denied [NS/]POD ADDR: wait (rules follow the API within a sync) until
 # the connection opens / is refused, and print what the student would see.
 allowed() {
-  printf '$ kubectl exec %s -- /agnhost connect %s --timeout=1s   -> ' "$1" "$2"
+  cmdline "$1" "$2"
   eventually 20 conn "$1" "$2" || fail "$1 -> $2 should connect: $OUT"
   echo "connected"
 }
 refused() { ! conn "$@"; }
 denied() {
-  printf '$ kubectl exec %s -- /agnhost connect %s --timeout=1s   -> ' "$1" "$2"
+  cmdline "$1" "$2"
   eventually 20 refused "$1" "$2" || fail "$1 -> $2 should be refused, it connected"
   echo "$OUT"
 }
