@@ -78,8 +78,11 @@ denied db "$FRONTEND:80"
 say "the rules on node2 (db's node): FORWARD -> KUBE-NWPLCY-FORWARD -> KUBE-POD-FW-... -> KUBE-NWPLCY-... (iptables-save -t filter)"
 RULES=$(on node2 iptables-save -t filter | grep -E -- '^(:|-A )(KUBE-NWPLCY-|KUBE-POD-FW-)|-j KUBE-NWPLCY-FORWARD')
 echo "$RULES"
-FIRST=$(on node2 iptables -S FORWARD | grep -m1 -- '^-A FORWARD')
-has "$FIRST" "-j KUBE-NWPLCY-FORWARD" || fail "node2's first FORWARD rule is not the jump to KUBE-NWPLCY-FORWARD: $FIRST"
+# The jump is FORWARD's first rule: nothing (not even kube-proxy's ACCEPT of
+# packets it marked) is decided before the policies are.
+first_is_hook() { on node2 iptables -S FORWARD | grep -m1 -- '^-A FORWARD' | grep -- '-j KUBE-NWPLCY-FORWARD'; }
+eventually 40 first_is_hook || fail "node2's first FORWARD rule is not the jump to KUBE-NWPLCY-FORWARD: $(on node2 iptables -S FORWARD)"
+echo "$ minikit lab exec node2 -- iptables -S FORWARD | head -2"; on node2 iptables -S FORWARD | head -2
 grep -q -- '^-A KUBE-NWPLCY-FORWARD .*RELATED,ESTABLISHED' <<<"$RULES" || fail "KUBE-NWPLCY-FORWARD does not let established flows through first"
 grep -q -- '"networkpolicy/test-network-policy ingress rule 0".*0x10000' <<<"$RULES" || fail "no rule marks 0x10000 for test-network-policy ingress rule 0"
 grep -q -- '"networkpolicy/test-network-policy egress rule 0".*0x10000' <<<"$RULES" || fail "no rule marks 0x10000 for test-network-policy egress rule 0"
