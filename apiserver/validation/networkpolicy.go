@@ -154,8 +154,9 @@ func validateNetworkPolicyPeer(peer *networkingv1.NetworkPolicyPeer, opts netpol
 }
 
 // validateIPBlock checks the cidr and that every except is a strict subset
-// of it. Bits set beyond the prefix length are accepted (upstream only warns),
-// so containment is judged on the masked networks, as ParseCIDRSloppy gives.
+// of it. A CIDR already stored may keep a form strict validation refuses
+// (bits set beyond the prefix length, leading zeros), so containment is
+// judged on the masked networks ParseCIDRSloppy gives, as upstream does.
 func validateIPBlock(ipb *networkingv1.IPBlock, opts netpolOptions, fldPath *field.Path) field.ErrorList {
 	cidrPath := fldPath.Child("cidr")
 	if ipb.CIDR == "" {
