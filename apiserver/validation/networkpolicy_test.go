@@ -138,7 +138,9 @@ func TestValidateNetworkPolicy(t *testing.T) {
 			IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/33"}, NamespaceSelector: labels("team", "a")})),
 			[]fieldErr{{invalid, from0 + ".ipBlock.cidr"}, {forbidden, from0}}},
 		{"empty peer", bookPolicy(ingressPeer(networkingv1.NetworkPolicyPeer{})), []fieldErr{{required, from0}}},
-		{"empty egress peer", bookPolicy(func(np *networkingv1.NetworkPolicy) { np.Spec.Egress[0].To = append(np.Spec.Egress[0].To, networkingv1.NetworkPolicyPeer{}) }),
+		{"empty egress peer", bookPolicy(func(np *networkingv1.NetworkPolicy) {
+			np.Spec.Egress[0].To = append(np.Spec.Egress[0].To, networkingv1.NetworkPolicyPeer{})
+		}),
 			[]fieldErr{{required, "spec.egress[0].to[1]"}}},
 		{"podSelector label value invalid", bookPolicy(func(np *networkingv1.NetworkPolicy) { np.Spec.PodSelector = *labels("role", "db!") }),
 			[]fieldErr{{invalid, "spec.podSelector.matchLabels"}}},
