@@ -1,9 +1,11 @@
 package apiserver
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -11,9 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	openapiutil "k8s.io/kubectl/pkg/util/openapi"
+	kubectlvalidation "k8s.io/kubectl/pkg/validation"
+	"sigs.k8s.io/yaml"
 )
 
 // bookNetworkPolicy is the example of the Kubernetes documentation and of
@@ -278,6 +284,52 @@ func TestNamespaceNameLabel(t *testing.T) {
 		a.read(namespacesPath+"/"+name, &got)
 		if got.Labels[key] != name {
 			t.Errorf("namespace %s labels = %v", name, got.Labels)
+		}
+	}
+}
+
+// TestNetworkPolicyOpenAPIV2: kubectl before 1.27 validates and explains from
+// /openapi/v2; its validator, given minikit's document, accepts the book's
+// policy and names an unknown field in a peer list.
+func TestNetworkPolicyOpenAPIV2(t *testing.T) {
+	a := newTestAPI(t)
+	var doc struct {
+		Paths       map[string]json.RawMessage `json:"paths"`
+		Definitions map[string]struct {
+			GVK []map[string]string `json:"x-kubernetes-group-version-kind"`
+		} `json:"definitions"`
+	}
+	a.do(http.MethodGet, "/openapi/v2", "", nil, "Accept", "application/json").mustCode(t, http.StatusOK, &doc)
+	for _, p := range []string{
+		"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+		"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/{name}",
+		"/apis/networking.k8s.io/v1/networkpolicies",
+	} {
+		if _, ok := doc.Paths[p]; !ok {
+			t.Errorf("/openapi/v2 lacks the path %s", p)
+		}
+	}
+	want := []map[string]string{{"group": "networking.k8s.io", "version": "v1", "kind": "NetworkPolicy"}}
+	if got := doc.Definitions["io.k8s.api.networking.v1.NetworkPolicy"].GVK; !reflect.DeepEqual(got, want) {
+		t.Errorf("io.k8s.api.networking.v1.NetworkPolicy is marked %v, want %v", got, want)
+	}
+
+	dc, err := discovery.NewDiscoveryClientForConfig(&rest.Config{Host: a.url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := kubectlvalidation.NewSchemaValidation(schemaResources{openapiutil.NewOpenAPIParser(dc)})
+	for manifest, wantErr := range map[string]string{
+		bookNetworkPolicy:         "",
+		unknownFieldNetworkPolicy: `unknown field "form" in io.k8s.api.networking.v1.NetworkPolicyIngressRule`,
+	} {
+		js, err := yaml.YAMLToJSON([]byte(manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = v.ValidateBytes(js)
+		if (wantErr == "" && err != nil) || (wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr))) {
+			t.Errorf("client-side validation: %v, want %q", err, wantErr)
 		}
 	}
 }
