@@ -169,7 +169,25 @@ func TestNetworkPolicyKubectl(t *testing.T) {
 		}
 	}
 
-	if out := run("delete", "netpol", "test-network-policy"); !strings.Contains(out, `networkpolicy.networking.k8s.io "test-network-policy" deleted`) {
+	// A value upstream accepts with a warning: kubectl prints it.
+	ipv6 := file("ipv6.yaml", `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: ipv6
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - ipBlock:
+        cidr: FD00:0::/64
+`)
+	out, errOut, err := k.run(t, "create", "-f", ipv6)
+	if want := `Warning: spec.ingress[0].from[0].ipBlock.cidr: IPv6 CIDR value "FD00:0::/64" should be in RFC 5952 canonical format ("fd00::/64")`; err != nil || !strings.Contains(errOut, want) {
+		t.Errorf("create with a non-canonical IPv6 cidr: %v\n%s%s\nwant %q", err, out, errOut, want)
+	}
+
+	if out := run("delete", "netpol", "test-network-policy", "ipv6"); !strings.Contains(out, `networkpolicy.networking.k8s.io "test-network-policy" deleted`) ||
+		!strings.Contains(out, `networkpolicy.networking.k8s.io "ipv6" deleted`) {
 		t.Errorf("delete: %s", out)
 	}
 	if out, errOut, err := k.run(t, "get", "netpol"); err != nil || !strings.Contains(errOut, "No resources found in default namespace.") {

@@ -203,3 +203,39 @@ func defaultNetworkPolicy(np *networkingv1.NetworkPolicy) {
 		}
 	}
 }
+
+// networkPolicyWarnings are upstream's WarningsOnCreate/Update of the
+// NetworkPolicy strategy: an ipBlock CIDR that passes validation but is
+// not in canonical form (an IPv6 range not as RFC 5952 writes it, or a
+// stored legacy value).
+func networkPolicyWarnings(np *networkingv1.NetworkPolicy) []string {
+	var warnings []string
+	add := func(peers []networkingv1.NetworkPolicyPeer, peersPath *field.Path) {
+		for j, peer := range peers {
+			if peer.IPBlock == nil {
+				continue
+			}
+			p := peersPath.Index(j).Child("ipBlock")
+			warnings = append(warnings, cidrWarnings(p.Child("cidr"), peer.IPBlock.CIDR)...)
+			for k, except := range peer.IPBlock.Except {
+				warnings = append(warnings, cidrWarnings(p.Child("except").Index(k), except)...)
+			}
+		}
+	}
+	for i, rule := range np.Spec.Ingress {
+		add(rule.From, specPath.Child("ingress").Index(i).Child("from"))
+	}
+	for i, rule := range np.Spec.Egress {
+		add(rule.To, specPath.Child("egress").Index(i).Child("to"))
+	}
+	return warnings
+}
+
+// cidrWarnings is GetWarningsForCIDR for a value that parses (it logs an
+// error for one that does not).
+func cidrWarnings(fldPath *field.Path, value string) []string {
+	if _, _, err := netutils.ParseCIDRSloppy(value); err != nil {
+		return nil
+	}
+	return validation.GetWarningsForCIDR(fldPath, value)
+}

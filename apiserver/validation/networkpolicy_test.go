@@ -256,3 +256,36 @@ func TestDefaultNetworkPolicy(t *testing.T) {
 		})
 	}
 }
+
+func TestNetworkPolicyWarnings(t *testing.T) {
+	peer := func(cidr string, except ...string) []networkingv1.NetworkPolicyPeer {
+		return []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}, {IPBlock: &networkingv1.IPBlock{CIDR: cidr, Except: except}}}
+	}
+	tests := []struct {
+		name string
+		np   *networkingv1.NetworkPolicy
+		want []string
+	}{
+		{"canonical", bookPolicy(), nil},
+		{"IPv6 not in RFC 5952 form", bookPolicy(func(np *networkingv1.NetworkPolicy) {
+			np.Spec.Ingress[0].From = peer("FD00:0::/64", "fd00::/96", "fd00:0:0:0:1::/80")
+		}), []string{
+			`spec.ingress[0].from[1].ipBlock.cidr: IPv6 CIDR value "FD00:0::/64" should be in RFC 5952 canonical format ("fd00::/64")`,
+			`spec.ingress[0].from[1].ipBlock.except[1]: IPv6 CIDR value "fd00:0:0:0:1::/80" should be in RFC 5952 canonical format ("fd00::1:0:0:0/80")`,
+		}},
+		{"stored legacy values in egress", bookPolicy(func(np *networkingv1.NetworkPolicy) {
+			np.Spec.Egress[0].To = peer("10.0.0.1/24", "010.0.0.128/25")
+		}), []string{
+			`spec.egress[0].to[1].ipBlock.cidr: CIDR value "10.0.0.1/24" is ambiguous in this context (should be "10.0.0.0/24" or "10.0.0.1/32"?)`,
+			`spec.egress[0].to[1].ipBlock.except[0]: non-standard CIDR value "010.0.0.128/25" is invalid: use "10.0.0.128/25"`,
+		}},
+		{"unparsable is left to validation", bookPolicy(func(np *networkingv1.NetworkPolicy) { np.Spec.Egress[0].To = peer("nope") }), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Warnings(tc.np); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("warnings = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
