@@ -145,6 +145,10 @@ var resources = []*resource{
 		newObj: func() runtime.Object { return &discoveryv1.EndpointSlice{} }},
 	{gv: networkingv1.SchemeGroupVersion, name: "ingresses", singular: "ingress", kind: "Ingress", namespaced: true, shortNames: []string{"ing"},
 		newObj: func() runtime.Object { return &networkingv1.Ingress{} }, status: true, generation: true},
+	// NetworkPolicies are enforced by every node agent's netpol package (the
+	// iptables chains it renders); the API only stores and validates them.
+	{gv: networkingv1.SchemeGroupVersion, name: "networkpolicies", singular: "networkpolicy", kind: "NetworkPolicy", namespaced: true, shortNames: []string{"netpol"},
+		newObj: func() runtime.Object { return &networkingv1.NetworkPolicy{} }, generation: true},
 	{gv: networkingv1.SchemeGroupVersion, name: "ingressclasses", singular: "ingressclass", kind: "IngressClass",
 		newObj: func() runtime.Object { return &networkingv1.IngressClass{} }},
 	// ServiceCIDRs are the ranges ClusterIPs come from (the "kubernetes" one is

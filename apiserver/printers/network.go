@@ -305,3 +305,13 @@ func ipAddressCells(ip *networkingv1.IPAddress, now time.Time) []interface{} {
 	}
 	return []interface{}{ip.Name, parent}
 }
+
+var networkPolicyColumns = []metav1.TableColumnDefinition{
+	nameColumn,
+	column("Pod-Selector", networkingv1.NetworkPolicySpec{}.SwaggerDoc()["podSelector"]),
+	ageColumn,
+}
+
+func networkPolicyCells(np *networkingv1.NetworkPolicy, now time.Time) []interface{} {
+	return []interface{}{np.Name, metav1.FormatLabelSelector(&np.Spec.PodSelector), age(np.CreationTimestamp, now)}
+}

@@ -57,6 +57,7 @@ var known = []printer{
 	{resource: "replicationcontrollers", kind: coreKind("ReplicationController"), columns: replicaSetColumns, cells: typed(replicationControllerCells)},
 	{resource: "ingresses", kind: networkingKind("Ingress"), columns: ingressColumns, cells: typed(ingressCells)},
 	{resource: "ingressclasses", kind: networkingKind("IngressClass"), columns: ingressClassColumns, cells: typed(ingressClassCells)},
+	{resource: "networkpolicies", kind: networkingKind("NetworkPolicy"), columns: networkPolicyColumns, cells: typed(networkPolicyCells)},
 	{resource: "servicecidrs", kind: networkingKind("ServiceCIDR"), columns: serviceCIDRColumns, cells: typed(serviceCIDRCells)},
 	{resource: "ipaddresses", kind: networkingKind("IPAddress"), columns: ipAddressColumns, cells: typed(ipAddressCells)},
 	{resource: "secrets", kind: coreKind("Secret"), columns: secretColumns, cells: typed(secretCells)},

@@ -68,6 +68,8 @@ func Default(obj runtime.Object, cfg Config) {
 				p.Protocol = ptr(corev1.ProtocolTCP)
 			}
 		}
+	case *networkingv1.NetworkPolicy:
+		defaultNetworkPolicy(o)
 	case *networkingv1.IngressClass:
 		if p := o.Spec.Parameters; p != nil && p.Scope == nil {
 			p.Scope = ptr(networkingv1.IngressClassParametersReferenceScopeCluster)

@@ -121,6 +121,8 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateIngress(o, oldAs[*networkingv1.Ingress](old))
 	case *networkingv1.IngressClass:
 		return validateIngressClass(o, oldAs[*networkingv1.IngressClass](old))
+	case *networkingv1.NetworkPolicy:
+		return validateNetworkPolicy(o, oldAs[*networkingv1.NetworkPolicy](old))
 	case *networkingv1.ServiceCIDR:
 		return validateServiceCIDR(o, oldAs[*networkingv1.ServiceCIDR](old))
 	case *networkingv1.IPAddress:
