@@ -269,16 +269,22 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 	for i, r := range rs {
 		owner := fmt.Sprintf("%s %s rule %d", pol, d.name, i)
 		tail := " " + comment(owner) + mark
-		peerMatch := ""
 		var nets []netip.Prefix
 		if len(r.peers) > 0 {
 			nets = c.peers(p, r.peers, owner)
+		}
+		// peerMatch matches the rule's peers; its set is made on first use
+		// (an egress rule whose ports are all named needs none).
+		peerMatch := func() string {
+			if len(r.peers) == 0 {
+				return ""
+			}
 			set := setName(pol + "/" + d.name + "/" + strconv.Itoa(i) + "/peers")
 			c.addSet(Set{Name: set, Type: setNet, Entries: netEntries(nets), Owner: owner})
-			peerMatch = " -m set --match-set " + set + " " + d.peer
+			return " -m set --match-set " + set + " " + d.peer
 		}
 		if len(r.ports) == 0 {
-			rules = append(rules, "-A "+name+peerMatch+tail)
+			rules = append(rules, "-A "+name+peerMatch()+tail)
 			continue
 		}
 		for j, port := range r.ports {
@@ -293,7 +299,7 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 			}
 			switch {
 			case port.Port == nil:
-				rules = append(rules, "-A "+name+" -p "+proto+peerMatch+tail)
+				rules = append(rules, "-A "+name+" -p "+proto+peerMatch()+tail)
 			case port.Port.Type == 0: // a number
 				n := port.Port.IntVal
 				if n < 1 || n > 65535 {
@@ -304,7 +310,7 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 				if port.EndPort != nil && *port.EndPort > n && *port.EndPort <= 65535 {
 					dport += ":" + strconv.Itoa(int(*port.EndPort))
 				}
-				rules = append(rules, "-A "+name+" -p "+proto+peerMatch+" -m "+proto+" --dport "+dport+tail)
+				rules = append(rules, "-A "+name+" -p "+proto+peerMatch()+" -m "+proto+" --dport "+dport+tail)
 			case d == dirIngress:
 				// Resolved per selected local pod: its own container port.
 				for _, lp := range selected {
@@ -312,7 +318,7 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 					if !ok {
 						continue
 					}
-					rules = append(rules, "-A "+name+" -d "+lp.ip.String()+"/32 -p "+proto+peerMatch+" -m "+proto+" --dport "+strconv.Itoa(int(n))+tail)
+					rules = append(rules, "-A "+name+" -d "+lp.ip.String()+"/32 -p "+proto+peerMatch()+" -m "+proto+" --dport "+strconv.Itoa(int(n))+tail)
 				}
 			default:
 				// Egress: the destination pod's port of that name, so the rule
