@@ -212,6 +212,7 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 	if err != nil {
 		return err
 	}
+	addObjectWarnings(w, created)
 	return s.respond(w, r, rq.res, http.StatusCreated, created)
 }
 
@@ -363,6 +364,7 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 	if err != nil {
 		return err
 	}
+	addObjectWarnings(w, updated)
 	return s.respond(w, r, rq.res, http.StatusOK, updated)
 }
 
@@ -497,7 +499,16 @@ func (s *Server) servePatch(w http.ResponseWriter, r *http.Request, rq request) 
 	if err != nil {
 		return err
 	}
+	addObjectWarnings(w, updated)
 	return s.respond(w, r, rq.res, http.StatusOK, updated)
+}
+
+// addObjectWarnings sends the warnings Kubernetes gives with an accepted
+// write of obj (validation.Warnings) as Warning headers.
+func addObjectWarnings(w http.ResponseWriter, obj runtime.Object) {
+	for _, wn := range validation.Warnings(obj) {
+		w.Header().Add("Warning", "299 - "+strconv.Quote(wn))
+	}
 }
 
 // Patch applies a JSON merge, JSON or strategic merge patch to the current object and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/minikit/minikit/dns"
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/netpol"
 	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/proxy"
 
@@ -144,7 +145,8 @@ func agentDir(dataDir string) string { return dataDir + "/agent" }
 
 // Down removes from this node everything minikit created in the kernel: pods and
 // their sandboxes, cni0, host-gw routes and the agent's rules (node.Down), and the
-// service proxy's chains (proxy.Cleanup). It works from the data dir alone, also
+// service proxy's chains (proxy.Cleanup), the network policy chains and ipsets
+// (netpol.Cleanup). It works from the data dir alone, also
 // after a crash; run it in the node's network namespace, with minikit stopped.
 func Down(dataDir string, log *slog.Logger) error {
 	var errs []error
@@ -154,6 +156,13 @@ func Down(dataDir string, log *slog.Logger) error {
 	if ipt, err := iptables.New(); err == nil {
 		if err := proxy.Cleanup(ipt); err != nil {
 			errs = append(errs, fmt.Errorf("removing the proxy's rules: %w", err))
+		}
+		var sets netpol.IPSets
+		if s, err := netpol.NewNetlinkSets(nil); err == nil {
+			sets = s
+		}
+		if err := netpol.Cleanup(ipt, sets); err != nil {
+			errs = append(errs, fmt.Errorf("removing the network policy rules: %w", err))
 		}
 	}
 	return errors.Join(errs...)

@@ -30,7 +30,7 @@ type nodeContext struct {
 // startNodeComponents starts what runs on every node next to its agent. Each
 // start function runs its component until ctx ends, accounted in wg.
 func startNodeComponents(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startDNS, startIngressNode, startLoadBalancerNode} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startDNS, startIngressNode, startLoadBalancerNode} {
 		if err := start(ctx, wg, nc); err != nil {
 			return err
 		}

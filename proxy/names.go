@@ -5,6 +5,8 @@ import (
 	"encoding/base32"
 	"fmt"
 	"strings"
+
+	"github.com/minikit/minikit/iptables"
 )
 
 // Chain-name prefixes, as kube-proxy's iptables mode names them.
@@ -53,8 +55,13 @@ func servicePortName(namespace, name, port string) string {
 }
 
 // ownedChain reports whether a chain is one the service proxy creates: every
-// KUBE-* chain. The node agent's MINIKIT-* chains are not the proxy's.
-func ownedChain(name string) bool { return strings.HasPrefix(name, "KUBE-") }
+// KUBE-* chain but the network policy enforcer's (package netpol, which the
+// proxy must not import): KUBE-NWPLCY-* and KUBE-POD-FW-*. The node agent's
+// MINIKIT-* chains are not the proxy's either. Full syncs keep the chains that
+// are not the proxy's, with the jumps into them, and Cleanup leaves them alone.
+func ownedChain(name string) bool {
+	return strings.HasPrefix(name, "KUBE-") && !strings.HasPrefix(name, "KUBE-NWPLCY-") && !strings.HasPrefix(name, "KUBE-POD-FW-")
+}
 
 // ServiceChain reports whether a chain is a per-service or per-endpoint chain,
 // the kind partial syncs create and delete.
@@ -69,3 +76,14 @@ func ServiceChain(name string) bool {
 
 // probability formats 1/n as kube-proxy does ("%0.10f").
 func probability(n int) string { return fmt.Sprintf("%0.10f", 1.0/float64(n)) }
+
+// policyHook reports whether a built-in chain's rule is the network policy
+// enforcer's jump into KUBE-NWPLCY-FORWARD. By contract (np-contract.md) it is
+// rule 1 of FORWARD, so that policy judges pod traffic before the proxy's
+// KUBE-FORWARD accepts marked or established packets: a full sync writes it
+// back above the proxy's own jumps.
+func policyHook(line string) bool {
+	args := iptables.SplitRule(line)
+	n := len(args)
+	return n >= 2 && (args[n-2] == "-j" || args[n-2] == "-g") && args[n-1] == "KUBE-NWPLCY-FORWARD"
+}

@@ -63,3 +63,21 @@ func TestMasqueradeMarkText(t *testing.T) {
 }
 
 func fmtSscan(s string, f *float64) (int, error) { return fmt.Sscan(s, f) }
+
+// The network policy enforcer's chains (package netpol) are KUBE-* too, but
+// not the proxy's: full syncs keep them and Cleanup leaves them alone.
+func TestOwnedChainLeavesNetworkPolicyChains(t *testing.T) {
+	for name, want := range map[string]bool{
+		"KUBE-SERVICES":                true,
+		"KUBE-SVC-XPGD46QRK7WJZT7O":    true,
+		"KUBE-FORWARD":                 true,
+		"KUBE-NWPLCY-FORWARD":          false,
+		"KUBE-NWPLCY-ABCDEFGHIJKLMNOP": false,
+		"KUBE-POD-FW-ABCDEFGHIJKLMNOP": false,
+		"MINIKIT-POSTROUTING":          false,
+	} {
+		if got := ownedChain(name); got != want {
+			t.Errorf("ownedChain(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -160,13 +160,18 @@ func wholeTables(rs *ruleSet, state map[string]*iptables.TableState) []byte {
 			}
 			for _, c := range ts.Chains {
 				if c.Builtin() {
+					for _, r := range c.Rules {
+						if policyHook(r) {
+							w.line(r) // stays rule 1, above our jumps
+						}
+					}
 					for _, l := range jumpsInto(table, c.Name) {
 						w.line(l)
 					}
 				}
 				for _, r := range c.Rules {
-					if c.Builtin() && ownedJump(r) {
-						continue // a jump of ours, written above
+					if c.Builtin() && (ownedJump(r) || policyHook(r)) {
+						continue // written above
 					}
 					w.line(r)
 				}

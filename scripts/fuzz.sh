@@ -14,7 +14,8 @@
 # a count has no deadline to race. A duration run that ends that way, with no
 # failing input written, is reported as such and not counted as a finding.
 #
-# As root, FuzzRender also checks rules with iptables-restore --test inside a
+# As root, FuzzRender and FuzzRenderPolicies also check rules with
+# iptables-restore --test inside a
 # network namespace it creates and removes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,7 @@ done
 targets=(
   ./apiserver:FuzzDecodeAndValidate:20000x
   ./proxy:FuzzRender:10000x
+  ./netpol:FuzzRenderPolicies:2000x
   ./dns:FuzzRequest:100000x
   ./ingress/config:FuzzRoute:50000x
   ./ingress/proxy:FuzzRequestHead:100000x

@@ -241,3 +241,19 @@ func TestIPAddressCells(t *testing.T) {
 	}
 	checkRows(t, "ipaddresses", cases)
 }
+
+func TestNetworkPolicyCells(t *testing.T) {
+	policy := func(sel metav1.LabelSelector) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: objectMeta("db", 3*time.Hour), Spec: networkingv1.NetworkPolicySpec{PodSelector: sel}}
+	}
+	cases := []rowCase{
+		{"every pod", policy(metav1.LabelSelector{}), []interface{}{"db", "<none>", "3h"}},
+		{"match labels", policy(metav1.LabelSelector{MatchLabels: map[string]string{"role": "db", "app": "redis"}}),
+			[]interface{}{"db", "app=redis,role=db", "3h"}},
+		{"match expressions", policy(metav1.LabelSelector{MatchLabels: map[string]string{"role": "db"}, MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"cache", "db"}},
+			{Key: "legacy", Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}), []interface{}{"db", "!legacy,role=db,tier in (cache,db)", "3h"}},
+	}
+	checkRows(t, "networkpolicies", cases)
+}

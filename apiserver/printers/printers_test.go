@@ -82,6 +82,7 @@ func TestColumns(t *testing.T) {
 			[]string{"Containers", "Images", "Selector"}},
 		{"ingresses", []string{"Name", "Class", "Hosts", "Address", "Ports", "Age"}, nil},
 		{"ingressclasses", []string{"Name", "Controller", "Parameters", "Age"}, nil},
+		{"networkpolicies", []string{"Name", "Pod-Selector", "Age"}, nil},
 		{"servicecidrs", []string{"Name", "CIDRs", "Age"}, nil},
 		{"ipaddresses", []string{"Name", "ParentRef"}, nil},
 		{"secrets", []string{"Name", "Type", "Data", "Age"}, nil},

@@ -1421,5 +1421,6 @@ spec:
 	}
 	all = append(all, replicaSetBadManifests()...)
 	all = append(all, serviceCIDRBadManifests()...)
+	all = append(all, networkPolicyBadManifests()...)
 	return append(all, workloadBadManifests()...)
 }

@@ -154,8 +154,9 @@ func validateNetworkPolicyPeer(peer *networkingv1.NetworkPolicyPeer, opts netpol
 }
 
 // validateIPBlock checks the cidr and that every except is a strict subset
-// of it. Bits set beyond the prefix length are accepted (upstream only warns),
-// so containment is judged on the masked networks, as ParseCIDRSloppy gives.
+// of it. A CIDR already stored may keep a form strict validation refuses
+// (bits set beyond the prefix length, leading zeros), so containment is
+// judged on the masked networks ParseCIDRSloppy gives, as upstream does.
 func validateIPBlock(ipb *networkingv1.IPBlock, opts netpolOptions, fldPath *field.Path) field.ErrorList {
 	cidrPath := fldPath.Child("cidr")
 	if ipb.CIDR == "" {
@@ -201,4 +202,40 @@ func defaultNetworkPolicy(np *networkingv1.NetworkPolicy) {
 			np.Spec.PolicyTypes = append(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
 		}
 	}
+}
+
+// networkPolicyWarnings are upstream's WarningsOnCreate/Update of the
+// NetworkPolicy strategy: an ipBlock CIDR that passes validation but is
+// not in canonical form (an IPv6 range not as RFC 5952 writes it, or a
+// stored legacy value).
+func networkPolicyWarnings(np *networkingv1.NetworkPolicy) []string {
+	var warnings []string
+	add := func(peers []networkingv1.NetworkPolicyPeer, peersPath *field.Path) {
+		for j, peer := range peers {
+			if peer.IPBlock == nil {
+				continue
+			}
+			p := peersPath.Index(j).Child("ipBlock")
+			warnings = append(warnings, cidrWarnings(p.Child("cidr"), peer.IPBlock.CIDR)...)
+			for k, except := range peer.IPBlock.Except {
+				warnings = append(warnings, cidrWarnings(p.Child("except").Index(k), except)...)
+			}
+		}
+	}
+	for i, rule := range np.Spec.Ingress {
+		add(rule.From, specPath.Child("ingress").Index(i).Child("from"))
+	}
+	for i, rule := range np.Spec.Egress {
+		add(rule.To, specPath.Child("egress").Index(i).Child("to"))
+	}
+	return warnings
+}
+
+// cidrWarnings is GetWarningsForCIDR for a value that parses (it logs an
+// error for one that does not).
+func cidrWarnings(fldPath *field.Path, value string) []string {
+	if _, _, err := netutils.ParseCIDRSloppy(value); err != nil {
+		return nil
+	}
+	return validation.GetWarningsForCIDR(fldPath, value)
 }

@@ -137,6 +137,17 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 	return nil
 }
 
+// Warnings are the warnings Kubernetes returns with an accepted write of
+// obj (its registry strategies' WarningsOnCreate/WarningsOnUpdate), for
+// kubectl to print as "Warning: ...". Only types with warnings are listed.
+func Warnings(obj runtime.Object) []string {
+	switch o := obj.(type) {
+	case *networkingv1.NetworkPolicy:
+		return networkPolicyWarnings(o)
+	}
+	return nil
+}
+
 // oldAs returns old as a T, or the zero T (a nil pointer) when old is nil or
 // of another type; a nil old means "create".
 func oldAs[T runtime.Object](old runtime.Object) T {

@@ -718,6 +718,8 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 		obj = &networkingv1.Ingress{}
 	case "networking.k8s.io/v1/IngressClass":
 		obj = &networkingv1.IngressClass{}
+	case "networking.k8s.io/v1/NetworkPolicy":
+		obj = &networkingv1.NetworkPolicy{}
 	case "networking.k8s.io/v1/ServiceCIDR":
 		obj = &networkingv1.ServiceCIDR{}
 	case "networking.k8s.io/v1/IPAddress":
@@ -782,6 +784,60 @@ func TestBadManifests(t *testing.T) {
 // goodManifests are realistic manifests, most from the Kubernetes docs, that
 // must pass once defaulted.
 var goodManifests = map[string]string{
+	// The NetworkPolicy of the Kubernetes documentation (and of the book).
+	"test-network-policy": `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: test-network-policy
+spec:
+  podSelector:
+    matchLabels:
+      role: db
+  policyTypes:
+  - Ingress
+  - Egress
+  ingress:
+  - from:
+    - ipBlock:
+        cidr: 172.17.0.0/16
+        except:
+        - 172.17.1.0/24
+    - namespaceSelector:
+        matchLabels:
+          project: myproject
+    - podSelector:
+        matchLabels:
+          role: frontend
+    ports:
+    - protocol: TCP
+      port: 6379
+  egress:
+  - to:
+    - ipBlock:
+        cidr: 10.0.0.0/24
+    ports:
+    - protocol: TCP
+      port: 5978
+`,
+	"multi-port-egress": `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: multi-port-egress
+spec:
+  podSelector:
+    matchLabels:
+      role: db
+  policyTypes:
+  - Egress
+  egress:
+  - to:
+    - ipBlock:
+        cidr: 10.0.0.0/24
+    ports:
+    - protocol: TCP
+      port: 32000
+      endPort: 32768
+`,
 	// The chapters' StatefulSet behind a headless Service (serviceName is
 	// optional as of Kubernetes 1.37, so both forms are valid).
 	"web-statefulset": `apiVersion: apps/v1

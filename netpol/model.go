@@ -1,0 +1,494 @@
+package netpol
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Set types the enforcer creates.
+const (
+	setNet    = "hash:net"     // peer addresses: /32 pods and ipBlock CIDRs
+	setIPPort = "hash:ip,port" // egress named ports: pod address, protocol:port
+)
+
+// Set is one ipset of the desired state.
+type Set struct {
+	Name string
+	Type string
+	// Entries are canonical and sorted: "10.244.1.5/32", "10.0.0.0/8" for
+	// hash:net; "10.244.1.5,tcp:8080" for hash:ip,port.
+	Entries []string
+	// Owner says which policy rule it serves, for logs and trace.
+	Owner string
+}
+
+// Chain is one of the enforcer's chains with its rules in restore syntax.
+type Chain struct {
+	Name  string
+	Rules []string
+}
+
+// State is the whole desired state of the enforcer on one node.
+type State struct {
+	Chains []Chain // sorted by name
+	Sets   []Set   // sorted by name
+	// Problems lists what was left out (an invalid selector, an unknown
+	// protocol); objects the API validated never have any.
+	Problems []string
+	// SCTPRules counts the SCTP rules left out with Input.NoSCTP.
+	SCTPRules int
+}
+
+// Input is what Compute works from.
+type Input struct {
+	NodeName   string
+	Policies   []*networkingv1.NetworkPolicy
+	Pods       []*corev1.Pod
+	Namespaces []*corev1.Namespace
+	// NoSCTP leaves SCTP rules out (the kernel refused them).
+	NoSCTP bool
+}
+
+// podInfo is a pod that has an IPv4 address on the pod network.
+type podInfo struct {
+	pod *corev1.Pod
+	ip  netip.Addr
+}
+
+func (p podInfo) key() string { return p.pod.Namespace + "/" + p.pod.Name }
+
+// podAddr returns the pod's IPv4 address on the pod network, if it has one
+// that traffic can reach: not hostNetwork (its address is the node's), not
+// finished (its address may be reused).
+func podAddr(p *corev1.Pod) (netip.Addr, bool) {
+	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return netip.Addr{}, false
+	}
+	cands := []string{p.Status.PodIP}
+	for _, ip := range p.Status.PodIPs {
+		cands = append(cands, ip.IP)
+	}
+	for _, c := range cands {
+		if a, err := netip.ParseAddr(c); err == nil && a.Is4() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// policyTypes applies the API's defaulting: no policyTypes means Ingress,
+// plus Egress when there are egress rules.
+func policyTypes(p *networkingv1.NetworkPolicy) (ingress, egress bool) {
+	if len(p.Spec.PolicyTypes) == 0 {
+		return true, len(p.Spec.Egress) > 0
+	}
+	for _, t := range p.Spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			ingress = true
+		case networkingv1.PolicyTypeEgress:
+			egress = true
+		}
+	}
+	return
+}
+
+// namedPort resolves a port name against a pod's container ports.
+func namedPort(p *corev1.Pod, name string, proto corev1.Protocol) (int32, bool) {
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			pp := cp.Protocol
+			if pp == "" {
+				pp = corev1.ProtocolTCP
+			}
+			if cp.Name == name && pp == proto && cp.ContainerPort > 0 && cp.ContainerPort < 65536 {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+type direction struct {
+	name string // "ingress" or "egress"
+	peer string // the peer's side of the packet for -m set: "src" or "dst"
+	addr string // the local pod's side: "-d" (ingress) or "-s" (egress)
+}
+
+var (
+	dirIngress = direction{"ingress", "src", "-d"}
+	dirEgress  = direction{"egress", "dst", "-s"}
+)
+
+// computer holds the indexes of one Compute.
+type computer struct {
+	in       Input
+	st       *State
+	nsLabels map[string]labels.Set
+	pods     []podInfo // every reachable pod, by namespace/name
+	local    []podInfo // this node's
+	sets     map[string]bool
+}
+
+// Compute derives the desired chains and sets from the objects. It is pure.
+func Compute(in Input) *State {
+	c := &computer{in: in, st: &State{}, nsLabels: map[string]labels.Set{}, sets: map[string]bool{}}
+	for _, ns := range in.Namespaces {
+		c.nsLabels[ns.Name] = labels.Set(ns.Labels)
+	}
+	for _, p := range in.Pods {
+		if ip, ok := podAddr(p); ok {
+			pi := podInfo{p, ip}
+			c.pods = append(c.pods, pi)
+			if p.Spec.NodeName == in.NodeName {
+				c.local = append(c.local, pi)
+			}
+		}
+	}
+	byKey := func(a, b podInfo) int { return cmp.Compare(a.key(), b.key()) }
+	slices.SortFunc(c.pods, byKey)
+	slices.SortFunc(c.local, byKey)
+	pols := slices.Clone(in.Policies)
+	slices.SortFunc(pols, func(a, b *networkingv1.NetworkPolicy) int {
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+
+	// For each local pod and direction, the policy chains that select it.
+	podPolicies := map[string][]polRef{}
+	for _, p := range pols {
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		if err != nil {
+			c.problem("%s/%s: spec.podSelector: %v", p.Namespace, p.Name, err)
+			continue
+		}
+		var selected []podInfo
+		for _, lp := range c.local {
+			if lp.pod.Namespace == p.Namespace && sel.Matches(labels.Set(lp.pod.Labels)) {
+				selected = append(selected, lp)
+			}
+		}
+		if len(selected) == 0 {
+			continue
+		}
+		ing, eg := policyTypes(p)
+		if ing {
+			name := c.policyChain(p, dirIngress, selected)
+			for _, lp := range selected {
+				podPolicies[lp.key()+"/ingress"] = append(podPolicies[lp.key()+"/ingress"], polRef{name, p.Namespace + "/" + p.Name})
+			}
+		}
+		if eg {
+			name := c.policyChain(p, dirEgress, selected)
+			for _, lp := range selected {
+				podPolicies[lp.key()+"/egress"] = append(podPolicies[lp.key()+"/egress"], polRef{name, p.Namespace + "/" + p.Name})
+			}
+		}
+	}
+
+	hook := []string{
+		"-A " + ChainHook + " -m conntrack --ctstate RELATED,ESTABLISHED " + comment("replies and established flows") + " -j RETURN",
+	}
+	var ingressJumps []string
+	for _, lp := range c.local {
+		for _, d := range []direction{dirEgress, dirIngress} {
+			refs := podPolicies[lp.key()+"/"+d.name]
+			if len(refs) == 0 {
+				continue
+			}
+			name := podChain(lp.pod.Namespace, lp.pod.Name, d.name)
+			jump := "-A " + ChainHook + " " + d.addr + " " + lp.ip.String() + "/32 " + comment(lp.key()+" "+d.name) + " -j " + name
+			if d == dirEgress {
+				hook = append(hook, jump)
+			} else {
+				ingressJumps = append(ingressJumps, jump)
+			}
+			c.st.Chains = append(c.st.Chains, Chain{Name: name, Rules: podChainRules(name, lp, d, refs)})
+		}
+	}
+	clear := "-j MARK --set-xmark 0x0/" + markAllow
+	hook = append(hook, "-A "+ChainHook+" "+comment("egress judged, ingress next")+" "+clear)
+	hook = append(hook, ingressJumps...)
+	hook = append(hook, "-A "+ChainHook+" "+comment("judged")+" "+clear)
+	c.st.Chains = append(c.st.Chains, Chain{Name: ChainHook, Rules: hook})
+	slices.SortFunc(c.st.Chains, func(a, b Chain) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(c.st.Sets, func(a, b Set) int { return cmp.Compare(a.Name, b.Name) })
+	return c.st
+}
+
+type polRef struct{ chain, name string }
+
+func (c *computer) problem(format string, args ...any) {
+	c.st.Problems = append(c.st.Problems, fmt.Sprintf(format, args...))
+}
+
+func podChainRules(name string, lp podInfo, d direction, refs []polRef) []string {
+	var r []string
+	if d == dirIngress {
+		r = append(r, "-A "+name+" -m addrtype --src-type LOCAL "+comment(lp.key()+" ingress: from the node itself")+" -j RETURN")
+	}
+	for _, ref := range refs {
+		r = append(r,
+			"-A "+name+" "+comment(ref.name)+" -j "+ref.chain,
+			"-A "+name+" -m mark --mark "+markAllowMasked+" -j RETURN")
+	}
+	deny := comment(lp.key() + " " + d.name + ": no NetworkPolicy allows")
+	return append(r,
+		"-A "+name+" -p tcp "+deny+" -j REJECT --reject-with tcp-reset",
+		"-A "+name+" "+deny+" -j REJECT --reject-with icmp-port-unreachable")
+}
+
+// policyChain renders the chain of one policy and direction and returns its name.
+func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selected []podInfo) string {
+	name := policyChain(p.Namespace, p.Name, d.name)
+	var rules []string
+	type rule struct {
+		peers []networkingv1.NetworkPolicyPeer
+		ports []networkingv1.NetworkPolicyPort
+	}
+	var rs []rule
+	if d == dirIngress {
+		for _, r := range p.Spec.Ingress {
+			rs = append(rs, rule{r.From, r.Ports})
+		}
+	} else {
+		for _, r := range p.Spec.Egress {
+			rs = append(rs, rule{r.To, r.Ports})
+		}
+	}
+	pol := p.Namespace + "/" + p.Name
+	mark := " -j MARK --set-xmark " + markAllowMasked
+	for i, r := range rs {
+		owner := fmt.Sprintf("%s %s rule %d", pol, d.name, i)
+		tail := " " + comment(owner) + mark
+		var nets []netip.Prefix
+		if len(r.peers) > 0 {
+			nets = c.peers(p, r.peers, owner)
+		}
+		// peerMatch matches the rule's peers; its set is made on first use
+		// (an egress rule whose ports are all named needs none).
+		peerMatch := func() string {
+			if len(r.peers) == 0 {
+				return ""
+			}
+			set := setName(pol + "/" + d.name + "/" + strconv.Itoa(i) + "/peers")
+			c.addSet(Set{Name: set, Type: setNet, Entries: netEntries(nets), Owner: owner})
+			return " -m set --match-set " + set + " " + d.peer
+		}
+		if len(r.ports) == 0 {
+			rules = append(rules, "-A "+name+peerMatch()+tail)
+			continue
+		}
+		for j, port := range r.ports {
+			proto, ok := protocol(port.Protocol)
+			if !ok {
+				c.problem("%s: ports[%d]: unsupported protocol %q", owner, j, *port.Protocol)
+				continue
+			}
+			if proto == "sctp" && c.in.NoSCTP {
+				c.st.SCTPRules++
+				continue
+			}
+			switch {
+			case port.Port == nil:
+				rules = append(rules, "-A "+name+" -p "+proto+peerMatch()+tail)
+			case port.Port.Type == 0: // a number
+				n := port.Port.IntVal
+				if n < 1 || n > 65535 {
+					c.problem("%s: ports[%d]: port %d out of range", owner, j, n)
+					continue
+				}
+				dport := strconv.Itoa(int(n))
+				if port.EndPort != nil && *port.EndPort > n && *port.EndPort <= 65535 {
+					dport += ":" + strconv.Itoa(int(*port.EndPort))
+				}
+				rules = append(rules, "-A "+name+" -p "+proto+peerMatch()+" -m "+proto+" --dport "+dport+tail)
+			case d == dirIngress:
+				// Resolved per selected local pod: its own container port.
+				for _, lp := range selected {
+					n, ok := namedPort(lp.pod, port.Port.StrVal, corev1.Protocol(strings.ToUpper(proto)))
+					if !ok {
+						continue
+					}
+					rules = append(rules, "-A "+name+" -d "+lp.ip.String()+"/32 -p "+proto+peerMatch()+" -m "+proto+" --dport "+strconv.Itoa(int(n))+tail)
+				}
+			default:
+				// Egress: the destination pod's port of that name, so the rule
+				// is a set of (address, protocol:port) of the pods it may reach.
+				dests := c.pods
+				if len(r.peers) > 0 {
+					dests = within(c.pods, nets)
+				}
+				var entries []string
+				for _, pi := range dests {
+					if n, ok := namedPort(pi.pod, port.Port.StrVal, corev1.Protocol(strings.ToUpper(proto))); ok {
+						entries = append(entries, pi.ip.String()+","+proto+":"+strconv.Itoa(int(n)))
+					}
+				}
+				slices.Sort(entries)
+				entries = slices.Compact(entries)
+				set := setName(pol + "/" + d.name + "/" + strconv.Itoa(i) + "/port/" + strconv.Itoa(j))
+				c.addSet(Set{Name: set, Type: setIPPort, Entries: entries, Owner: owner})
+				rules = append(rules, "-A "+name+" -p "+proto+" -m set --match-set "+set+" dst,dst"+tail)
+			}
+		}
+	}
+	c.st.Chains = append(c.st.Chains, Chain{Name: name, Rules: rules})
+	return name
+}
+
+func (c *computer) addSet(s Set) {
+	if c.sets[s.Name] {
+		return
+	}
+	c.sets[s.Name] = true
+	c.st.Sets = append(c.st.Sets, s)
+}
+
+// protocol maps a policy port's protocol (TCP when unset) to iptables' name.
+func protocol(p *corev1.Protocol) (string, bool) {
+	if p == nil {
+		return "tcp", true
+	}
+	switch *p {
+	case corev1.ProtocolTCP:
+		return "tcp", true
+	case corev1.ProtocolUDP:
+		return "udp", true
+	case corev1.ProtocolSCTP:
+		return "sctp", true
+	}
+	return "", false
+}
+
+// peers resolves a rule's peer list to addresses: the pods that the selector
+// peers match as /32s, and the ipBlocks minus their own exceptions.
+func (c *computer) peers(p *networkingv1.NetworkPolicy, peers []networkingv1.NetworkPolicyPeer, owner string) []netip.Prefix {
+	var nets []netip.Prefix
+	seen := map[netip.Addr]bool{}
+	for k, peer := range peers {
+		if peer.IPBlock != nil {
+			cidr, err := netip.ParsePrefix(peer.IPBlock.CIDR)
+			if err != nil {
+				c.problem("%s: peers[%d].ipBlock.cidr: %v", owner, k, err)
+				continue
+			}
+			if !cidr.Addr().Is4() {
+				continue // IPv4 only
+			}
+			var except []netip.Prefix
+			for _, e := range peer.IPBlock.Except {
+				if ep, err := netip.ParsePrefix(e); err == nil && ep.Addr().Is4() {
+					except = append(except, ep.Masked())
+				} else if err != nil {
+					c.problem("%s: peers[%d].ipBlock.except: %v", owner, k, err)
+				}
+			}
+			nets = append(nets, subtract(cidr.Masked(), except)...)
+			continue
+		}
+		if peer.PodSelector == nil && peer.NamespaceSelector == nil {
+			continue
+		}
+		podSel := labels.Everything()
+		if peer.PodSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil {
+				c.problem("%s: peers[%d].podSelector: %v", owner, k, err)
+				continue
+			}
+			podSel = s
+		}
+		var nsSel labels.Selector
+		if peer.NamespaceSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+			if err != nil {
+				c.problem("%s: peers[%d].namespaceSelector: %v", owner, k, err)
+				continue
+			}
+			nsSel = s
+		}
+		for _, pi := range c.pods {
+			if nsSel == nil {
+				if pi.pod.Namespace != p.Namespace {
+					continue
+				}
+			} else if nl, ok := c.nsLabels[pi.pod.Namespace]; !ok || !nsSel.Matches(nl) {
+				continue
+			}
+			if !podSel.Matches(labels.Set(pi.pod.Labels)) || seen[pi.ip] {
+				continue
+			}
+			seen[pi.ip] = true
+			nets = append(nets, netip.PrefixFrom(pi.ip, 32))
+		}
+	}
+	return nets
+}
+
+func netEntries(nets []netip.Prefix) []string {
+	out := make([]string, 0, len(nets))
+	for _, n := range nets {
+		if n.Bits() == 0 {
+			// hash:net takes prefixes of 1 to 32 bits: 0.0.0.0/0 is two halves.
+			out = append(out, "0.0.0.0/1", "128.0.0.0/1")
+			continue
+		}
+		out = append(out, n.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// within returns the pods whose address is in one of nets.
+func within(pods []podInfo, nets []netip.Prefix) []podInfo {
+	hosts := map[netip.Addr]bool{}
+	var blocks []netip.Prefix
+	for _, n := range nets {
+		if n.Bits() == 32 {
+			hosts[n.Addr()] = true
+		} else {
+			blocks = append(blocks, n)
+		}
+	}
+	var out []podInfo
+	for _, pi := range pods {
+		if hosts[pi.ip] || slices.ContainsFunc(blocks, func(b netip.Prefix) bool { return b.Contains(pi.ip) }) {
+			out = append(out, pi)
+		}
+	}
+	return out
+}
+
+// subtract returns p minus the exceptions as a list of prefixes: what ipset's
+// nomatch entries would express. It splits p in halves until each half is
+// either inside an exception (dropped) or clear of all of them (kept), so the
+// result has at most 32 prefixes per exception.
+func subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
+	overlap := false
+	for _, e := range except {
+		if e.Bits() <= p.Bits() && e.Contains(p.Addr()) {
+			return nil // p lies inside an exception
+		}
+		if p.Overlaps(e) {
+			overlap = true
+		}
+	}
+	if !overlap || p.Bits() >= 32 {
+		return []netip.Prefix{p}
+	}
+	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+	a := p.Addr().As4()
+	bit := p.Bits()
+	a[bit/8] |= 0x80 >> (bit % 8)
+	hi := netip.PrefixFrom(netip.AddrFrom4(a), p.Bits()+1)
+	return append(subtract(lo, except), subtract(hi, except)...)
+}
