@@ -2,7 +2,8 @@
 # NetworkPolicy benchmark in a throwaway 2-node lab (issue 18): one pod label
 # change until node2's kernel reflects it (from the API call until the pod's
 # address is in, or out of, the enforcer's KUBE-NP- ipsets; median, p90 and max
-# of 20 changes; target < 100 ms), and the first packet's latency, TCP connect
+# of 20 isolated changes, then of 20 back to back, which the enforcer's 100 ms
+# MinSyncPeriod spaces; target < 100 ms), and the first packet's latency, TCP connect
 # time from a pod on node1 to a pod a policy isolates on node2 against one no
 # policy selects (400 interleaved samples each; medians, p90 and their ratio;
 # target <= 1.2x). Reported, not asserted. Needs root and scripts/deps.sh.
