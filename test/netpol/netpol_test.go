@@ -101,6 +101,15 @@ func TestNetworkPolicy(t *testing.T) {
 			allow: func(from, to *pod, _ probe) bool { return from.ns != "x" || (to.ns == "y" && to.name == "b") },
 		},
 		{
+			name: "an allow-all ingress rule next to a default deny opens x again",
+			policies: []*networkingv1.NetworkPolicy{
+				policy("x", "deny-all", sel(), ingressOnly...),
+				{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "allow-all"},
+					Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}},
+			},
+			allow: allowAll,
+		},
+		{
 			name: "several policies add up: x/a from namespace z, and from x/b",
 			policies: []*networkingv1.NetworkPolicy{
 				ingress(policy("x", "from-z", sel("pod", "a")), nil, nsPeer("z")),
