@@ -101,13 +101,13 @@ func TestNetworkPolicy(t *testing.T) {
 			allow: func(from, to *pod, _ probe) bool { return from.ns != "x" || (to.ns == "y" && to.name == "b") },
 		},
 		{
-			name: "an allow-all ingress rule next to a default deny opens x again",
+			name: "an allow-all ingress rule for x/a next to a default deny of x",
 			policies: []*networkingv1.NetworkPolicy{
 				policy("x", "deny-all", sel(), ingressOnly...),
 				{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "allow-all"},
-					Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}},
+					Spec: networkingv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"), Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}},
 			},
-			allow: allowAll,
+			allow: func(from, to *pod, _ probe) bool { return to.ns != "x" || xa(to) },
 		},
 		{
 			name: "several policies add up: x/a from namespace z, and from x/b",
