@@ -158,7 +158,7 @@ func Down(dataDir string, log *slog.Logger) error {
 			errs = append(errs, fmt.Errorf("removing the proxy's rules: %w", err))
 		}
 		var sets netpol.IPSets
-		if s, err := netpol.NewNetlinkSets(nil); err == nil {
+		if s, err := netpol.NewNetlinkSets(); err == nil {
 			sets = s
 		}
 		if err := netpol.Cleanup(ipt, sets); err != nil {

@@ -21,7 +21,7 @@ func startNetpol(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error 
 		log.Warn("no iptables: network policies will not be enforced on this node", "err", err)
 		return nil
 	}
-	sets, err := netpol.NewNetlinkSets(nil)
+	sets, err := netpol.NewNetlinkSets()
 	if err != nil {
 		log.Warn("no ipsets: network policies will not be enforced on this node", "err", err)
 		return nil

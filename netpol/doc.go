@@ -58,7 +58,10 @@
 // kill -9, which leaves the rules in place) converges to the same rules and
 // never adds a second FORWARD jump. A monitor checks every SyncPeriod that the
 // kernel still holds what the last sync wrote (the jump first in FORWARD, each
-// chain with its rule count) and, when not, logs at WARN and resyncs.
+// chain with its rule count) and, when not, logs at WARN and resyncs. Sets
+// are diffed against what the last sync wrote; the periodic sync (every
+// FullSyncPeriod) and any sync after a failure or drift read them back from
+// the kernel, so a set changed by hand is repaired within that period.
 //
 // SCTP rules are written as for TCP and UDP; if the kernel refuses them (no
 // SCTP match), the enforcer leaves them out and logs that once.

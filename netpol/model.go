@@ -275,13 +275,15 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 		}
 		// peerMatch matches the rule's peers; its set is made on first use
 		// (an egress rule whose ports are all named needs none).
+		match := ""
 		peerMatch := func() string {
-			if len(r.peers) == 0 {
-				return ""
+			if len(r.peers) == 0 || match != "" {
+				return match
 			}
 			set := setName(pol + "/" + d.name + "/" + strconv.Itoa(i) + "/peers")
 			c.addSet(Set{Name: set, Type: setNet, Entries: netEntries(nets), Owner: owner})
-			return " -m set --match-set " + set + " " + d.peer
+			match = " -m set --match-set " + set + " " + d.peer
+			return match
 		}
 		if len(r.ports) == 0 {
 			rules = append(rules, "-A "+name+peerMatch()+tail)

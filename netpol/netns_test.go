@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,9 +19,7 @@ import (
 	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/sandbox"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -85,11 +84,7 @@ func (l *lab) enforcer(t *testing.T, w *world, log *slog.Logger) (*Enforcer, ipt
 		if ipt, err = iptables.New(); err != nil {
 			return err
 		}
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		sets, err = NewNetlinkSets(h)
+		sets, err = NewNetlinkSetsAt(l.node)
 		return err
 	})
 	if err != nil {
@@ -253,6 +248,24 @@ func TestEnforcerPackets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w.setPolicies(policies(tc.pols)...)
 			sync()
+			// The kernel's sets read back hold what was computed.
+			want := Compute(Input{NodeName: "n1", Policies: w.pols, Pods: w.pods, Namespaces: w.nss})
+			inNode(t, l, func() error {
+				have, err := sets.List()
+				if err != nil {
+					return err
+				}
+				for _, s := range want.Sets {
+					got := have[s.Name]
+					if got == nil || got.Type != s.Type || strings.Join(sorted(got.Entries), " ") != strings.Join(s.Entries, " ") {
+						return fmt.Errorf("set %s in the kernel = %+v, want %+v", s.Name, got, s)
+					}
+				}
+				if len(have) != len(want.Sets) {
+					return fmt.Errorf("%d sets in the kernel, want %d", len(have), len(want.Sets))
+				}
+				return nil
+			})
 			for _, p := range tc.probes {
 				var got bool
 				if p.udp {
@@ -344,4 +357,10 @@ func stripCounters(save []byte) []byte {
 		out = append(out, l)
 	}
 	return []byte(strings.Join(out, "\n"))
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }

@@ -12,9 +12,7 @@ import (
 
 	"github.com/minikit/minikit/iptables"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,11 +157,10 @@ func restoreTester(f *testing.F) func(t *testing.T, st *State, data []byte) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { h.Close() })
-	nh, err := netlink.NewHandleAt(h, unix.NETLINK_NETFILTER)
+	sets, err := NewNetlinkSetsAt(h)
 	if err != nil {
 		f.Fatal(err)
 	}
-	sets, _ := NewNetlinkSets(nh)
 	return func(t *testing.T, st *State, data []byte) {
 		defer func() {
 			have, _ := sets.List()

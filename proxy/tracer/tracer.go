@@ -145,6 +145,38 @@ type Node struct {
 	// Out gives the interface the node routes dst out of, for -o matches
 	// (nil when unknown: a rule with -o is then an error).
 	Out func(dst netip.Addr) string
+	// Sets are the node's ipsets by name, for -m set matches (the network
+	// policy enforcer's peer sets); a rule naming a set not here is an error.
+	Sets map[string]IPSet
+}
+
+// IPSet is one ipset's members: CIDRs ("10.244.1.5/32", "10.0.0.0/8") for
+// hash:net and hash:ip, address,protocol:port pairs ("10.244.1.5,tcp:8080")
+// for hash:ip,port.
+type IPSet struct {
+	Type    string
+	Entries []string
+}
+
+// contains reports whether the set holds addr (and, for hash:ip,port, the
+// protocol and port).
+func (s IPSet) contains(addr netip.Addr, proto string, port uint16) bool {
+	pair := addr.String() + "," + proto + ":" + strconv.Itoa(int(port))
+	for _, e := range s.Entries {
+		if strings.Contains(e, ",") {
+			if e == pair {
+				return true
+			}
+			continue
+		}
+		if p, err := netip.ParsePrefix(e); err == nil && p.Contains(addr) {
+			return true
+		}
+		if a, err := netip.ParseAddr(e); err == nil && a == addr {
+			return true
+		}
+	}
+	return false
 }
 
 // Outcome is one way the packet can go.
@@ -280,6 +312,23 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 				out = append(out, outcome(p, false))
 			}
 		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Probability > out[j].Probability })
+	return out, nil
+}
+
+// Forward walks only the filter FORWARD chain, for a packet that another
+// node already NATed and routed here (dst is its destination now): what the
+// node that delivers it to its pod decides, network policy included.
+func (r *Rules) Forward(node Node, pkt Packet) ([]Outcome, error) {
+	w := &walker{r: r, node: node, pkt: pkt}
+	res, err := w.hook("filter", "FORWARD", state{dst: pkt.Dst, prob: 1})
+	if err != nil {
+		return nil, err
+	}
+	var out []Outcome
+	for _, f := range res {
+		out = append(out, outcome(f, false))
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Probability > out[j].Probability })
 	return out, nil
@@ -569,12 +618,32 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, []s
 			return p, next(), args[i+1:], set, nil
 		case "-m":
 			switch m := next(); m {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport", "set":
 			default:
 				return 0, "", nil, nil, fmt.Errorf("unsupported match -m %s", m)
 			}
 		case "--comment":
 			next()
+		case "--match-set":
+			name, dirs := next(), next()
+			set, ok := w.node.Sets[name]
+			if !ok {
+				return 0, "", nil, nil, fmt.Errorf("rule matches ipset %s, which the node does not have", name)
+			}
+			var in bool
+			switch dirs {
+			case "src":
+				in = set.contains(w.pkt.Src, w.pkt.Proto, 0)
+			case "dst":
+				in = set.contains(st.dst.Addr(), w.pkt.Proto, 0)
+			case "dst,dst":
+				in = set.contains(st.dst.Addr(), w.pkt.Proto, st.dst.Port())
+			default:
+				return 0, "", nil, nil, fmt.Errorf("unsupported ipset match direction %q", dirs)
+			}
+			if fail(in) {
+				p = 0
+			}
 		case "-p":
 			if fail(next() == w.pkt.Proto) {
 				p = 0
