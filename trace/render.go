@@ -190,6 +190,7 @@ func (r *Result) Tree(w io.Writer) {
 			}
 			if len(n.children) == 1 {
 				fmt.Fprintf(w, "%s%s\n", prefix, line)
+				r.policyLines(w, c, prefix+"   ")
 				walk(c, prefix)
 				continue
 			}
@@ -198,12 +199,23 @@ func (r *Result) Tree(w io.Writer) {
 				glyph, cont = "└─ ", "   "
 			}
 			fmt.Fprintf(w, "%s%s%s\n", prefix, glyph, line)
+			r.policyLines(w, c, prefix+cont+"   ")
 			walk(c, prefix+cont)
 		}
 	}
 	walk(buildTrie(r.Paths), "")
 	if r.Live != nil {
 		r.Live.tree(w, r)
+	}
+}
+
+// policyLines writes a path's network policy verdicts under its summary.
+func (r *Result) policyLines(w io.Writer, c *trie, prefix string) {
+	if !c.leaf {
+		return
+	}
+	for _, v := range r.Paths[c.path].Policy {
+		fmt.Fprintf(w, "%s%s\n", prefix, v)
 	}
 }
 
@@ -241,6 +253,18 @@ func (l *Live) tree(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  confirmed: the kernel took path %d (%s)\n", l.Path+1, r.Paths[l.Path].Verdict+" "+r.Paths[l.Path].Dst)
 	} else {
 		fmt.Fprintf(w, "  NOT confirmed\n")
+	}
+	if l.Path >= 0 && l.Path < len(r.Paths) {
+		for _, v := range r.Paths[l.Path].Policy {
+			if v.Confirmed == nil {
+				continue
+			}
+			state := "its counter moved: confirmed"
+			if !*v.Confirmed {
+				state = "its counter did NOT move"
+			}
+			fmt.Fprintf(w, "  policy on %s: %s of %s %s by filter %s #%d, %s\n", v.Node, v.Direction, v.Pod, v.Verdict, v.Chain, v.Rule, state)
+		}
 	}
 	for _, n := range l.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)

@@ -162,13 +162,24 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 		}
 		return ""
 	}
-	outs, err := rules.Trace(tracer.Node{Addrs: local, Out: outDev}, pkt)
+	sets, err := policySets(netns)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := rules.Trace(tracer.Node{Addrs: local, Out: outDev, Sets: sets}, pkt)
 	if err != nil {
 		return nil, fmt.Errorf("tracing through the rules of node %s: %w", nodeName, err)
 	}
 	res.Paths = Paths(outs, to, nodeName)
 	if err := r.routes(ctx, res, netns, outs); err != nil {
 		return nil, err
+	}
+	for i := range res.Paths {
+		if res.Paths[i].Verdict == "ACCEPT" {
+			if err := r.deliveringHop(res, &res.Paths[i], pkt); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if o.Live {
 		if err := r.live(res); err != nil {
@@ -550,6 +561,22 @@ func (r *run) live(res *Result) error {
 	if err != nil {
 		return err
 	}
+	// The other nodes whose policy verdicts the paths show.
+	others := map[string]*tracer.Rules{}
+	for _, p := range res.Paths {
+		for _, h := range p.hops {
+			if _, ok := others[h.netns]; ok {
+				continue
+			}
+			s, err := saveRules(h.netns)
+			if err != nil {
+				return err
+			}
+			if others[h.netns], err = tracer.Parse(s); err != nil {
+				return err
+			}
+		}
+	}
 	l := &Live{}
 	pr := probe(ns, res.Proto, res.To.Addr, r.o.Timeout)
 	l.Connected, l.Reply = pr.connected, pr.reply
@@ -583,6 +610,24 @@ func (r *run) live(res *Result) error {
 		return err
 	}
 	Confirm(l, res.Paths, tracer.Moved(before, after))
+	moved := map[string][]tracer.Counter{res.Node: l.Moved}
+	for _, p := range res.Paths {
+		for _, h := range p.hops {
+			if _, ok := moved[h.node]; ok {
+				continue
+			}
+			s, err := saveRules(h.netns)
+			if err != nil {
+				return err
+			}
+			a, err := tracer.Parse(s)
+			if err != nil {
+				return err
+			}
+			moved[h.node] = tracer.Moved(others[h.netns], a)
+		}
+	}
+	confirmPolicy(res.Paths, moved)
 	res.Live = l
 	return nil
 }

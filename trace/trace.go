@@ -67,6 +67,10 @@ type Path struct {
 	Endpoint    *Pod     `json:"endpoint,omitempty"`
 	Why         string   `json:"why,omitempty"`
 	Recent      []string `json:"recent,omitempty"`
+	// Policy lists the NetworkPolicy verdicts on the way, where taken.
+	Policy []PolicyVerdict `json:"policy,omitempty"`
+
+	hops []hopRules // other nodes whose rules judged the path
 }
 
 // Step is one matched rule (or the end of a chain) in a Path.
@@ -130,6 +134,7 @@ func Paths(outs []tracer.Outcome, to Target, node string) []Path {
 			}
 			p.Steps = append(p.Steps, st)
 		}
+		p.Policy = policyVerdicts(node, o.Steps)
 		p.Why = why(p, to, node)
 		ps = append(ps, p)
 	}
@@ -165,6 +170,8 @@ func why(p Path, to Target, node string) string {
 	case p.Verdict == "DROP" && last.Chain == "KUBE-PROXY-FIREWALL":
 		return fmt.Sprintf("the source is outside loadBalancerSourceRanges: %s did not DNAT it and %s/%s rule %d drops it",
 			strings.Join(fell, ", "), last.Table, last.Chain, last.Rule)
+	case p.Verdict != "ACCEPT" && strings.HasSuffix(last.Comment, "no NetworkPolicy allows"):
+		return fmt.Sprintf("no NetworkPolicy allows it: %s/%s rule %d (%s) rejects it", last.Table, last.Chain, last.Rule, last.Comment)
 	case p.Verdict != "ACCEPT":
 		return fmt.Sprintf("%s by %s/%s rule %d", p.Verdict, last.Table, last.Chain, last.Rule)
 	case !p.DNAT && to.Service != "":
