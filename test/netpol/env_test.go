@@ -8,7 +8,6 @@
 package netpol_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -158,7 +157,7 @@ func (e *env) exec(ctx context.Context, p *pod, argv ...string) (int, string, er
 	if err != nil {
 		return -1, "", err
 	}
-	var out bytes.Buffer
+	var out testenv.Buffer // stdout and stderr are copied concurrently
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
 	if ee, ok := err.(utilexec.ExitError); ok {
 		return ee.ExitStatus(), out.String(), nil
@@ -238,7 +237,9 @@ func (e *env) observe(pr probe, v via, skip table) (table, map[[2]*pod]string) {
 		for _, to := range e.pods {
 			k := [2]*pod{from, to}
 			if skip[k] == ignored {
+				mu.Lock()
 				t[k] = ignored
+				mu.Unlock()
 				continue
 			}
 			addr := to.ip
