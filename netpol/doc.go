@@ -33,7 +33,8 @@
 // that direction; a policy chain sets mark bit 0x10000 on what one of its
 // rules allows (the rule's comment names the policy and rule) and returns;
 // the pod chain returns as soon as the mark is set and otherwise REJECTs
-// (TCP with a reset). Policies therefore add up (union).
+// (TCP with a reset, unless a Service DNATed it here: see podChainRules).
+// Policies therefore add up (union).
 //
 // # Peer sets
 //

@@ -240,9 +240,14 @@ func podChainRules(name string, lp podInfo, d direction, refs []polRef) []string
 			"-A "+name+" "+comment(ref.name)+" -j "+ref.chain,
 			"-A "+name+" -m mark --mark "+markAllowMasked+" -j RETURN")
 	}
+	// A TCP reset for a packet a Service DNATed on this node would leave with
+	// the pod's address un-NATed (for bridged packets the kernel sends it
+	// straight out of the bridge port, bypassing conntrack): the client
+	// ignores it and times out. ICMP port unreachable is NATed back like any
+	// related packet, so the client sees a refused connection either way.
 	deny := comment(lp.key() + " " + d.name + ": no NetworkPolicy allows")
 	return append(r,
-		"-A "+name+" -p tcp "+deny+" -j REJECT --reject-with tcp-reset",
+		"-A "+name+" -p tcp -m conntrack ! --ctstate DNAT "+deny+" -j REJECT --reject-with tcp-reset",
 		"-A "+name+" "+deny+" -j REJECT --reject-with icmp-port-unreachable")
 }
 

@@ -70,7 +70,11 @@ func newLab(t *testing.T) *lab {
 		run(t, "ip", "netns", "exec", podNS, "ip", "addr", "add", fmt.Sprintf("10.250.0.%d/24", i+2), "dev", "eth0")
 		run(t, "ip", "netns", "exec", podNS, "ip", "link", "set", "eth0", "up")
 		run(t, "ip", "netns", "exec", podNS, "ip", "link", "set", "lo", "up")
+		run(t, "ip", "netns", "exec", podNS, "ip", "route", "add", "default", "via", "10.250.0.1")
 	}
+	// A Service: 10.250.9.9:80 DNATed to b:8080, as the proxy would.
+	run(t, append(inNode, "iptables", "-t", "nat", "-A", "PREROUTING", "-d", "10.250.9.9/32", "-p", "tcp", "--dport", "80",
+		"-j", "DNAT", "--to-destination", "10.250.0.3:8080")...)
 	return l
 }
 
@@ -229,10 +233,11 @@ func TestEnforcerPackets(t *testing.T) {
 	}{
 		{"no policy", nil, []probe{{a, "10.250.0.3:8080", false, true}, {b, "10.250.0.2:8080", false, true}}},
 		{"default deny ingress on b", []any{policy("default", "deny", sel("app", "b"), tIn)},
-			[]probe{{a, "10.250.0.3:8080", false, false}, {a, "10.250.0.3:9090", true, false}, {b, "10.250.0.2:8080", false, true}}},
+			[]probe{{a, "10.250.0.3:8080", false, false}, {a, "10.250.0.3:9090", true, false}, {b, "10.250.0.2:8080", false, true},
+				{a, "10.250.9.9:80", false, false}}}, // refused after DNAT too, not timed out
 		{"allow a to b's named port", []any{policy("default", "deny", sel("app", "b"), tIn),
 			ingress(policy("default", "web", sel("app", "b")), []networkingPeer{podPeer(sel("app", "a"), nil)}, named("http", corev1.ProtocolTCP))},
-			[]probe{{a, "10.250.0.3:8080", false, true}, {a, "10.250.0.3:9090", false, false}}},
+			[]probe{{a, "10.250.0.3:8080", false, true}, {a, "10.250.0.3:9090", false, false}, {a, "10.250.9.9:80", false, true}}},
 		{"udp by number", []any{ingress(policy("default", "dns", sel("app", "b")), nil, udp(9090))},
 			[]probe{{a, "10.250.0.3:9090", true, true}, {a, "10.250.0.3:8080", false, false}}},
 		{"ipBlock except", []any{ingress(policy("default", "blk", sel("app", "b")), []networkingPeer{blockPeer("10.250.0.0/24", "10.250.0.2/32")})},

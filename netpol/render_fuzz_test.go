@@ -88,7 +88,7 @@ func FuzzRenderPolicies(f *testing.F) {
 var ourWords = map[string]bool{
 	"-A": true, "-I": true, "-D": true, "-X": true, "FORWARD": true, "1": true, "-m": true, "-p": true, "-s": true, "-d": true, "-j": true,
 	"comment": true, "--comment": true, "set": true, "--match-set": true, "src": true, "dst": true, "dst,dst": true,
-	"tcp": true, "udp": true, "sctp": true, "--dport": true, "conntrack": true, "--ctstate": true, "RELATED,ESTABLISHED": true,
+	"tcp": true, "udp": true, "sctp": true, "--dport": true, "conntrack": true, "--ctstate": true, "RELATED,ESTABLISHED": true, "!": true, "DNAT": true,
 	"RETURN": true, "MARK": true, "--set-xmark": true, "0x10000/0x10000": true, "0x0/0x10000": true, "mark": true, "--mark": true,
 	"REJECT": true, "--reject-with": true, "tcp-reset": true, "icmp-port-unreachable": true, "addrtype": true, "--src-type": true, "LOCAL": true,
 }

@@ -73,7 +73,7 @@ func TestPolicyVerdictGolden(t *testing.T) {
 	}
 	want := []PolicyVerdict{
 		{Node: "node2", Direction: "egress", Pod: "default/cli2", Verdict: "allowed", By: "default/cli2-out egress rule 0", Chain: "KUBE-NWPLCY-WCTQJW4KVGI2TCLM", Rule: 1},
-		{Node: "node2", Direction: "ingress", Pod: "default/srv", Verdict: "rejected", By: "default/srv ingress: no NetworkPolicy allows", Chain: "KUBE-POD-FW-JKZ7FQR6K22LGU4P", Rule: 4},
+		{Node: "node2", Direction: "ingress", Pod: "default/srv", Verdict: "rejected", By: "default/srv ingress: no NetworkPolicy allows", Chain: "KUBE-POD-FW-JKZ7FQR6K22LGU4P", Rule: 5},
 	}
 	if len(got.Paths) != 1 || got.Paths[0].Verdict != "REJECT" || len(got.Paths[0].Policy) != 2 ||
 		got.Paths[0].Policy[0] != want[0] || got.Paths[0].Policy[1] != want[1] {

@@ -48,7 +48,8 @@ func netpolNode(t *testing.T) (*tracer.Rules, tracer.Node) {
 
 // cli2 to srv's Service on the same node: DNAT to srv, cli2's egress policy
 // allows it (cli2-out egress rule 0), no policy lets app=other into srv, so
-// srv's ingress chain rejects it with a TCP reset.
+// srv's ingress chain rejects it with ICMP port unreachable (a TCP reset
+// would skip the un-DNAT).
 func TestPolicyRejectAfterDNAT(t *testing.T) {
 	r, n := netpolNode(t)
 	p := pkt(cli2Pod, srvVIP)
@@ -72,7 +73,7 @@ func TestPolicyRejectAfterDNAT(t *testing.T) {
 		"filter KUBE-NWPLCY-FORWARD #4 -> KUBE-POD-FW-JKZ7FQR6K22LGU4P",
 		"filter KUBE-POD-FW-JKZ7FQR6K22LGU4P #2 -> KUBE-NWPLCY-D3DTK4JODNKSXEVN",
 		"filter KUBE-NWPLCY-D3DTK4JODNKSXEVN #0 -> RETURN",
-		"filter KUBE-POD-FW-JKZ7FQR6K22LGU4P #4 -> REJECT verdict=REJECT",
+		"filter KUBE-POD-FW-JKZ7FQR6K22LGU4P #5 -> REJECT verdict=REJECT",
 	)
 	last := outs[0].Steps[len(outs[0].Steps)-1]
 	if last.Comment != "default/srv ingress: no NetworkPolicy allows" {
@@ -109,7 +110,11 @@ func TestPolicyAllowOnDestinationNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(outs) != 1 || outs[0].Verdict != "REJECT" {
-		t.Errorf("from 10.244.0.9: %v, want REJECT", outs)
+		t.Fatalf("from 10.244.0.9: %v, want REJECT", outs)
+	}
+	// Not DNATed on this node: the TCP reset rule rejects it.
+	if last := outs[0].Steps[len(outs[0].Steps)-1]; last.Rule != 4 {
+		t.Errorf("rejected by rule %d (%s), want 4 (the TCP reset)", last.Rule, last.Text)
 	}
 }
 

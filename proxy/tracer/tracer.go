@@ -731,8 +731,13 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, []s
 				p = 0
 			}
 		case "--ctstate", "--state":
-			// The first packet of a connection is NEW.
-			if fail(strings.Contains(next(), "NEW")) {
+			// The first packet of a connection is NEW, and DNAT once nat
+			// rewrote its destination.
+			in := false
+			for _, s := range strings.Split(next(), ",") {
+				in = in || s == "NEW" || (s == "DNAT" && a == "--ctstate" && st.dnat)
+			}
+			if fail(in) {
 				p = 0
 			}
 		case "--mode":
