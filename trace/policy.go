@@ -39,7 +39,7 @@ func (v PolicyVerdict) String() string {
 }
 
 // policyVerdicts reads the enforcer's decisions out of a walk's steps: a
-// jump from the hook chain into a pod chain opens one (its comment is
+// jump from the hook (or a dispatch) chain into a pod chain opens one (its comment is
 // "ns/pod direction"), the first allow mark set in a policy chain or the
 // pod chain's own RETURN for the node's traffic allows it, its REJECT
 // rejects it.
@@ -48,7 +48,8 @@ func policyVerdicts(node string, steps []tracer.Step) []PolicyVerdict {
 	var cur *PolicyVerdict
 	for _, s := range steps {
 		switch {
-		case s.Chain == netpol.ChainHook && strings.HasPrefix(s.Target, netpol.PrefixPod):
+		case strings.HasPrefix(s.Target, netpol.PrefixPod) && strings.HasPrefix(s.Chain, netpol.PrefixPolicy):
+			// From the hook chain or a /28 dispatch chain.
 			pod, dir, _ := strings.Cut(s.Comment, " ")
 			out = append(out, PolicyVerdict{Node: node, Direction: dir, Pod: pod})
 			cur = &out[len(out)-1]
