@@ -159,8 +159,21 @@ func (r *run) deliveringHop(res *Result, p *Path, pkt tracer.Packet) error {
 type hopRules struct{ node, netns string }
 
 // confirmPolicy sets Confirmed on every verdict of the paths whose rule's
-// counter moved on its node (moved maps a node to its moved counters).
-func confirmPolicy(paths []Path, moved map[string][]tracer.Counter) {
+// counter moved on its node (moved maps a node to its moved counters), and
+// takes back the live confirmation of the path the kernel took when one of
+// its verdicts' counters did not move.
+func confirmPolicy(l *Live, paths []Path, moved map[string][]tracer.Counter) {
+	defer func() {
+		if l == nil || l.Path < 0 || l.Path >= len(paths) {
+			return
+		}
+		for _, v := range paths[l.Path].Policy {
+			if v.Confirmed != nil && !*v.Confirmed {
+				l.Confirmed = false
+				l.Notes = append(l.Notes, fmt.Sprintf("filter %s #%d on %s is on the predicted path but its counter did not move", v.Chain, v.Rule, v.Node))
+			}
+		}
+	}()
 	for i := range paths {
 		for j := range paths[i].Policy {
 			v := &paths[i].Policy[j]
@@ -171,4 +184,15 @@ func confirmPolicy(paths []Path, moved map[string][]tracer.Counter) {
 			v.Confirmed = &ok
 		}
 	}
+}
+
+// rejectedFurther names the node that rejects an accepted path further on
+// (the destination pod's ingress policy there), "" if none does.
+func (p *Path) rejectedFurther() string {
+	for _, v := range p.Policy {
+		if v.Verdict == "rejected" && p.Verdict == "ACCEPT" {
+			return v.Node
+		}
+	}
+	return ""
 }

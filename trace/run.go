@@ -627,7 +627,7 @@ func (r *run) live(res *Result) error {
 			moved[h.node] = tracer.Moved(others[h.netns], a)
 		}
 	}
-	confirmPolicy(res.Paths, moved)
+	confirmPolicy(l, res.Paths, moved)
 	res.Live = l
 	return nil
 }
