@@ -277,9 +277,17 @@ func (c *computer) problem(format string, args ...any) {
 }
 
 func podChainRules(name string, lp podInfo, d direction, refs []polRef) []string {
+	// A pod cannot block access to itself (hairpin through its own Service),
+	// and traffic from its node is always allowed (kubelet probes; the node's
+	// own packets take OUTPUT, but a hairpin may carry a local source).
+	self := lp.ip.String() + "/32"
 	var r []string
 	if d == dirIngress {
-		r = append(r, "-A "+name+" -m addrtype --src-type LOCAL "+comment(lp.key()+" ingress: from the node itself")+" -j RETURN")
+		r = append(r,
+			"-A "+name+" -m addrtype --src-type LOCAL "+comment(lp.key()+" ingress: from the node itself")+" -j RETURN",
+			"-A "+name+" -s "+self+" "+comment(lp.key()+" ingress: from itself")+" -j RETURN")
+	} else {
+		r = append(r, "-A "+name+" -d "+self+" "+comment(lp.key()+" egress: to itself")+" -j RETURN")
 	}
 	for _, ref := range refs {
 		r = append(r,

@@ -71,6 +71,10 @@ func TestDispatchManyPods(t *testing.T) {
 	if v, by := walk(t, st, "10.244.1.3", "10.244.1.10:80"); v != "REJECT" || by != "x/p1 egress: no NetworkPolicy allows" {
 		t.Errorf("p1 -> p8: %s by %q", v, by)
 	}
+	// p1 reaching itself (through its Service): a pod cannot block itself.
+	if v, by := walk(t, st, "10.244.1.3", "10.244.1.3:80"); v != "ACCEPT" || by != "" {
+		t.Errorf("p1 -> p1: %s by %q, want ACCEPT", v, by)
+	}
 	if v, _ := walk(t, st, "192.168.56.10", "10.244.1.10:80"); v != "ACCEPT" {
 		t.Errorf("node -> p8: %s, want ACCEPT (the node's own traffic)", v)
 	}

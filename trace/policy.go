@@ -41,8 +41,8 @@ func (v PolicyVerdict) String() string {
 // policyVerdicts reads the enforcer's decisions out of a walk's steps: a
 // jump from the hook (or a dispatch) chain into a pod chain opens one (its comment is
 // "ns/pod direction"), the first allow mark set in a policy chain or the
-// pod chain's own RETURN for the node's traffic allows it, its REJECT
-// rejects it.
+// pod chain's own RETURN for the node's or the pod's own traffic allows it,
+// its REJECT rejects it.
 func policyVerdicts(node string, steps []tracer.Step) []PolicyVerdict {
 	var out []PolicyVerdict
 	var cur *PolicyVerdict
@@ -55,7 +55,7 @@ func policyVerdicts(node string, steps []tracer.Step) []PolicyVerdict {
 			cur = &out[len(out)-1]
 		case cur == nil || cur.Verdict != "" || s.Rule == 0:
 		case strings.HasPrefix(s.Chain, netpol.PrefixPolicy) && s.Target == "MARK" && s.Mark&0x10000 != 0,
-			strings.HasPrefix(s.Chain, netpol.PrefixPod) && s.Target == "RETURN" && strings.Contains(s.Comment, "from the node itself"):
+			strings.HasPrefix(s.Chain, netpol.PrefixPod) && s.Target == "RETURN" && strings.HasSuffix(s.Comment, "itself"):
 			cur.Verdict, cur.By, cur.Chain, cur.Rule = "allowed", s.Comment, s.Chain, s.Rule
 		case strings.HasPrefix(s.Chain, netpol.PrefixPod) && (s.Target == "REJECT" || s.Target == "DROP"):
 			cur.Verdict, cur.By, cur.Chain, cur.Rule = "rejected", s.Comment, s.Chain, s.Rule
