@@ -27,7 +27,12 @@
 // to its ingress chain: one pass checks both ends of a same-node connection.
 // Traffic the node sends itself does not cross FORWARD (OUTPUT), so the node's
 // own access to its pods (probes) is never blocked; the ingress chain also
-// lets through sources that are local addresses, for the hairpin case.
+// lets through sources that are local addresses, for the hairpin case. A pod
+// cannot block access to itself: its chains let its own address through.
+//
+// With more than 16 isolated pods in a direction, the hook chain first
+// dispatches by /28 to a KUBE-NWPLCY- chain per group, so a packet walks at
+// most a few dozen address matches before its pod's chain.
 //
 // A pod chain jumps to the chain of every policy that selects the pod for
 // that direction; a policy chain sets mark bit 0x10000 on what one of its

@@ -197,7 +197,7 @@ func Compute(in Input) *State {
 	hook := []string{
 		"-A " + ChainHook + " -m conntrack --ctstate RELATED,ESTABLISHED " + comment("replies and established flows") + " -j RETURN",
 	}
-	var ingressJumps []string
+	jumps := map[direction][]podJump{}
 	for _, lp := range c.local {
 		for _, d := range []direction{dirEgress, dirIngress} {
 			refs := podPolicies[lp.key()+"/"+d.name]
@@ -205,18 +205,14 @@ func Compute(in Input) *State {
 				continue
 			}
 			name := podChain(lp.pod.Namespace, lp.pod.Name, d.name)
-			jump := "-A " + ChainHook + " " + d.addr + " " + lp.ip.String() + "/32 " + comment(lp.key()+" "+d.name) + " -j " + name
-			if d == dirEgress {
-				hook = append(hook, jump)
-			} else {
-				ingressJumps = append(ingressJumps, jump)
-			}
+			jumps[d] = append(jumps[d], podJump{lp.ip, name, lp.key() + " " + d.name})
 			c.st.Chains = append(c.st.Chains, Chain{Name: name, Rules: podChainRules(name, lp, d, refs)})
 		}
 	}
 	clear := "-j MARK --set-xmark 0x0/" + markAllow
+	hook = append(hook, c.dispatch(dirEgress, jumps[dirEgress])...)
 	hook = append(hook, "-A "+ChainHook+" "+comment("egress judged, ingress next")+" "+clear)
-	hook = append(hook, ingressJumps...)
+	hook = append(hook, c.dispatch(dirIngress, jumps[dirIngress])...)
 	hook = append(hook, "-A "+ChainHook+" "+comment("judged")+" "+clear)
 	c.st.Chains = append(c.st.Chains, Chain{Name: ChainHook, Rules: hook})
 	slices.SortFunc(c.st.Chains, func(a, b Chain) int { return cmp.Compare(a.Name, b.Name) })
@@ -226,14 +222,72 @@ func Compute(in Input) *State {
 
 type polRef struct{ chain, name string }
 
+// podJump is the jump from the hook chain to one pod's chain.
+type podJump struct {
+	ip            netip.Addr
+	chain, remark string
+}
+
+// dispatchDirect is the most isolated pods per direction that the hook chain
+// jumps to one by one; with more, it dispatches by /28 first.
+const dispatchDirect = 16
+
+// dispatch renders the hook chain's jumps for one direction. A packet walks
+// these rules one by one, so with many isolated pods (a node's /24 holds up
+// to 254) they are grouped by /28: the hook chain jumps to one chain per
+// group that holds the pods' jumps, and a packet walks at most 16 + 16 rules
+// instead of 254.
+func (c *computer) dispatch(d direction, jumps []podJump) []string {
+	line := func(chain string, j podJump) string {
+		return "-A " + chain + " " + d.addr + " " + j.ip.String() + "/32 " + comment(j.remark) + " -j " + j.chain
+	}
+	if len(jumps) <= dispatchDirect {
+		var out []string
+		for _, j := range jumps {
+			out = append(out, line(ChainHook, j))
+		}
+		return out
+	}
+	slices.SortFunc(jumps, func(a, b podJump) int { return a.ip.Compare(b.ip) })
+	var out []string
+	for i := 0; i < len(jumps); {
+		group := netip.PrefixFrom(jumps[i].ip, 28).Masked()
+		k := i
+		for k < len(jumps) && group.Contains(jumps[k].ip) {
+			k++
+		}
+		if k-i == 1 {
+			out = append(out, line(ChainHook, jumps[i]))
+		} else {
+			name := PrefixPolicy + hash16("dispatch/"+d.name+"/"+group.String())
+			var rules []string
+			for _, j := range jumps[i:k] {
+				rules = append(rules, line(name, j))
+			}
+			c.st.Chains = append(c.st.Chains, Chain{Name: name, Rules: rules})
+			out = append(out, "-A "+ChainHook+" "+d.addr+" "+group.String()+" "+comment(d.name+" of "+group.String())+" -j "+name)
+		}
+		i = k
+	}
+	return out
+}
+
 func (c *computer) problem(format string, args ...any) {
 	c.st.Problems = append(c.st.Problems, fmt.Sprintf(format, args...))
 }
 
 func podChainRules(name string, lp podInfo, d direction, refs []polRef) []string {
+	// A pod cannot block access to itself (hairpin through its own Service),
+	// and traffic from its node is always allowed (kubelet probes; the node's
+	// own packets take OUTPUT, but a hairpin may carry a local source).
+	self := lp.ip.String() + "/32"
 	var r []string
 	if d == dirIngress {
-		r = append(r, "-A "+name+" -m addrtype --src-type LOCAL "+comment(lp.key()+" ingress: from the node itself")+" -j RETURN")
+		r = append(r,
+			"-A "+name+" -m addrtype --src-type LOCAL "+comment(lp.key()+" ingress: from the node itself")+" -j RETURN",
+			"-A "+name+" -s "+self+" "+comment(lp.key()+" ingress: from itself")+" -j RETURN")
+	} else {
+		r = append(r, "-A "+name+" -d "+self+" "+comment(lp.key()+" egress: to itself")+" -j RETURN")
 	}
 	for _, ref := range refs {
 		r = append(r,

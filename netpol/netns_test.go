@@ -30,14 +30,14 @@ type lab struct {
 	nodeName   string
 }
 
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces")
 	}
@@ -80,7 +80,7 @@ func newLab(t *testing.T) *lab {
 
 // enforcer returns an enforcer acting in the lab's node namespace: Sync and
 // Check must run inside sandbox.Do(l.node, ...).
-func (l *lab) enforcer(t *testing.T, w *world, log *slog.Logger) (*Enforcer, iptables.Interface, IPSets) {
+func (l *lab) enforcer(t testing.TB, w *world, log *slog.Logger) (*Enforcer, iptables.Interface, IPSets) {
 	var ipt iptables.Interface
 	var sets IPSets
 	err := sandbox.Do(l.node, func() error {
@@ -98,7 +98,7 @@ func (l *lab) enforcer(t *testing.T, w *world, log *slog.Logger) (*Enforcer, ipt
 }
 
 // listen serves TCP and UDP echo on port in ns until the test ends.
-func listen(t *testing.T, ns netns.NsHandle, port int) {
+func listen(t testing.TB, ns netns.NsHandle, port int) {
 	var ln net.Listener
 	var pc net.PacketConn
 	err := sandbox.Do(ns, func() error {
@@ -138,7 +138,7 @@ func listen(t *testing.T, ns netns.NsHandle, port int) {
 // connect reports whether a TCP connection from ns to addr is answered
 // (true) or refused by a reset (false). A REJECT answers at once; a timeout
 // means a lost packet and fails the test.
-func connect(t *testing.T, ns netns.NsHandle, addr string) bool {
+func connect(t testing.TB, ns netns.NsHandle, addr string) bool {
 	t.Helper()
 	var ok bool
 	err := sandbox.Do(ns, func() error {
@@ -191,7 +191,7 @@ func udpAnswered(t *testing.T, ns netns.NsHandle, addr string) bool {
 	return ok
 }
 
-func inNode(t *testing.T, l *lab, f func() error) {
+func inNode(t testing.TB, l *lab, f func() error) {
 	t.Helper()
 	if err := sandbox.Do(l.node, f); err != nil {
 		t.Fatal(err)

@@ -91,7 +91,7 @@ func Confirm(l *Live, paths []Path, moved []tracer.Counter) {
 		}
 	} else {
 		for i, p := range paths {
-			if p.Verdict != "ACCEPT" {
+			if p.Verdict != "ACCEPT" || p.rejectedFurther() != "" {
 				l.Path = i
 				break
 			}
@@ -101,6 +101,9 @@ func Confirm(l *Live, paths []Path, moved []tracer.Counter) {
 			return
 		}
 		l.Reached = paths[l.Path].Verdict
+		if n := paths[l.Path].rejectedFurther(); n != "" {
+			l.Reached = "REJECT on " + n
+		}
 	}
 	ok := true
 	for _, s := range paths[l.Path].Steps {

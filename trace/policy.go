@@ -39,22 +39,23 @@ func (v PolicyVerdict) String() string {
 }
 
 // policyVerdicts reads the enforcer's decisions out of a walk's steps: a
-// jump from the hook chain into a pod chain opens one (its comment is
+// jump from the hook (or a dispatch) chain into a pod chain opens one (its comment is
 // "ns/pod direction"), the first allow mark set in a policy chain or the
-// pod chain's own RETURN for the node's traffic allows it, its REJECT
-// rejects it.
+// pod chain's own RETURN for the node's or the pod's own traffic allows it,
+// its REJECT rejects it.
 func policyVerdicts(node string, steps []tracer.Step) []PolicyVerdict {
 	var out []PolicyVerdict
 	var cur *PolicyVerdict
 	for _, s := range steps {
 		switch {
-		case s.Chain == netpol.ChainHook && strings.HasPrefix(s.Target, netpol.PrefixPod):
+		case strings.HasPrefix(s.Target, netpol.PrefixPod) && strings.HasPrefix(s.Chain, netpol.PrefixPolicy):
+			// From the hook chain or a /28 dispatch chain.
 			pod, dir, _ := strings.Cut(s.Comment, " ")
 			out = append(out, PolicyVerdict{Node: node, Direction: dir, Pod: pod})
 			cur = &out[len(out)-1]
 		case cur == nil || cur.Verdict != "" || s.Rule == 0:
 		case strings.HasPrefix(s.Chain, netpol.PrefixPolicy) && s.Target == "MARK" && s.Mark&0x10000 != 0,
-			strings.HasPrefix(s.Chain, netpol.PrefixPod) && s.Target == "RETURN" && strings.Contains(s.Comment, "from the node itself"):
+			strings.HasPrefix(s.Chain, netpol.PrefixPod) && s.Target == "RETURN" && strings.HasSuffix(s.Comment, "itself"):
 			cur.Verdict, cur.By, cur.Chain, cur.Rule = "allowed", s.Comment, s.Chain, s.Rule
 		case strings.HasPrefix(s.Chain, netpol.PrefixPod) && (s.Target == "REJECT" || s.Target == "DROP"):
 			cur.Verdict, cur.By, cur.Chain, cur.Rule = "rejected", s.Comment, s.Chain, s.Rule
@@ -114,10 +115,7 @@ func (r *run) deliveringHop(res *Result, p *Path, pkt tracer.Packet) error {
 	if err != nil {
 		return fmt.Errorf("parsing the rules of node %s: %w", n.Name, err)
 	}
-	sets, err := policySets(netns)
-	if err != nil {
-		return err
-	}
+	sets, _ := policySets(netns) // see Run
 	local, err := addrs(netns)
 	if err != nil {
 		return err
@@ -158,8 +156,21 @@ func (r *run) deliveringHop(res *Result, p *Path, pkt tracer.Packet) error {
 type hopRules struct{ node, netns string }
 
 // confirmPolicy sets Confirmed on every verdict of the paths whose rule's
-// counter moved on its node (moved maps a node to its moved counters).
-func confirmPolicy(paths []Path, moved map[string][]tracer.Counter) {
+// counter moved on its node (moved maps a node to its moved counters), and
+// takes back the live confirmation of the path the kernel took when one of
+// its verdicts' counters did not move.
+func confirmPolicy(l *Live, paths []Path, moved map[string][]tracer.Counter) {
+	defer func() {
+		if l == nil || l.Path < 0 || l.Path >= len(paths) {
+			return
+		}
+		for _, v := range paths[l.Path].Policy {
+			if v.Confirmed != nil && !*v.Confirmed {
+				l.Confirmed = false
+				l.Notes = append(l.Notes, fmt.Sprintf("filter %s #%d on %s is on the predicted path but its counter did not move", v.Chain, v.Rule, v.Node))
+			}
+		}
+	}()
 	for i := range paths {
 		for j := range paths[i].Policy {
 			v := &paths[i].Policy[j]
@@ -170,4 +181,15 @@ func confirmPolicy(paths []Path, moved map[string][]tracer.Counter) {
 			v.Confirmed = &ok
 		}
 	}
+}
+
+// rejectedFurther names the node that rejects an accepted path further on
+// (the destination pod's ingress policy there), "" if none does.
+func (p *Path) rejectedFurther() string {
+	for _, v := range p.Policy {
+		if v.Verdict == "rejected" && p.Verdict == "ACCEPT" {
+			return v.Node
+		}
+	}
+	return ""
 }

@@ -88,11 +88,26 @@ func TestConfirmPolicy(t *testing.T) {
 		{Node: "node2", Chain: "KUBE-POD-FW-X", Rule: 4},
 		{Node: "node1", Chain: "KUBE-NWPLCY-Y", Rule: 1},
 	}}}
-	confirmPolicy(paths, map[string][]tracer.Counter{"node2": {{Table: "filter", Chain: "KUBE-POD-FW-X", Rule: 4, Packets: 1}}})
+	l := &Live{Path: 0, Confirmed: true}
+	confirmPolicy(l, paths, map[string][]tracer.Counter{"node2": {{Table: "filter", Chain: "KUBE-POD-FW-X", Rule: 4, Packets: 1}}})
 	if c := paths[0].Policy[0].Confirmed; c == nil || !*c {
 		t.Errorf("node2 verdict not confirmed")
 	}
 	if c := paths[0].Policy[1].Confirmed; c == nil || *c {
 		t.Errorf("node1 verdict confirmed without a counter")
+	}
+	if l.Confirmed || len(l.Notes) != 1 {
+		t.Errorf("live still confirmed (%v) with notes %q", l.Confirmed, l.Notes)
+	}
+}
+
+// A path this node accepts but the destination node's policy rejects is the
+// one a probe without a conntrack entry took.
+func TestConfirmRejectedFurther(t *testing.T) {
+	paths := []Path{{Verdict: "ACCEPT", Dst: "10.244.0.2:8080", Policy: []PolicyVerdict{{Node: "node1", Verdict: "rejected"}}}}
+	l := &Live{}
+	Confirm(l, paths, nil)
+	if l.Path != 0 || l.Reached != "REJECT on node1" || !l.Confirmed {
+		t.Errorf("live = %+v", l)
 	}
 }

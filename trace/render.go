@@ -250,7 +250,11 @@ func (l *Live) tree(w io.Writer, r *Result) {
 		}
 	}
 	if l.Confirmed {
-		fmt.Fprintf(w, "  confirmed: the kernel took path %d (%s)\n", l.Path+1, r.Paths[l.Path].Verdict+" "+r.Paths[l.Path].Dst)
+		took := r.Paths[l.Path].Verdict + " " + r.Paths[l.Path].Dst
+		if strings.HasPrefix(l.Reached, "REJECT on ") {
+			took += ", then " + l.Reached
+		}
+		fmt.Fprintf(w, "  confirmed: the kernel took path %d (%s)\n", l.Path+1, took)
 	} else {
 		fmt.Fprintf(w, "  NOT confirmed\n")
 	}

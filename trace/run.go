@@ -162,10 +162,9 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 		}
 		return ""
 	}
-	sets, err := policySets(netns)
-	if err != nil {
-		return nil, err
-	}
+	// Without readable ipsets (a kernel without ip_set) a rule that matches
+	// one fails the walk with its own error; others trace as before.
+	sets, _ := policySets(netns)
 	outs, err := rules.Trace(tracer.Node{Addrs: local, Out: outDev, Sets: sets}, pkt)
 	if err != nil {
 		return nil, fmt.Errorf("tracing through the rules of node %s: %w", nodeName, err)
@@ -627,7 +626,7 @@ func (r *run) live(res *Result) error {
 			moved[h.node] = tracer.Moved(others[h.netns], a)
 		}
 	}
-	confirmPolicy(res.Paths, moved)
+	confirmPolicy(l, res.Paths, moved)
 	res.Live = l
 	return nil
 }
