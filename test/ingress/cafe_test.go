@@ -242,8 +242,23 @@ func TestCafe(t *testing.T) {
 		}
 	})
 	t.Run("through each node's NodePort, as in the chapter", func(t *testing.T) {
-		if out, _ := testenv.Run(l, "node1", "iptables-save", "-t", "nat"); !strings.Contains(out, "KUBE-NODEPORTS") {
-			t.Fatalf("node1 has no KUBE-NODEPORTS chain: the service proxy is not running, so NodePorts do not answer\n%s", out)
+		for _, n := range []string{"node1", "node2"} {
+			// The proxy's first sync may land after the pods are ready:
+			// wait for the NodePort rules themselves, as a student would
+			// look for them with iptables-save.
+			testenv.Eventually(t, 30*time.Second, n+"'s KUBE-NODEPORTS rules for the controller's NodePorts", func() error {
+				out, _ := testenv.Run(l, n, "iptables-save", "-t", "nat")
+			ports:
+				for _, p := range []int32{httpNP, httpsNP} {
+					for _, line := range strings.Split(out, "\n") {
+						if strings.HasPrefix(line, "-A KUBE-NODEPORTS ") && strings.Contains(line, fmt.Sprintf("--dport %d ", p)) {
+							continue ports
+						}
+					}
+					return fmt.Errorf("no KUBE-NODEPORTS rule for port %d: the service proxy has not synced\n%s", p, out)
+				}
+				return nil
+			})
 		}
 		for _, n := range []string{"node1", "node2"} {
 			check(t, n, httpsNP, httpNP)
