@@ -256,6 +256,22 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 }
 
 // claimReplicaSets returns copies of the ReplicaSets dep controls, after
+// stillLive reads dep past the cache before a ReplicaSet is made for it: a
+// deployment deleted a moment ago (with propagationPolicy Orphan, its old
+// ReplicaSet and pods let go) may still be in the cache, and a ReplicaSet
+// created for it would adopt those pods, then be collected with them as
+// soon as the garbage collector sees its owner gone.
+func (d *deploymentController) stillLive(ctx context.Context, dep *appsv1.Deployment) (bool, error) {
+	cur, err := d.c.client.AppsV1().Deployments(dep.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("checking deployment %q before creating its replica set: %w", keyOf(dep), err)
+	}
+	return cur.UID == dep.UID && cur.DeletionTimestamp == nil, nil
+}
+
 // adopting orphans its selector matches and releasing owned ones it no
 // longer matches (ReplicaSetControllerRefManager.ClaimReplicaSets).
 func (d *deploymentController) claimReplicaSets(ctx context.Context, dep *appsv1.Deployment, sel labels.Selector) ([]*appsv1.ReplicaSet, error) {
@@ -351,6 +367,9 @@ func (d *deploymentController) migratePods(ctx context.Context, dep *appsv1.Depl
 		for _, p := range pods {
 			r, _ := strconv.ParseInt(p.Annotations[revisionAnnotation], 10, 64)
 			rev = max(rev, r)
+		}
+		if ok, err := d.stillLive(ctx, dep); err != nil || !ok {
+			return nil, err
 		}
 		rs := newReplicaSet(dep, tmpl, h, int32(len(pods)), max(rev, 1))
 		res, err := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Create(ctx, rs, metav1.CreateOptions{})
@@ -518,6 +537,9 @@ func (d *deploymentController) findReplicaSets(ctx context.Context, r *rollout, 
 			}
 		}
 	case create:
+		if ok, err := d.stillLive(ctx, dep); err != nil || !ok {
+			return err
+		}
 		rs := newReplicaSet(dep, *dep.Spec.Template.DeepCopy(), r.hash, 0, rev)
 		res, err := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Create(ctx, rs, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
