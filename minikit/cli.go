@@ -189,17 +189,6 @@ func kubeClientFor(kubeconfig, labName, namespace string) (*kubernetes.Clientset
 	return client, namespace, t, nil
 }
 
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the minikit version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "minikit %s (Kubernetes API %s)\n", version, "v1.32")
-		},
-	}
-}
-
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {

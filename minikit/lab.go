@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -93,14 +91,10 @@ with one lab they find it without --name. ` + "`minikit lab list`" + ` shows the
 		c.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default: where the lab registry says the lab is, else /var/lib/minikit-lab/NAME)")
 	}
 	addOutput := func(c *cobra.Command) {
-		c.Flags().StringVarP(&output, "output", "o", "", "output format: json (default: text)")
+		c.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: text)")
+		c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	}
-	checkOutput := func() error {
-		if output != "" && output != "json" {
-			return fmt.Errorf("--output must be json or empty, not %q", output)
-		}
-		return nil
-	}
+	checkLabOutput := func() error { return checkOutput(output, "", "json", "yaml") }
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create a lab and wait until every node is Ready",
@@ -116,7 +110,7 @@ lab down removes them again and makes the previous context current again.
 --kubeconfig-merge=false leaves ~/.kube/config alone.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(); err != nil {
+			if err := checkLabOutput(); err != nil {
 				return err
 			}
 			if cfg.Name == "" {
@@ -138,8 +132,8 @@ lab down removes them again and makes the previous context current again.
 			}
 			w := cmd.OutOrStdout()
 			info := l.Info(cmd.Context())
-			if output == "json" {
-				return printJSON(w, info)
+			if output != "" {
+				return printStructured(w, output, info)
 			}
 			fmt.Fprintf(w, "lab %q is up with %d nodes in %.1fs\n", l.Name(), cfg.Nodes, time.Since(start).Seconds())
 			lab.PrintInfo(w, info)
@@ -190,7 +184,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Short: "Show a lab's hosts, addresses and processes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(); err != nil {
+			if err := checkLabOutput(); err != nil {
 				return err
 			}
 			name, err := pickLab(cfg.Name, cfg.Dir)
@@ -202,8 +196,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 				return err
 			}
 			info := st.Info(cmd.Context(), true)
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), info)
+			if output != "" {
+				return printStructured(cmd.OutOrStdout(), output, info)
 			}
 			lab.PrintInfo(cmd.OutOrStdout(), info)
 			return nil
@@ -216,7 +210,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Short: "List the labs on this machine",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(); err != nil {
+			if err := checkLabOutput(); err != nil {
 				return err
 			}
 			infos := []lab.Info{}
@@ -228,8 +222,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 				infos = append(infos, st.Info(cmd.Context(), false))
 			}
 			w := cmd.OutOrStdout()
-			if output == "json" {
-				return printJSON(w, infos)
+			if output != "" {
+				return printStructured(w, output, infos)
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tNODES\tRUNNING\tAPI\tDIR\tKUBECONFIG")
@@ -358,12 +352,6 @@ func pickLab(name, dir string) (string, error) {
 		names = append(names, e.Name)
 	}
 	return "", fmt.Errorf("%d labs on this machine (%s): choose one with --name", len(labs), strings.Join(names, ", "))
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func newLabHelperCommands() []*cobra.Command {

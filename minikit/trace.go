@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/minikit/minikit/trace"
@@ -34,8 +33,8 @@ compared with the prediction.`,
   minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "tree" && output != "json" && output != "dot" {
-				return fmt.Errorf("-o must be tree, json or dot, not %q", output)
+			if err := checkOutput(output, "tree", "json", "yaml", "dot"); err != nil {
+				return err
 			}
 			o.From, o.To = args[0], args[1]
 			client, ns, t, err := kubeClientFor(kubeconfig, o.Lab, o.Namespace)
@@ -56,6 +55,8 @@ compared with the prediction.`,
 			switch output {
 			case "json":
 				return res.JSON(w)
+			case "yaml":
+				return printStructured(w, output, res)
 			case "dot":
 				res.Dot(w)
 			default:
@@ -72,6 +73,6 @@ compared with the prediction.`,
 	fl.StringVar(&o.Lab, "lab", "", "lab whose network namespaces are the nodes (LAB-NODE) and whose API to ask (default: the kubeconfig's lab, else the only lab); other nodes are read from this machine's own namespace if they are this machine")
 	fl.BoolVar(&o.Live, "live", false, "send one real probe from FROM and confirm the path with the kernel's counters and conntrack")
 	fl.DurationVar(&o.Timeout, "timeout", 3*time.Second, "how long the live probe waits")
-	fl.StringVarP(&output, "output", "o", "tree", "tree, json or dot")
+	fl.StringVarP(&output, "output", "o", "tree", "tree, json, yaml or dot")
 	return cmd
 }
