@@ -27,7 +27,9 @@ func newAgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent --server URL --token T",
 		Short: "Join this machine to a minikit server as a node",
-		Args:  cobra.NoArgs,
+		Example: `  sudo minikit agent --server https://192.168.56.10:6443 --token-file token --ca-file ca.crt
+  sudo minikit agent --server https://192.168.56.10:6443 --token "$(cat token)" --ca-file ca.crt --node-ip 192.168.56.11`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Logger, cfg.Version = newLogger(logLevel), version
 			if nodeIP != "" {
@@ -85,10 +87,17 @@ func newLabCommand() *cobra.Command {
 
 Every lab is recorded by name in ` + lab.RegistryDir + `/NAME.json with its directory,
 so that the other lab commands find it by --name whatever --dir it was made with;
-with one lab they find it without --name. ` + "`minikit lab list`" + ` shows them.`}
+with one lab they find it without --name. ` + "`minikit lab list`" + ` shows them.`,
+		Example: `  sudo minikit lab up --nodes 3
+  minikit lab list
+  minikit lab status
+  sudo minikit lab exec client -- curl -s http://192.168.56.11:30007/
+  sudo minikit lab down`}
 	addName := func(c *cobra.Command) {
 		c.Flags().StringVar(&cfg.Name, "name", "", "lab name (default: the only lab, else \"lab\")")
 		c.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default: where the lab registry says the lab is, else /var/lib/minikit-lab/NAME)")
+		c.RegisterFlagCompletionFunc("name", completeLabNames)
+		c.MarkFlagDirname("dir")
 	}
 	addOutput := func(c *cobra.Command) {
 		c.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: text)")
@@ -108,6 +117,9 @@ current context, as kind does with kind-NAME: kubectl then works from the
 user's shell without sudo or KUBECONFIG.
 lab down removes them again and makes the previous context current again.
 --kubeconfig-merge=false leaves ~/.kube/config alone.`,
+		Example: `  sudo minikit lab up
+  sudo minikit lab up --name np --nodes 3
+  sudo minikit lab up --kubeconfig-merge=false -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLabOutput(); err != nil {
@@ -163,6 +175,8 @@ lab down removes them again and makes the previous context current again.
 Afterwards it checks that nothing of the lab is left (processes, network
 namespaces, pod namespaces, mounts, directory) and fails, naming what is,
 if anything is; the lab then stays registered, and down can be run again.`,
+		Example: `  sudo minikit lab down
+  sudo minikit lab down --name np`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
@@ -182,7 +196,9 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show a lab's hosts, addresses and processes",
-		Args:  cobra.NoArgs,
+		Example: `  minikit lab status
+  minikit lab status --name np -o yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLabOutput(); err != nil {
 				return err
@@ -208,7 +224,9 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the labs on this machine",
-		Args:  cobra.NoArgs,
+		Example: `  minikit lab list
+  minikit lab list -o json | jq -r '.[].name'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkLabOutput(); err != nil {
 				return err
@@ -237,7 +255,9 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print a lab's kubeconfig (context minikit-NAME)",
-		Args:  cobra.NoArgs,
+		Example: `  minikit lab kubeconfig > lab.kubeconfig
+  sudo minikit lab kubeconfig --name np > np.kubeconfig`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -259,7 +279,10 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	execCmd := &cobra.Command{
 		Use:   "exec HOST -- COMMAND [ARGS...]",
 		Short: "Run a command on a lab host (node1..., client, external)",
-		Args:  cobra.MinimumNArgs(2),
+		Example: `  sudo minikit lab exec node1 -- iptables-save -t nat
+  sudo minikit lab exec client -- curl -s http://192.168.56.11:30007/
+  sudo minikit lab exec --name np node2 -- ip route`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -279,11 +302,14 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		},
 	}
 	addName(execCmd)
+	execCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, false)
 	var remove bool
 	stop := &cobra.Command{
 		Use:   "stop HOST",
 		Short: "Stop a lab node's minikit (its pods keep running); --remove also takes the node out of the cluster",
-		Args:  cobra.ExactArgs(1),
+		Example: `  sudo minikit lab stop node2
+  sudo minikit lab stop node2 --remove`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -301,11 +327,14 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		},
 	}
 	addName(stop)
+	stop.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	stop.Flags().BoolVar(&remove, "remove", false, "also remove the node's pods and its Node object")
 	startCmd := &cobra.Command{
 		Use:   "start HOST",
 		Short: "Start a stopped lab node's minikit again",
-		Args:  cobra.ExactArgs(1),
+		Example: `  sudo minikit lab start node2
+  sudo minikit lab start --name np node2`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -320,6 +349,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		},
 	}
 	addName(startCmd)
+	startCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)
 	return root
 }

@@ -28,9 +28,10 @@ TO:   svc/NAME[:PORT] (the cluster IP), or ADDRESS:PORT where ADDRESS is a
 With --live, one real connection (or UDP datagram) is sent from FROM's network
 namespace and the counters that moved and the conntrack entry it created are
 compared with the prediction.`,
-		Example: `  minikit trace client node2:30080
-  minikit trace pod/client svc/web:http -o json --live
-  minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
+		Example: `  sudo minikit trace client node2:30080
+  sudo minikit trace pod/client svc/web:http -o json --live
+  sudo minikit trace -n networkpolicy pod/frontend svc/db:6379 -o yaml
+  sudo minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "tree", "json", "yaml", "dot"); err != nil {
@@ -74,5 +75,9 @@ compared with the prediction.`,
 	fl.BoolVar(&o.Live, "live", false, "send one real probe from FROM and confirm the path with the kernel's counters and conntrack")
 	fl.DurationVar(&o.Timeout, "timeout", 3*time.Second, "how long the live probe waits")
 	fl.StringVarP(&output, "output", "o", "tree", "tree, json, yaml or dot")
+	cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"tree", "json", "yaml", "dot"}, noFiles))
+	cmd.RegisterFlagCompletionFunc("lab", completeLabNames)
+	cmd.RegisterFlagCompletionFunc("proto", cobra.FixedCompletions([]string{"tcp", "udp"}, noFiles))
+	cmd.ValidArgsFunction = completeTrace(&kubeconfig, &o.Lab, &o.Namespace)
 	return cmd
 }
