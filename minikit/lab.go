@@ -121,10 +121,8 @@ lab down removes them again and makes the previous context current again.
   sudo minikit lab up --name np --nodes 3
   sudo minikit lab up --kubeconfig-merge=false -o json`,
 		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkLabOutput(); err != nil {
-				return err
-			}
 			if cfg.Name == "" {
 				cfg.Name = "lab"
 			}
@@ -199,10 +197,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Example: `  minikit lab status
   minikit lab status --name np -o yaml`,
 		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkLabOutput(); err != nil {
-				return err
-			}
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
@@ -227,10 +223,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Example: `  minikit lab list
   minikit lab list -o json | jq -r '.[].name'`,
 		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkLabOutput(); err != nil {
-				return err
-			}
 			infos := []lab.Info{}
 			for _, e := range lab.Registered() {
 				st, err := lab.Load(e.Name, e.Dir)

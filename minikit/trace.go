@@ -33,10 +33,10 @@ compared with the prediction.`,
   sudo minikit trace -n networkpolicy pod/frontend svc/db:6379 -o yaml
   sudo minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
 		Args: cobra.ExactArgs(2),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			return checkOutput(output, "tree", "json", "yaml", "dot")
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "tree", "json", "yaml", "dot"); err != nil {
-				return err
-			}
 			o.From, o.To = args[0], args[1]
 			client, ns, t, err := kubeClientFor(kubeconfig, o.Lab, o.Namespace)
 			if err != nil {
