@@ -188,4 +188,3 @@ func TestParseCobraCompletion(t *testing.T) {
 		})
 	}
 }
-

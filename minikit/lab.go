@@ -120,7 +120,7 @@ lab down removes them again and makes the previous context current again.
 		Example: `  sudo minikit lab up
   sudo minikit lab up --name np --nodes 3
   sudo minikit lab up --kubeconfig-merge=false -o json`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cfg.Name == "" {
@@ -196,7 +196,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Short: "Show a lab's hosts, addresses and processes",
 		Example: `  minikit lab status
   minikit lab status --name np -o yaml`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
@@ -222,7 +222,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Short: "List the labs on this machine",
 		Example: `  minikit lab list
   minikit lab list -o json | jq -r '.[].name'`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			infos := []lab.Info{}
