@@ -28,6 +28,37 @@ const completionTimeout = 2 * time.Second
 
 const noFiles = cobra.ShellCompDirectiveNoFileComp
 
+// completionExamples are the Examples of cobra's completion command and its
+// subcommands (cobra gives them a Long text only).
+var completionExamples = map[string]string{
+	"completion": `  source <(minikit completion bash)
+  minikit completion zsh > "${fpath[1]}/_minikit"
+  minikit completion fish > ~/.config/fish/completions/minikit.fish`,
+	"bash": `  source <(minikit completion bash)
+  minikit completion bash | sudo tee /etc/bash_completion.d/minikit > /dev/null`,
+	"zsh": `  source <(minikit completion zsh)
+  minikit completion zsh > "${fpath[1]}/_minikit"`,
+	"fish": `  minikit completion fish | source
+  minikit completion fish > ~/.config/fish/completions/minikit.fish`,
+	"powershell": `  minikit completion powershell | Out-String | Invoke-Expression`,
+}
+
+// addCompletionExamples adds cobra's completion command now, rather than
+// when the root command runs, to give it Examples. The scripts go to the
+// root's output as it is when this is called (cobra takes it then).
+func addCompletionExamples(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = completionExamples[c.Name()]
+		for _, sub := range c.Commands() {
+			sub.Example = completionExamples[sub.Name()]
+		}
+	}
+}
+
 // completeLabNames completes the names of the labs on this machine.
 func completeLabNames(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
 	var out []string

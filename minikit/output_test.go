@@ -21,6 +21,7 @@ func run(t *testing.T, args ...string) (string, error) {
 	var out, errb bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errb)
+	addCompletionExamples(root)
 	root.SetArgs(args)
 	err := root.Execute()
 	return out.String(), err
@@ -186,7 +187,7 @@ func TestOutputFlagValues(t *testing.T) {
 func TestEveryCommandHasExamples(t *testing.T) {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+		if c.Hidden || c.Name() == "help" {
 			return
 		}
 		if strings.TrimSpace(c.Example) == "" {
@@ -199,7 +200,9 @@ func TestEveryCommandHasExamples(t *testing.T) {
 			walk(sub)
 		}
 	}
-	walk(newRootCommand())
+	root := newRootCommand()
+	addCompletionExamples(root)
+	walk(root)
 }
 
 func checkExample(t *testing.T, c *cobra.Command, line string) {
@@ -227,7 +230,7 @@ func checkExample(t *testing.T, c *cobra.Command, line string) {
 	}
 	args[len(args)-1] = strings.TrimSuffix(args[len(args)-1], ")")
 	root := newRootCommand()
-	root.InitDefaultCompletionCmd()
+	addCompletionExamples(root)
 	cmd, rest, err := root.Find(args)
 	if err != nil {
 		t.Errorf("%s: example %q: %v", c.CommandPath(), line, err)
