@@ -30,9 +30,16 @@ func newRootCommand() *cobra.Command {
 		Short:         "A mini-Kubernetes networking stack for labs, on real kernel objects",
 		SilenceUsage:  true,
 		SilenceErrors: false,
+		Example: `  sudo minikit lab up                                   # a 2-node cluster of network namespaces
+  minikit apply -f examples/clusterip/hostnames.yaml
+  minikit get pods,svc -o wide
+  sudo minikit trace client svc/hostnames                # the path through the nodes' iptables rules
+  sudo minikit lab down
+  source <(minikit completion bash)                     # shell completion (also zsh, fish)`,
 	}
 	execCmd := newExecCommand()
 	execCmd.Flags().StringVar(&execLab, "lab", "", "the lab whose API to ask (default: as the kubeconfig says, else the only lab)")
+	execCmd.RegisterFlagCompletionFunc("lab", completeLabNames)
 	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), execCmd, newDownCommand(),
 		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newDocsCommand())
 	root.AddCommand(newLabHelperCommands()...)
@@ -83,7 +90,9 @@ func newKubectlCommands() []*cobra.Command {
 		out = append(out, &cobra.Command{
 			Use:                verb,
 			Short:              short,
+			Example:            kubectlExamples[verb],
 			DisableFlagParsing: true,
+			ValidArgsFunction:  completeKubectl(verb),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if verb != "kubectl" {
 					args = append([]string{verb}, args...)
@@ -93,6 +102,37 @@ func newKubectlCommands() []*cobra.Command {
 		})
 	}
 	return out
+}
+
+// kubectlExamples are the Examples of the kubectl pass-through commands.
+var kubectlExamples = map[string]string{
+	"apply": `  minikit apply -f examples/clusterip/hostnames.yaml
+  minikit apply -n clusterip -f examples/clusterip/hostnames.yaml
+  minikit apply --lab np -n networkpolicy -f examples/networkpolicy/pods.yaml`,
+	"get": `  minikit get pods -o wide
+  minikit get deploy,svc,endpointslices -n clusterip
+  minikit get nodes --lab np -o yaml`,
+	"describe": `  minikit describe svc hostnames
+  minikit describe pod client
+  minikit describe networkpolicy -n networkpolicy`,
+	"delete": `  minikit delete -f examples/clusterip/hostnames.yaml
+  minikit delete pod client
+  minikit delete namespace clusterip`,
+	"logs": `  minikit logs deploy/hostnames
+  minikit logs -f client
+  minikit logs -n clusterip -l app=hostnames --prefix`,
+	"scale": `  minikit scale deployment hostnames --replicas=5
+  minikit scale -n clusterip deployment/hostnames --replicas=0`,
+	"patch": `  minikit patch svc hostnames -p '{"spec":{"type":"NodePort"}}'
+  minikit patch svc hostnames -p '{"spec":{"externalTrafficPolicy":"Local"}}'`,
+	"rollout": `  minikit rollout status deployment/hostnames
+  minikit rollout restart deployment/hostnames
+  minikit rollout undo deployment/hostnames`,
+	"wait": `  minikit wait --for=condition=Ready pod --all --timeout=60s
+  minikit wait --for=condition=Available deployment/hostnames`,
+	"kubectl": `  minikit kubectl config current-context
+  minikit kubectl exec client -- curl -s http://hostnames/
+  minikit kubectl --lab np get netpol -A`,
 }
 
 // runKubectl replaces this process with kubectl, adding --kubeconfig when the
@@ -189,17 +229,6 @@ func kubeClientFor(kubeconfig, labName, namespace string) (*kubernetes.Clientset
 	return client, namespace, t, nil
 }
 
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the minikit version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "minikit %s (Kubernetes API %s)\n", version, "v1.32")
-		},
-	}
-}
-
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
@@ -220,7 +249,11 @@ func newServerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API server, the controllers and this node's agent",
-		Args:  cobra.NoArgs,
+		Example: `  sudo minikit server
+  sudo minikit server --log-level debug --lb-pool 192.168.56.240-192.168.56.250
+  sudo minikit server --listen 0.0.0.0:6443 --advertise-address 192.168.56.10 --node-ip 192.168.56.10
+  sudo minikit server --disable-agent --data-dir /tmp/minikit-api`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
 				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel), DisableAgent: disableAgent, NodeName: nodeName}

@@ -21,7 +21,10 @@ func newExecCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exec POD [-c CONTAINER] -- COMMAND [ARGS...]",
 		Short: "Run a command inside a pod (its network, hostname and /etc files)",
-		Args:  cobra.MinimumNArgs(2),
+		Example: `  sudo minikit exec client -- curl -s http://hostnames/
+  sudo minikit exec -n clusterip client -- ip -br addr
+  sudo minikit exec --lab np -n networkpolicy frontend -- cat /etc/resolv.conf`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
 				return errors.New("usage: minikit exec POD -- COMMAND [ARGS...]")
@@ -72,6 +75,7 @@ func newExecCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&container, "container", "c", "", "container name (all containers of a pod share its namespaces)")
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: KUBECONFIG, then the local server's)")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the pod")
+	cmd.ValidArgsFunction = completeExecPod(&kubeconfig, &namespace)
 	return cmd
 }
 
@@ -82,7 +86,10 @@ func newDownCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Remove minikit's pods, bridge and rules from this node (run it after stopping the server or agent)",
-		Args:  cobra.NoArgs,
+		Example: `  sudo minikit down
+  sudo minikit down --purge
+  sudo minikit down --data-dir /tmp/minikit-api`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := cluster.Down(dataDir, newLogger("info"))
 			if purge && err == nil {

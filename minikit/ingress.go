@@ -14,11 +14,14 @@ import (
 // the nginx.conf an ingress-nginx controller would use for the same objects.
 func newIngressCommand() *cobra.Command {
 	var kubeconfig string
-	root := &cobra.Command{Use: "ingress", Short: "The Ingress controller"}
+	root := &cobra.Command{Use: "ingress", Short: "The Ingress controller",
+		Example: `  minikit ingress nginx-conf`}
 	conf := &cobra.Command{
 		Use:   "nginx-conf",
 		Short: "Print the nginx.conf an nginx Ingress controller would use for the cluster's Ingresses",
-		Args:  cobra.NoArgs,
+		Example: `  minikit ingress nginx-conf
+  minikit ingress nginx-conf --kubeconfig /var/lib/minikit-lab/lab/kubeconfig | less`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			client, _, err := kubeClient(kubeconfig, "")
 			if err != nil {

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -29,7 +27,9 @@ func newAgentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent --server URL --token T",
 		Short: "Join this machine to a minikit server as a node",
-		Args:  cobra.NoArgs,
+		Example: `  sudo minikit agent --server https://192.168.56.10:6443 --token-file token --ca-file ca.crt
+  sudo minikit agent --server https://192.168.56.10:6443 --token "$(cat token)" --ca-file ca.crt --node-ip 192.168.56.11`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Logger, cfg.Version = newLogger(logLevel), version
 			if nodeIP != "" {
@@ -87,20 +87,23 @@ func newLabCommand() *cobra.Command {
 
 Every lab is recorded by name in ` + lab.RegistryDir + `/NAME.json with its directory,
 so that the other lab commands find it by --name whatever --dir it was made with;
-with one lab they find it without --name. ` + "`minikit lab list`" + ` shows them.`}
+with one lab they find it without --name. ` + "`minikit lab list`" + ` shows them.`,
+		Example: `  sudo minikit lab up --nodes 3
+  minikit lab list
+  minikit lab status
+  sudo minikit lab exec client -- curl -s http://192.168.56.11:30007/
+  sudo minikit lab down`}
 	addName := func(c *cobra.Command) {
 		c.Flags().StringVar(&cfg.Name, "name", "", "lab name (default: the only lab, else \"lab\")")
 		c.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default: where the lab registry says the lab is, else /var/lib/minikit-lab/NAME)")
+		c.RegisterFlagCompletionFunc("name", completeLabNames)
+		c.MarkFlagDirname("dir")
 	}
 	addOutput := func(c *cobra.Command) {
-		c.Flags().StringVarP(&output, "output", "o", "", "output format: json (default: text)")
+		c.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: text)")
+		c.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 	}
-	checkOutput := func() error {
-		if output != "" && output != "json" {
-			return fmt.Errorf("--output must be json or empty, not %q", output)
-		}
-		return nil
-	}
+	checkLabOutput := func() error { return checkOutput(output, "", "json", "yaml") }
 	up := &cobra.Command{
 		Use:   "up",
 		Short: "Create a lab and wait until every node is Ready",
@@ -114,11 +117,12 @@ current context, as kind does with kind-NAME: kubectl then works from the
 user's shell without sudo or KUBECONFIG.
 lab down removes them again and makes the previous context current again.
 --kubeconfig-merge=false leaves ~/.kube/config alone.`,
-		Args: cobra.NoArgs,
+		Example: `  sudo minikit lab up
+  sudo minikit lab up --name np --nodes 3
+  sudo minikit lab up --kubeconfig-merge=false -o json`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(); err != nil {
-				return err
-			}
 			if cfg.Name == "" {
 				cfg.Name = "lab"
 			}
@@ -138,8 +142,8 @@ lab down removes them again and makes the previous context current again.
 			}
 			w := cmd.OutOrStdout()
 			info := l.Info(cmd.Context())
-			if output == "json" {
-				return printJSON(w, info)
+			if output != "" {
+				return printStructured(w, output, info)
 			}
 			fmt.Fprintf(w, "lab %q is up with %d nodes in %.1fs\n", l.Name(), cfg.Nodes, time.Since(start).Seconds())
 			lab.PrintInfo(w, info)
@@ -169,6 +173,8 @@ lab down removes them again and makes the previous context current again.
 Afterwards it checks that nothing of the lab is left (processes, network
 namespaces, pod namespaces, mounts, directory) and fails, naming what is,
 if anything is; the lab then stays registered, and down can be run again.`,
+		Example: `  sudo minikit lab down
+  sudo minikit lab down --name np`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
@@ -188,11 +194,11 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show a lab's hosts, addresses and processes",
-		Args:  cobra.NoArgs,
+		Example: `  minikit lab status
+  minikit lab status --name np -o yaml`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(); err != nil {
-				return err
-			}
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
@@ -202,8 +208,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 				return err
 			}
 			info := st.Info(cmd.Context(), true)
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), info)
+			if output != "" {
+				return printStructured(cmd.OutOrStdout(), output, info)
 			}
 			lab.PrintInfo(cmd.OutOrStdout(), info)
 			return nil
@@ -214,11 +220,11 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the labs on this machine",
-		Args:  cobra.NoArgs,
+		Example: `  minikit lab list
+  minikit lab list -o json | jq -r '.[].name'`,
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(); err != nil {
-				return err
-			}
 			infos := []lab.Info{}
 			for _, e := range lab.Registered() {
 				st, err := lab.Load(e.Name, e.Dir)
@@ -228,8 +234,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 				infos = append(infos, st.Info(cmd.Context(), false))
 			}
 			w := cmd.OutOrStdout()
-			if output == "json" {
-				return printJSON(w, infos)
+			if output != "" {
+				return printStructured(w, output, infos)
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tNODES\tRUNNING\tAPI\tDIR\tKUBECONFIG")
@@ -243,7 +249,9 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	kubeconfig := &cobra.Command{
 		Use:   "kubeconfig",
 		Short: "Print a lab's kubeconfig (context minikit-NAME)",
-		Args:  cobra.NoArgs,
+		Example: `  minikit lab kubeconfig > lab.kubeconfig
+  sudo minikit lab kubeconfig --name np > np.kubeconfig`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -265,7 +273,10 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	execCmd := &cobra.Command{
 		Use:   "exec HOST -- COMMAND [ARGS...]",
 		Short: "Run a command on a lab host (node1..., client, external)",
-		Args:  cobra.MinimumNArgs(2),
+		Example: `  sudo minikit lab exec node1 -- iptables-save -t nat
+  sudo minikit lab exec client -- curl -s http://192.168.56.11:30007/
+  sudo minikit lab exec --name np node2 -- ip route`,
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -285,11 +296,14 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		},
 	}
 	addName(execCmd)
+	execCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, false)
 	var remove bool
 	stop := &cobra.Command{
 		Use:   "stop HOST",
 		Short: "Stop a lab node's minikit (its pods keep running); --remove also takes the node out of the cluster",
-		Args:  cobra.ExactArgs(1),
+		Example: `  sudo minikit lab stop node2
+  sudo minikit lab stop node2 --remove`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -307,11 +321,14 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		},
 	}
 	addName(stop)
+	stop.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	stop.Flags().BoolVar(&remove, "remove", false, "also remove the node's pods and its Node object")
 	startCmd := &cobra.Command{
 		Use:   "start HOST",
 		Short: "Start a stopped lab node's minikit again",
-		Args:  cobra.ExactArgs(1),
+		Example: `  sudo minikit lab start node2
+  sudo minikit lab start --name np node2`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
 			if err != nil {
@@ -326,6 +343,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		},
 	}
 	addName(startCmd)
+	startCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)
 	return root
 }
@@ -358,12 +376,6 @@ func pickLab(name, dir string) (string, error) {
 		names = append(names, e.Name)
 	}
 	return "", fmt.Errorf("%d labs on this machine (%s): choose one with --name", len(labs), strings.Join(names, ", "))
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func newLabHelperCommands() []*cobra.Command {

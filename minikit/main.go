@@ -8,7 +8,9 @@ import (
 )
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
+	root := newRootCommand()
+	addCompletionExamples(root)
+	if err := root.Execute(); err != nil {
 		os.Exit(1)
 	}
 }

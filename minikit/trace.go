@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/minikit/minikit/trace"
@@ -29,14 +28,15 @@ TO:   svc/NAME[:PORT] (the cluster IP), or ADDRESS:PORT where ADDRESS is a
 With --live, one real connection (or UDP datagram) is sent from FROM's network
 namespace and the counters that moved and the conntrack entry it created are
 compared with the prediction.`,
-		Example: `  minikit trace client node2:30080
-  minikit trace pod/client svc/web:http -o json --live
-  minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
+		Example: `  sudo minikit trace client node2:30080
+  sudo minikit trace pod/client svc/web:http -o json --live
+  sudo minikit trace -n networkpolicy pod/frontend svc/db:6379 -o yaml
+  sudo minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg`,
 		Args: cobra.ExactArgs(2),
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			return checkOutput(output, "tree", "json", "yaml", "dot")
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "tree" && output != "json" && output != "dot" {
-				return fmt.Errorf("-o must be tree, json or dot, not %q", output)
-			}
 			o.From, o.To = args[0], args[1]
 			client, ns, t, err := kubeClientFor(kubeconfig, o.Lab, o.Namespace)
 			if err != nil {
@@ -56,6 +56,8 @@ compared with the prediction.`,
 			switch output {
 			case "json":
 				return res.JSON(w)
+			case "yaml":
+				return printStructured(w, output, res)
 			case "dot":
 				res.Dot(w)
 			default:
@@ -72,6 +74,10 @@ compared with the prediction.`,
 	fl.StringVar(&o.Lab, "lab", "", "lab whose network namespaces are the nodes (LAB-NODE) and whose API to ask (default: the kubeconfig's lab, else the only lab); other nodes are read from this machine's own namespace if they are this machine")
 	fl.BoolVar(&o.Live, "live", false, "send one real probe from FROM and confirm the path with the kernel's counters and conntrack")
 	fl.DurationVar(&o.Timeout, "timeout", 3*time.Second, "how long the live probe waits")
-	fl.StringVarP(&output, "output", "o", "tree", "tree, json or dot")
+	fl.StringVarP(&output, "output", "o", "tree", "tree, json, yaml or dot")
+	cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"tree", "json", "yaml", "dot"}, noFiles))
+	cmd.RegisterFlagCompletionFunc("lab", completeLabNames)
+	cmd.RegisterFlagCompletionFunc("proto", cobra.FixedCompletions([]string{"tcp", "udp"}, noFiles))
+	cmd.ValidArgsFunction = completeTrace(&kubeconfig, &o.Lab, &o.Namespace)
 	return cmd
 }
