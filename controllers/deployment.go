@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -260,7 +261,8 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 // deployment deleted a moment ago (with propagationPolicy Orphan, its old
 // ReplicaSet and pods let go) may still be in the cache, and a ReplicaSet
 // created for it would adopt those pods, then be collected with them as
-// soon as the garbage collector sees its owner gone.
+// soon as the garbage collector sees its owner gone. The callers then
+// return errStale: the deletion reaches the cache and ends the syncs.
 func (d *deploymentController) stillLive(ctx context.Context, dep *appsv1.Deployment) (bool, error) {
 	cur, err := d.c.client.AppsV1().Deployments(dep.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -369,7 +371,7 @@ func (d *deploymentController) migratePods(ctx context.Context, dep *appsv1.Depl
 			rev = max(rev, r)
 		}
 		if ok, err := d.stillLive(ctx, dep); err != nil || !ok {
-			return nil, err
+			return nil, cmp.Or(err, errStale)
 		}
 		rs := newReplicaSet(dep, tmpl, h, int32(len(pods)), max(rev, 1))
 		res, err := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Create(ctx, rs, metav1.CreateOptions{})
@@ -538,7 +540,7 @@ func (d *deploymentController) findReplicaSets(ctx context.Context, r *rollout, 
 		}
 	case create:
 		if ok, err := d.stillLive(ctx, dep); err != nil || !ok {
-			return err
+			return cmp.Or(err, errStale)
 		}
 		rs := newReplicaSet(dep, *dep.Spec.Template.DeepCopy(), r.hash, 0, rev)
 		res, err := d.c.client.AppsV1().ReplicaSets(dep.Namespace).Create(ctx, rs, metav1.CreateOptions{})
