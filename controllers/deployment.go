@@ -256,24 +256,26 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// claimReplicaSets returns copies of the ReplicaSets dep controls, after
-// stillLive reads dep past the cache before a ReplicaSet is made for it: a
+// stillLive reads dep past the cache (Kubernetes' RecheckDeletionTimestamp)
+// before it adopts a ReplicaSet or one is made for it: a
 // deployment deleted a moment ago (with propagationPolicy Orphan, its old
 // ReplicaSet and pods let go) may still be in the cache, and a ReplicaSet
 // created for it would adopt those pods, then be collected with them as
-// soon as the garbage collector sees its owner gone. The callers then
-// return errStale: the deletion reaches the cache and ends the syncs.
+// soon as the garbage collector sees its owner gone. Adoption then skips the
+// orphan; creation returns errStale, and the deletion reaching the cache ends
+// the syncs.
 func (d *deploymentController) stillLive(ctx context.Context, dep *appsv1.Deployment) (bool, error) {
 	cur, err := d.c.client.AppsV1().Deployments(dep.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("checking deployment %q before creating its replica set: %w", keyOf(dep), err)
+		return false, fmt.Errorf("checking deployment %q past the cache: %w", keyOf(dep), err)
 	}
 	return cur.UID == dep.UID && cur.DeletionTimestamp == nil, nil
 }
 
+// claimReplicaSets returns copies of the ReplicaSets dep controls, after
 // adopting orphans its selector matches and releasing owned ones it no
 // longer matches (ReplicaSetControllerRefManager.ClaimReplicaSets).
 func (d *deploymentController) claimReplicaSets(ctx context.Context, dep *appsv1.Deployment, sel labels.Selector) ([]*appsv1.ReplicaSet, error) {
@@ -298,11 +300,11 @@ func (d *deploymentController) claimReplicaSets(ctx context.Context, dep *appsv1
 			// Recheck the deployment past the cache before adopting (one
 			// deleted with propagationPolicy Orphan let its sets go).
 			if canAdopt == nil {
-				cur, err := d.c.client.AppsV1().Deployments(dep.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
-				if err != nil && !apierrors.IsNotFound(err) {
-					return nil, fmt.Errorf("checking deployment %q before adopting: %w", keyOf(dep), err)
+				ok, err := d.stillLive(ctx, dep)
+				if err != nil {
+					return nil, err
 				}
-				canAdopt = ptrTo(err == nil && cur.UID == dep.UID && cur.DeletionTimestamp == nil)
+				canAdopt = &ok
 			}
 			if !*canAdopt {
 				continue
