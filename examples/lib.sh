@@ -86,6 +86,24 @@ eventually() {
   done
 }
 
+# proxy_mode prints the mode of the lab's proxies as node1's kernel shows it:
+# nftables when node1 holds kube-proxy's nftables table (ip kube-proxy), else
+# iptables. When PROXY_MODE is set (the tour sets it to the mode it asked
+# `minikit lab up --proxy-mode` for), a lab in the other mode fails the check.
+proxy_mode() {
+  local m=iptables
+  on node1 nft list table ip kube-proxy >/dev/null 2>&1 && m=nftables
+  [ -z "${PROXY_MODE:-}" ] || [ "$PROXY_MODE" = "$m" ] || fail "the lab's proxy runs in $m mode, not $PROXY_MODE"
+  echo "$m"
+}
+
+# nft_elem NODE MAP REGEX: the element of one of kube-proxy's nftables maps on a
+# node that matches REGEX (grep -oE over `nft list map ip kube-proxy MAP`).
+nft_elem() { on "$1" nft list map ip kube-proxy "$2" | tr -d '\n\t' | grep -oE -- "$3"; }
+
+# nft_chain NODE CHAIN: `nft list chain` of one of kube-proxy's chains on a node.
+nft_chain() { on "$1" nft list chain ip kube-proxy "$2"; }
+
 # has TEXT NEEDLE: does TEXT contain NEEDLE?
 has() { [[ $1 == *"$2"* ]]; }
 

@@ -21,6 +21,22 @@ all3() { SPREAD=$(spread); echo "$SPREAD"; [ "$(grep -c ' hostnames-' <<<"$SPREA
 eventually 20 all3 || fail "12 requests to $VIP did not reach all 3 hostnames pods: $OUT"
 echo "$OUT"
 
+if [ "$(proxy_mode)" = nftables ]; then
+say "the rules behind it on node1 (nftables mode): services -> the service-ips map -> service-... -> numgen DNAT"
+show on node1 nft list chain ip kube-proxy services
+ELEM=$(nft_elem node1 service-ips "$VIP \. tcp \. 80 : goto service-[^ ,}]+") || fail "node1's service-ips map has no element for $VIP . tcp . 80"
+echo "service-ips: $ELEM"
+SVC=${ELEM##*goto }
+CHAIN=$(nft_chain node1 "$SVC") || fail "node1 has no chain $SVC"
+echo "$CHAIN"
+grep -q -- "numgen random mod 3" <<<"$CHAIN" || fail "$SVC does not pick one of 3 endpoints with numgen random mod 3"
+for ip in $(pod_ips app=hostnames); do
+  grep -qF -- "$ip . 9376" <<<"$CHAIN" || fail "$SVC does not DNAT to pod $ip:9376"
+done
+echo "-> one lookup in the service-ips map finds $SVC, which DNATs to the endpoint numgen random mod 3 picks: 1/3 each"
+PICK="service-ips -> $SVC (numgen random mod 3) -> 3 DNATs"
+else
+PICK=
 say "the rules behind it on node1: KUBE-SERVICES -> KUBE-SVC-... -> KUBE-SEP-... (iptables-save -t nat)"
 RULES=$(on node1 iptables-save -t nat | grep -F "clusterip/hostnames:default")
 echo "$RULES"
@@ -33,6 +49,8 @@ for ip in $(pod_ips app=hostnames); do
   grep -q -- "-j DNAT --to-destination $ip:9376" <<<"$RULES" || fail "no KUBE-SEP DNAT to pod $ip:9376"
 done
 echo "-> $SVC picks the first endpoint with probability 1/3, else the second with 1/2, else the third: 1/3 each"
+PICK="KUBE-SERVICES -> $SVC (probability 1/3, 1/2) -> 3 KUBE-SEP DNATs"
+fi
 
 say "the VIP is not an address anywhere: it does not answer ping (only tcp/80 is DNATed)"
 if show inpod client ping -c1 -W1 "$VIP"; then fail "ping $VIP answered: a ClusterIP must not"; fi
@@ -52,8 +70,13 @@ eventually 30 refused || fail "with no endpoints, curl $VIP was not refused: $OU
 echo "$ kubectl exec -n $NS client -- curl http://$VIP/"; echo "$OUT"
 # The refusal may come from the client's node, or from a pod still closing:
 # node1's proxy follows within a sync.
-reject_rule() { on node1 iptables-save -t filter | grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .*\"$NS/hostnames:default has no endpoints\" .*-j REJECT"; }
-eventually 30 reject_rule || fail "node1's filter table has no REJECT rule for $VIP"
+if [ "$(proxy_mode)" = nftables ]; then
+  reject_rule() { nft_elem node1 no-endpoint-services "$VIP \. tcp \. 80 [^,}]*: goto reject-chain"; }
+  eventually 30 reject_rule || fail "node1's no-endpoint-services map has no reject element for $VIP . tcp . 80"
+else
+  reject_rule() { on node1 iptables-save -t filter | grep -E -- "^-A KUBE-SERVICES -d $VIP/32 .*\"$NS/hostnames:default has no endpoints\" .*-j REJECT"; }
+  eventually 30 reject_rule || fail "node1's filter table has no REJECT rule for $VIP"
+fi
 echo "$OUT"
 
-shown "3 pods answered the VIP $VIP in turn; KUBE-SERVICES -> $SVC (probability 1/3, 1/2) -> 3 KUBE-SEP DNATs; ping $VIP gets no answer; at 0 replicas a REJECT refuses connections"
+shown "3 pods answered the VIP $VIP in turn; $PICK; ping $VIP gets no answer; at 0 replicas a REJECT refuses connections"

@@ -13,6 +13,12 @@ k get svc my-service | grep -q "$EIP" || fail "kubectl get svc does not show $EI
 
 say "the rule on every node: KUBE-SERVICES matches $EIP:80 and jumps to the Service (KUBE-EXT-...)"
 for node in node1 node2; do
+  if [ "$(proxy_mode)" = nftables ]; then
+    rule() { nft_elem "$node" service-ips "$EIP \. tcp \. 80 : goto external-[^ ,}]+"; }
+    eventually 15 rule || fail "$node's service-ips map has no element for $EIP . tcp . 80"
+    echo "$node: service-ips: $OUT"
+    continue
+  fi
   rule() { on "$node" iptables-save -t nat | grep -E -- "^-A KUBE-SERVICES -d $EIP/32 .*\"$NS/my-service:http external IP\" .*--dport 80 -j KUBE-EXT-"; }
   eventually 15 rule || fail "$node has no KUBE-SERVICES rule for $EIP:80"
   echo "$node: $OUT"
@@ -30,4 +36,4 @@ ROUTE=$(on node1 ip -o addr show | grep -F "$EIP" || true)
 [ -z "$ROUTE" ] || fail "node1 has $EIP on an interface: $ROUTE (the proxy should only DNAT it)"
 echo "-> node1 does not own $EIP: the packet was DNATed in PREROUTING before routing"
 
-shown "with a route to node1, the client reached pod $OUT at $EIP:80 through KUBE-SERVICES' external IP rule"
+shown "with a route to node1, the client reached pod $OUT at $EIP:80 through the proxy's rule for the external IP"

@@ -25,6 +25,7 @@ echo "$OUT"
 
 say "no virtual IP, so no proxy rules: nothing on node1 mentions my-service"
 on node1 iptables-save -t nat | grep -F "$NS/my-service" && fail "node1 has proxy rules for an ExternalName Service"
+on node1 nft list table ip kube-proxy 2>/dev/null | grep -F "$NS/my-service" && fail "node1 has nftables proxy rules for an ExternalName Service"
 echo "(none)"
 
 say "curl the short name from the pod: the search path, the CNAME, then a direct connection to the external host"

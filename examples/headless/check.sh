@@ -29,6 +29,7 @@ THREE=$(echo $OUT)
 
 say "no proxy rules: nothing in KUBE-SERVICES on node1 mentions hostnames-headless"
 on node1 iptables-save -t nat | grep -F "$NS/hostnames-headless" && fail "node1 has proxy rules for a headless Service"
+on node1 nft list table ip kube-proxy 2>/dev/null | grep -F "$NS/hostnames-headless" && fail "node1 has nftables proxy rules for a headless Service"
 echo "(none)"
 
 say "the name leads straight to a pod: curl hostnames-headless:9376 (the search path completes the name)"

@@ -27,7 +27,11 @@ echo "$OUT"
 show on client ip neigh show "$LB"
 EVENTS=$(k get events --field-selector involvedObject.name=hostnames-lb -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}')
 echo "$EVENTS" | grep -E 'IPAllocated|nodeAssigned' || fail "no IPAllocated/nodeAssigned events for hostnames-lb: $EVENTS"
-RULE=$(on node1 iptables-save -t nat | grep -E -- "^-A KUBE-SERVICES -d $LB/32 .*loadbalancer IP.* -j KUBE-EXT-") || fail "no KUBE-SERVICES rule for $LB"
+if [ "$(proxy_mode)" = nftables ]; then
+  RULE=$(nft_elem node1 service-ips "$LB \. tcp \. 80 : goto external-[^ ,}]+") || fail "node1's service-ips map has no element for $LB . tcp . 80"
+else
+  RULE=$(on node1 iptables-save -t nat | grep -E -- "^-A KUBE-SERVICES -d $LB/32 .*loadbalancer IP.* -j KUBE-EXT-") || fail "no KUBE-SERVICES rule for $LB"
+fi
 echo "$RULE"
 
 say "exhaust the pool: fill every free address, then one more Service stays <pending> with a Warning"

@@ -30,6 +30,22 @@ for node in $NODE1 $NODE2; do
   done
 done
 
+if [ "$(proxy_mode)" = nftables ]; then
+say "the rules on node2 (nftables mode): services looks the port up in the service-nodeports map; each port goes to external-..."
+show on node2 nft list chain ip kube-proxy services
+grep -q -- "vmap @service-nodeports" <<<"$(nft_chain node2 services)" || fail "node2's services chain does not look up @service-nodeports"
+for port in $EXPLICIT $ALLOCATED; do
+  ELEM=$(nft_elem node2 service-nodeports "tcp \. $port : goto external-[^ ,}]+") || fail "node2's service-nodeports map has no element for tcp . $port"
+  echo "service-nodeports: $ELEM"
+  ext=${ELEM##*goto }
+  CHAIN=$(nft_chain node2 "$ext") || fail "node2 has no chain $ext"
+  echo "$CHAIN"
+  grep -qE -- "mark set mark or 0x0*4000|meta mark set meta mark \| 0x0*4000" <<<"$CHAIN" || fail "$ext does not mark for masquerade"
+  grep -q -- "goto service-" <<<"$CHAIN" || fail "$ext does not go to the service chain"
+done
+VIA="service-nodeports -> external- -> service-"
+else
+VIA="KUBE-NODEPORTS -> KUBE-EXT -> KUBE-SVC"
 say "the rules on node2: KUBE-SERVICES ends in KUBE-NODEPORTS for local addresses; each port jumps to KUBE-EXT-..."
 RULES=$(on node2 iptables-save -t nat)
 grep -E -- '^-A KUBE-SERVICES .*-m addrtype --dst-type LOCAL -j KUBE-NODEPORTS' <<<"$RULES" || fail "KUBE-SERVICES does not jump to KUBE-NODEPORTS"
@@ -40,5 +56,6 @@ for port in $EXPLICIT $ALLOCATED; do
   grep -E -- "^-A $ext .*-j KUBE-MARK-MASQ" <<<"$RULES" || fail "$ext does not mark for masquerade"
   grep -E -- "^-A $ext .*-j KUBE-SVC-" <<<"$RULES" || fail "$ext does not jump to the service chain"
 done
+fi
 
-shown "nodePort 8080 rejected (valid range 30000-32767); 30007 and allocated $ALLOCATED answer on node1 and node2 from the client via KUBE-NODEPORTS -> KUBE-EXT -> KUBE-SVC"
+shown "nodePort 8080 rejected (valid range 30000-32767); 30007 and allocated $ALLOCATED answer on node1 and node2 from the client via $VIA"

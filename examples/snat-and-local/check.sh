@@ -17,6 +17,16 @@ printf '$ minikit lab exec client -- curl http://%s:%s/\n' "$NODE2" "$NP"
 eventually 15 curl_has client "http://$NODE2:$NP/" "client_address=$NODE2:" || fail "via node2 (Cluster) the echo server did not see node2 ($NODE2): $OUT"
 echo "$OUT" | head -3
 
+if [ "$(proxy_mode)" = nftables ]; then
+say "why (nftables mode): on node2, the service's external- chain marks the packet 0x4000; the masquerading chain masquerades marked packets"
+ELEM=$(nft_elem node2 service-nodeports "tcp \. $NP : goto external-[^ ,}]+") || fail "node2's service-nodeports map has no element for tcp . $NP"
+ext=${ELEM##*goto }
+CHAIN=$(nft_chain node2 "$ext"); echo "$CHAIN"
+grep -qE -- "mark set mark or 0x0*4000|meta mark set meta mark \| 0x0*4000" <<<"$CHAIN" || fail "$ext does not mark the packet 0x4000"
+MASQ=$(nft_chain node2 masquerading); echo "$MASQ"
+grep -qE -- "masquerade fully-random" <<<"$MASQ" || fail "node2's masquerading chain does not masquerade"
+grep -qE -- "0x0*4000" <<<"$MASQ" || fail "node2's masquerading chain does not test the 0x4000 mark"
+else
 say "why: on node2, KUBE-EXT marks the packet 0x4000 (KUBE-MARK-MASQ); KUBE-POSTROUTING masquerades marked packets"
 RULES=$(on node2 iptables-save -t nat)
 for want in "^-A KUBE-EXT-[A-Z0-9]+ .*\"masquerade traffic for $NS/echo:http external destinations\" -j KUBE-MARK-MASQ" \
@@ -25,6 +35,7 @@ for want in "^-A KUBE-EXT-[A-Z0-9]+ .*\"masquerade traffic for $NS/echo:http ext
   '^-A KUBE-POSTROUTING .*-j MASQUERADE'; do
   grep -E -- "$want" <<<"$RULES" || fail "node2's nat table has no rule matching: $want"
 done
+fi
 echo "-> the reply must come back through node2 to be un-NATed: the pod answers node2, node2 answers the client"
 
 say "switch to externalTrafficPolicy: Local"

@@ -21,8 +21,17 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 )
 
+// TestTour runs the tour twice: with the lab's proxies in iptables mode (the
+// default, what the book shows) and in nftables mode (`--proxy-mode
+// nftables`): every example passes in both.
 func TestTour(t *testing.T) {
 	testenv.RequireRoot(t)
+	for _, mode := range []string{"iptables", "nftables"} {
+		t.Run(mode, func(t *testing.T) { tour(t, mode) })
+	}
+}
+
+func tour(t *testing.T, mode string) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +49,7 @@ func TestTour(t *testing.T) {
 	// Generous: the tour takes about a minute and a half on an idle machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"))
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode)
 	cmd.Dir = repo
 	// deps.sh is skipped (CI installs the packages beforehand); the checks are the same.
 	cmd.Env = append(os.Environ(), "MINIKIT_SKIP_DEPS=1", "LAB="+name, "VERBOSE=")
@@ -49,7 +58,10 @@ func TestTour(t *testing.T) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	t.Logf("scripts/tour.sh output:\n%s", out.String())
+	t.Logf("scripts/tour.sh --proxy-mode %s output:\n%s", mode, out.String())
+	if !strings.Contains(out.String(), "--proxy-mode "+mode) {
+		t.Errorf("the tour did not bring its lab up with --proxy-mode %s", mode)
+	}
 	if err != nil {
 		t.Errorf("scripts/tour.sh: %v", err)
 	}
