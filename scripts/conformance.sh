@@ -5,6 +5,7 @@
 #   sudo ./scripts/conformance.sh --focus 'DNS.*Conformance'
 #   sudo ./scripts/conformance.sh --focus 'Netpol'      # the upstream NetworkPolicy specs
 #   sudo ./scripts/conformance.sh --lab NAME            # use a running lab instead of making one
+#   sudo ./scripts/conformance.sh --proxy-mode nftables # the lab's kube-proxy in nftables mode
 #
 # It builds upstream e2e.test v1.37.2 once (scripts/build-e2e.sh, cached under
 # /var/cache/minikit/e2e; about 30 minutes cold on 2 cores), builds minikit, brings
@@ -22,13 +23,14 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 FOCUS='\[sig-network\].*\[Conformance\]'
 SKIP=''
-LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m
+LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables
 while [ $# -gt 0 ]; do
   case $1 in
     --focus) FOCUS=$2; shift 2 ;;
     --skip) SKIP=$2; shift 2 ;;
     --lab) LAB=$2; shift 2 ;;
     --nodes) NODES=$2; shift 2 ;;
+    --proxy-mode) PROXY_MODE=$2; shift 2 ;;
     --report-dir) REPORT=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -60,7 +62,7 @@ trap 'exit 130' INT TERM
 if [ -z "$LAB" ]; then
   LAB=conf$$
   made=1
-  "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --dir "$TMP/lab" --kubeconfig-merge=false >"$TMP/lab-up.log" 2>&1 ||
+  "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --proxy-mode "$PROXY_MODE" --dir "$TMP/lab" --kubeconfig-merge=false >"$TMP/lab-up.log" 2>&1 ||
     { cat "$TMP/lab-up.log"; exit 1; }
 fi
 status=$("$MINIKIT" lab status --name "$LAB" -o json)
