@@ -141,7 +141,7 @@ type dumper interface{ Dump() string }
 
 // lister is what a backend offers to list the table as `nft list table`.
 type lister interface {
-	ListTable(ctx context.Context) (string, error)
+	List(ctx context.Context) (string, error)
 }
 
 // Rules returns the table as text: the backend's own listing when it has
@@ -149,7 +149,7 @@ type lister interface {
 func (p *NFTProxier) Rules() []byte {
 	switch b := p.nft.(type) {
 	case lister:
-		out, err := b.ListTable(context.Background())
+		out, err := b.List(context.Background())
 		if err != nil {
 			return []byte("listing table ip " + nftTableName + ": " + err.Error() + "\n")
 		}

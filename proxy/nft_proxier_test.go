@@ -259,7 +259,7 @@ func TestNFTChaosRepairedInOneSync(t *testing.T) {
 	svcChain := "service-" + nftHashName("c1/svc3/tcp/p80")
 	cases := []struct {
 		name   string
-		break_ func(t *testing.T, f *nft.Fake)
+		breakIt func(t *testing.T, f *nft.Fake)
 	}{
 		{"table deleted", func(t *testing.T, f *nft.Fake) {
 			if err := f.DeleteTable(ctx); err != nil {
@@ -294,7 +294,7 @@ func TestNFTChaosRepairedInOneSync(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p, f, want := chaosFixture(t)
-			c.break_(t, f)
+			c.breakIt(t, f)
 			d := p.checkDrift(ctx)
 			if d == "" {
 				t.Fatal("drift not detected")
