@@ -258,7 +258,7 @@ func TestNFTChaosRepairedInOneSync(t *testing.T) {
 	ctx := context.Background()
 	svcChain := "service-" + nftHashName("c1/svc3/tcp/p80")
 	cases := []struct {
-		name   string
+		name    string
 		breakIt func(t *testing.T, f *nft.Fake)
 	}{
 		{"table deleted", func(t *testing.T, f *nft.Fake) {
