@@ -15,6 +15,7 @@ import (
 
 	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/proxy"
+	"github.com/minikit/minikit/proxy/nft"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -82,6 +83,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	}
 	cfg := proxy.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, ClusterCIDR: nc.ClusterCIDR, Logger: nc.Logger}
 	var p serviceProxy
+	var closeBackend func()
 	switch mode {
 	case ProxyModeNFTables:
 		backend, name, err := newNFTBackend()
@@ -89,6 +91,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 			log.Warn("no nftables: services will not work on this node", "err", err)
 			return nil
 		}
+		closeBackend = func() { closeNFT(backend) }
 		if ipt, err := iptables.New(); err == nil {
 			if err := proxy.Cleanup(ipt); err != nil {
 				log.Warn("removing the iptables mode's rules", "err", err)
@@ -99,6 +102,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 			cidrs = append(cidrs, nc.ServiceCIDR)
 		}
 		if p, err = proxy.NewNFT(proxy.NFTConfig{Config: cfg, ServiceCIDRs: cidrs, Backend: name}, backend); err != nil {
+			closeBackend()
 			return err
 		}
 		log.Info("service proxy in nftables mode", "backend", name)
@@ -108,10 +112,8 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 			log.Warn("no iptables: services will not work on this node", "err", err)
 			return nil
 		}
-		if backend, _, err := newNFTBackend(); err == nil {
-			if err := proxy.CleanupNFT(ctx, backend); err != nil {
-				log.Warn("removing the nftables mode's table", "err", err)
-			}
+		if err := removeNFTTable(log); err != nil {
+			log.Warn("removing the nftables mode's table", "err", err)
 		}
 		if p, err = proxy.New(cfg, ipt); err != nil {
 			return err
@@ -161,6 +163,9 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		}()
 		p.Run(ctx)
 		factory.Shutdown()
+		if closeBackend != nil {
+			closeBackend()
+		}
 	}()
 	return nil
 }
@@ -230,5 +235,42 @@ func removeNFTTable(log *slog.Logger) error {
 		log.Debug("no nftables; no table to remove", "err", err)
 		return nil
 	}
+	defer closeNFT(backend)
 	return proxy.CleanupNFT(context.Background(), backend)
+}
+
+// closeNFT closes a backend's sockets.
+func closeNFT(b nft.Interface) {
+	if c, ok := b.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// nftBackend is the Netlink backend (one nf_tables batch per transaction, no
+// nft process), with `nft list table` for the debug endpoint's /rules when
+// the nft binary is installed.
+type nftBackend struct {
+	*nft.Netlink
+	exec *nft.Exec
+}
+
+func (b *nftBackend) List(ctx context.Context) (string, error) {
+	if b.exec == nil {
+		return "", errors.New("listing the table needs the nft binary, which is not installed")
+	}
+	return b.exec.List(ctx)
+}
+
+// newNFTBackend opens the nftables backend of the proxy's table in this
+// network namespace.
+func newNFTBackend() (nft.Interface, string, error) {
+	nl, err := nft.NewNetlink(nft.IPv4Family, proxy.NFTTableName)
+	if err != nil {
+		return nil, "", err
+	}
+	b := &nftBackend{Netlink: nl}
+	if ex, err := nft.NewExec(nft.IPv4Family, proxy.NFTTableName); err == nil {
+		b.exec = ex
+	}
+	return b, "netlink", nil
 }

@@ -68,13 +68,13 @@ type State struct {
 	PIDs       map[string]int `json:"pids"`
 	// Starts holds each PID's start time (node.ProcStartTime), so that down
 	// stops the process the lab started and never one that reused its PID.
-	Starts    map[string]uint64   `json:"starts,omitempty"`
-	Args      map[string][]string `json:"args"`
+	Starts map[string]uint64   `json:"starts,omitempty"`
+	Args   map[string][]string `json:"args"`
 	// ProxyMode is the nodes' --proxy-mode at lab up; each node's recorded
 	// Args carry its current one, so lab start and restarts keep it.
-	ProxyMode string `json:"proxyMode,omitempty"`
-	Addresses map[string]string   `json:"addresses"`
-	APIPort   int                 `json:"apiPort"`
+	ProxyMode string            `json:"proxyMode,omitempty"`
+	Addresses map[string]string `json:"addresses"`
+	APIPort   int               `json:"apiPort"`
 	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
 	// context into, UserUID its owner, and PrevContext the current context
 	// it replaced, which Down restores.

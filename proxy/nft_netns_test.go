@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/proxy/nft"
+	"github.com/minikit/minikit/sandbox"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -131,20 +132,7 @@ func TestNFTTransactionsInTheKernel(t *testing.T) {
 	nsA, nsB := newNetns(t), newNetns(t)
 	tee := &kernelTee{Fake: nft.NewFake(), ns: nsA}
 	p, clock, _ := testNFTProxier(t, tee)
-	for i, s := range shapes() {
-		svc := s.svc.DeepCopy()
-		svc.Namespace = fmt.Sprint("c", i)
-		svc.Spec.ClusterIP = fmt.Sprintf("10.96.2.%d", 10+i)
-		if svc.Spec.Ports[0].NodePort != 0 {
-			svc.Spec.Ports[0].NodePort = int32(31000 + i)
-		}
-		p.OnServiceUpdate(svc)
-		for _, sl := range s.slices {
-			sl := sl.DeepCopy()
-			sl.Namespace = svc.Namespace
-			p.OnEndpointSliceUpdate(sl)
-		}
-	}
+	loadShapes(p)
 	mustSyncNFT(t, p)
 
 	rng := mrand.New(mrand.NewPCG(3, 5))
@@ -177,5 +165,117 @@ func TestNFTTransactionsInTheKernel(t *testing.T) {
 	}
 	if got, want := listTable(t, nsA), listTable(t, nsB); got != want {
 		t.Fatalf("the kernel after partial syncs differs from the Fake's table:\n%s", lineDiff(want, got))
+	}
+}
+
+// execTee applies every transaction with a backend (Netlink) and, as text
+// through `nft -f`, to a second namespace: the Exec way, kube-proxy's.
+type execTee struct {
+	nft.Interface
+	ns string
+}
+
+func (e *execTee) Run(ctx context.Context, tx *nft.Transaction) error {
+	if err := e.Interface.Run(ctx, tx); err != nil {
+		return err
+	}
+	text, err := nft.RenderTransaction(nft.IPv4Family, nftTableName, tx)
+	if err != nil {
+		return err
+	}
+	if out, err := nsNFT(e.ns, text, "-f", "-"); err != nil {
+		return fmt.Errorf("nft -f in %s: %v: %s", e.ns, err, out)
+	}
+	return nil
+}
+
+// loadShapes gives every service shape a namespace, ClusterIP and NodePort
+// of its own so that they coexist, and loads them.
+func loadShapes(p *NFTProxier) {
+	for i, s := range shapes() {
+		svc := s.svc.DeepCopy()
+		svc.Namespace = fmt.Sprint("c", i)
+		svc.Spec.ClusterIP = fmt.Sprintf("10.96.2.%d", 10+i)
+		if svc.Spec.Ports[0].NodePort != 0 {
+			svc.Spec.Ports[0].NodePort = int32(31000 + i)
+		}
+		p.OnServiceUpdate(svc)
+		for _, sl := range s.slices {
+			sl := sl.DeepCopy()
+			sl.Namespace = svc.Namespace
+			p.OnEndpointSliceUpdate(sl)
+		}
+	}
+}
+
+// TestNFTNetlinkMatchesExec runs a full sync of every shape and random
+// partial syncs through the Netlink backend in one namespace and the same
+// transactions through `nft -f` in another: `nft list table ip kube-proxy`
+// lists the same in both, and the drift check, reading through Netlink,
+// finds nothing changed.
+func TestNFTNetlinkMatchesExec(t *testing.T) {
+	nsA, nsB := newNetns(t), newNetns(t)
+	var nl *nft.Netlink
+	if err := sandbox.DoPath(sandbox.NetNSPath(nsA), func() error {
+		var err error
+		nl, err = nft.NewNetlink(nft.IPv4Family, nftTableName)
+		return err
+	}); err != nil {
+		t.Fatalf("netlink backend in %s: %v", nsA, err)
+	}
+	t.Cleanup(func() { nl.Close() })
+	p, clock, _ := testNFTProxier(t, &execTee{Interface: nl, ns: nsB})
+	loadShapes(p)
+	mustSyncNFT(t, p)
+	if got, want := listTable(t, nsA), listTable(t, nsB); got != want {
+		t.Fatalf("after the full sync, Netlink and nft -f differ:\n%s", lineDiff(want, got))
+	}
+	rng := mrand.New(mrand.NewPCG(9, 9))
+	svcs := map[string]*corev1.Service{}
+	for step := 0; step < 40; step++ {
+		name := fmt.Sprint("s", rng.IntN(8))
+		switch op := rng.IntN(10); {
+		case op < 3 || svcs[name] == nil:
+			svcs[name] = randomNFTService(rng, name)
+			p.OnServiceUpdate(svcs[name])
+		case op < 8:
+			p.OnEndpointSliceUpdate(randomSlice(rng, name))
+		default:
+			p.OnServiceDelete(svcs[name])
+			delete(svcs, name)
+		}
+		mustSyncNFT(t, p)
+		clock.Step(700 * time.Millisecond)
+	}
+	if got, want := listTable(t, nsA), listTable(t, nsB); got != want {
+		t.Fatalf("after partial syncs, Netlink and nft -f differ:\n%s", lineDiff(want, got))
+	}
+	if d := p.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift check through Netlink: %s", d)
+	}
+	// A later full sync diffs against what Netlink lists.
+	p.forceFullSync()
+	mustSyncNFT(t, p)
+	if got, want := listTable(t, nsA), listTable(t, nsB); got != want {
+		t.Fatalf("after a second full sync, Netlink and nft -f differ:\n%s", lineDiff(want, got))
+	}
+	// The table deleted behind the proxy's back: the drift check sees it
+	// and one full sync restores it.
+	if err := nl.DeleteTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nsNFT(nsB, "", "delete", "table", "ip", nftTableName); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.checkDrift(context.Background()); d == "" {
+		t.Fatal("the deleted table went unnoticed")
+	}
+	p.forceFullSync()
+	mustSyncNFT(t, p)
+	if got, want := listTable(t, nsA), listTable(t, nsB); got != want || !strings.Contains(got, "chain services") {
+		t.Fatalf("after the repair, Netlink and nft -f differ:\n%s", lineDiff(want, got))
+	}
+	if st := p.Stats(); st.FullSyncs != 3 || st.PartialSyncs < 20 {
+		t.Fatalf("want three full syncs and partial ones, got %+v", st)
 	}
 }

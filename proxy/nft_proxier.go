@@ -474,6 +474,13 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 			}
 			continue
 		}
+		if !wellFormed(set, elems) {
+			// A listing we cannot diff against is as good as none: start
+			// the set over, as kube-proxy does when listing fails.
+			p.log.Error("nftables elements listed in an unexpected form; flushing them", "set", set)
+			tx.Flush(setOrMap(set))
+			continue
+		}
 		for _, e := range elems {
 			k := strings.Join(e.Key, " . ")
 			kernel[set][k] = &nftElem{set: set, key: e.Key, value: e.Value, comment: e.Comment}

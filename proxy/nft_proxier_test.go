@@ -446,3 +446,42 @@ func TestNFTStaleChainsDeletedLater(t *testing.T) {
 		t.Fatalf("%s not deleted", chain)
 	}
 }
+
+// garbledLister lists concatenated keys as one undecoded field and map
+// values as nothing, as a backend that does not know the set's types would:
+// a full sync then starts those sets over instead of diffing against
+// nonsense, and the drift check compares their sizes.
+type garbledLister struct{ *nft.Fake }
+
+func (g garbledLister) ListElements(ctx context.Context, set string) ([]*nft.Element, error) {
+	elems, err := g.Fake.ListElements(ctx, set)
+	for _, e := range elems {
+		if len(e.Key) > 1 {
+			e.Key = []string{"0xdeadbeef"}
+		}
+		e.Value = ""
+	}
+	return elems, err
+}
+
+func TestNFTFullSyncSurvivesUndecodableListing(t *testing.T) {
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, garbledLister{f})
+	loadShapes(p)
+	mustSyncNFT(t, p)
+	want := f.Dump()
+	if d := p.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift with an undecodable listing: %s", d)
+	}
+	run(t, f, func(tx *nft.Transaction) {
+		tx.Delete(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}})
+	})
+	if d := p.checkDrift(context.Background()); d == "" {
+		t.Fatal("a missing element went unnoticed")
+	}
+	p.forceFullSync()
+	mustSyncNFT(t, p)
+	if got := f.Dump(); got != want {
+		t.Fatalf("after the full sync:\n%s", lineDiff(want, got))
+	}
+}

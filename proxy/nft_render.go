@@ -24,10 +24,13 @@ import (
 	"github.com/minikit/minikit/proxy/nft"
 )
 
+// NFTTableName is the nftables mode's table, in family ip.
+const NFTTableName = "kube-proxy"
+
 // The table, its base chains, and the chains, sets and maps every sync has;
 // the names are kube-proxy's.
 const (
-	nftTableName = "kube-proxy"
+	nftTableName = NFTTableName
 
 	nftFilterPreroutingPreDNAT = "filter-prerouting-pre-dnat"
 	nftFilterOutputPreDNAT     = "filter-output-pre-dnat"
@@ -111,6 +114,24 @@ var nftJumps = []struct{ dst, src, extra string }{
 var nftManagedSets = []string{
 	nftClusterIPsSet, nftServiceIPsMap, nftFirewallIPsMap, nftNoEndpointServicesMap,
 	nftNoEndpointNodePortsMap, nftServiceNodePortsMap, nftHairpinSet,
+}
+
+// nftKeyFields is the number of key fields of each managed set and map.
+var nftKeyFields = map[string]int{
+	nftClusterIPsSet: 1, nftServiceIPsMap: 3, nftFirewallIPsMap: 3, nftNoEndpointServicesMap: 3,
+	nftNoEndpointNodePortsMap: 2, nftServiceNodePortsMap: 2, nftHairpinSet: 4,
+}
+
+// wellFormed reports whether a backend listed a managed set's elements as
+// it was written: the key's field count, and a value for map elements.
+func wellFormed(set string, elems []*nft.Element) bool {
+	_, isSet := setOrMap(set).(*nft.Set)
+	for _, e := range elems {
+		if len(e.Key) != nftKeyFields[set] || (e.Value == "") != isSet {
+			return false
+		}
+	}
+	return true
 }
 
 // nftMasqueradeRule is kube-proxy's masqueradeRule with the default
