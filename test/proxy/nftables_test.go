@@ -111,8 +111,9 @@ func TestNFTablesMode(t *testing.T) {
 			}
 			return nil
 		})
+		// nft lists kube-proxy's "mark set mark or 0x4000" in its own syntax.
 		tbl := nftTable(l, "node2")
-		for _, want := range []string{"mark set mark or 0x00004000", "masquerade fully-random", "nodeport-ips"} {
+		for _, want := range []string{"meta mark set meta mark | 0x00004000", "masquerade fully-random", "ip daddr @nodeport-ips"} {
 			if !strings.Contains(tbl, want) {
 				t.Errorf("node2's table lacks %q", want)
 			}
