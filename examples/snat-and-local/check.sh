@@ -57,8 +57,13 @@ drops() {
 printf '$ minikit lab exec client -- curl --max-time 1 http://%s:%s/\n' "$NODE2" "$NP"
 eventually 15 drops || fail "node2 still answers NodePort $NP with externalTrafficPolicy Local: $OUT"
 echo "$OUT"
-FILTER=$(on node2 iptables-save -t filter)
-grep -E -- "^-A KUBE-EXTERNAL-SERVICES .*\"$NS/echo:http has no local endpoints\" .*--dport $NP -j DROP" <<<"$FILTER" ||
-  fail "node2's filter table has no 'has no local endpoints' DROP for port $NP"
+if [ "$(proxy_mode)" = nftables ]; then
+  nft_elem node2 no-endpoint-nodeports "tcp \. $NP [^,}]*: drop" ||
+    fail "node2's no-endpoint-nodeports map has no drop element for tcp . $NP"
+else
+  FILTER=$(on node2 iptables-save -t filter)
+  grep -E -- "^-A KUBE-EXTERNAL-SERVICES .*\"$NS/echo:http has no local endpoints\" .*--dport $NP -j DROP" <<<"$FILTER" ||
+    fail "node2's filter table has no 'has no local endpoints' DROP for port $NP"
+fi
 
 shown "Cluster: via node2 the echo pod saw $NODE2 (mark 0x4000, MASQUERADE); Local: via node1 it saw the client $CLIENT, and node2 (no endpoint) dropped"
