@@ -3,6 +3,7 @@
 set -euo pipefail
 need=()
 command -v iptables-restore >/dev/null || need+=(iptables)
+command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v dig >/dev/null || need+=(dnsutils)
 command -v curl >/dev/null || need+=(curl)
