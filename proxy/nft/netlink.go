@@ -44,6 +44,7 @@ type Netlink struct {
 	setTypes map[string]*setType
 	conn     *nftables.Conn
 	buf      []byte
+	mem      chainMemory
 }
 
 var _ Interface = (*Netlink)(nil)
@@ -650,11 +651,26 @@ func (n *Netlink) Run(ctx context.Context, tx *Transaction) error {
 	if n.fd < 0 {
 		return fmt.Errorf("netlink backend is closed")
 	}
+	g0, gerr := n.generation()
+	known := gerr == nil && n.mem.valid && n.mem.gen == g0
+	if !known || n.mem.rules == nil {
+		n.mem.rules = map[string][]ruleKey{}
+	}
+	n.mem.valid = false
+	var ops []int
+	if known {
+		ops = n.mem.elide(tx)
+	} else {
+		ops = make([]int, len(tx.Ops))
+		for i := range ops {
+			ops[i] = i
+		}
+	}
 	b := &batch{b: n.buf[:0], seq: n.seq, seqOps: make(map[uint32]int, len(tx.Ops)+2), op: -1}
 	m := b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, unix.AF_UNSPEC)
 	binary.BigEndian.PutUint16(b.b[m+18:], unix.NFNL_SUBSYS_NFTABLES)
 	b.end(m)
-	for i := range tx.Ops {
+	for _, i := range ops {
 		b.op = i
 		if err := n.encode(b, &tx.Ops[i]); err != nil {
 			return fmt.Errorf("nft transaction operation %d: %w", i, err)
@@ -668,7 +684,14 @@ func (n *Netlink) Run(ctx context.Context, tx *Transaction) error {
 	if cap(b.b) <= 64<<20 {
 		n.buf = b.b
 	}
-	return n.send(b, tx)
+	if err := n.send(b, tx); err != nil {
+		return err
+	}
+	simulateChains(n.mem.rules, tx)
+	g1, err := n.generation()
+	n.mem.valid = gerr == nil && err == nil && g1 == g0+1
+	n.mem.gen = g1
+	return nil
 }
 
 // send writes the batch with one sendmsg and collects the kernel's errors.
