@@ -58,39 +58,58 @@ func nftBenchServices(p *NFTProxier, S int) {
 }
 
 // BenchmarkNFTSync times the nftables mode's syncs against a real kernel (a
-// network namespace of its own) at S services x 5 endpoints: a full sync
-// (render everything, one transaction that recreates the table) and a
-// partial sync after one endpoint change, through the Netlink backend and,
+// network namespace of its own) at S services x 5 endpoints: the first full
+// sync (render everything, one transaction that recreates the table), a
+// later full sync of the same objects, and a partial sync after one endpoint
+// change, through the Netlink backend and,
 // in the same run, through Exec (`nft -f`, kube-proxy's way).
 func BenchmarkNFTSync(b *testing.B) {
 	for _, backend := range []string{"netlink", "exec"} {
 		for _, S := range []int{1000, 10000} {
 			ns := newNetns(b)
-			var be nft.Interface
-			if err := sandbox.DoPath(sandbox.NetNSPath(ns), func() error {
-				if backend == "netlink" {
-					nl, err := nft.NewNetlink(nft.IPv4Family, nftTableName)
-					be = nl
+			// open is a new backend, as a proxy process starting has one.
+			open := func(b *testing.B) nft.Interface {
+				var be nft.Interface
+				if err := sandbox.DoPath(sandbox.NetNSPath(ns), func() error {
+					if backend == "netlink" {
+						nl, err := nft.NewNetlink(nft.IPv4Family, nftTableName)
+						if err == nil {
+							b.Cleanup(func() { nl.Close() })
+						}
+						be = nl
+						return err
+					}
+					ex, err := nft.NewExec(nft.IPv4Family, nftTableName)
+					be = nsExec{ex: ex, ns: ns}
 					return err
+				}); err != nil {
+					b.Fatal(err)
 				}
-				ex, err := nft.NewExec(nft.IPv4Family, nftTableName)
-				be = nsExec{ex: ex, ns: ns}
-				return err
-			}); err != nil {
-				b.Fatal(err)
+				return be
 			}
 			name := fmt.Sprintf("%s/services=%d", backend, S)
 			b.Run(name+"/full", func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					p, _, _ := testNFTProxier(b, be)
+					p, _, _ := testNFTProxier(b, open(b))
 					nftBenchServices(p, S)
 					b.StartTimer()
 					mustSyncNFT(b, p)
 				}
 			})
+			b.Run(name+"/full-again", func(b *testing.B) {
+				// The hourly (or drift-repair) full sync of a running proxy.
+				p, _, _ := testNFTProxier(b, open(b))
+				nftBenchServices(p, S)
+				mustSyncNFT(b, p)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p.forceFullSync()
+					mustSyncNFT(b, p)
+				}
+			})
 			b.Run(name+"/partial-one-endpoint", func(b *testing.B) {
-				p, _, _ := testNFTProxier(b, be)
+				p, _, _ := testNFTProxier(b, open(b))
 				nftBenchServices(p, S)
 				mustSyncNFT(b, p)
 				b.ResetTimer()
