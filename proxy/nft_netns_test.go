@@ -51,7 +51,7 @@ func nsNFT(ns, stdin string, args ...string) (string, error) {
 }
 
 // newNetns makes a throwaway network namespace removed when the test ends.
-func newNetns(t *testing.T) string {
+func newNetns(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root (it creates network namespaces)")

@@ -21,7 +21,7 @@ import (
 
 // testNFTProxier is an NFTProxier on a Fake, never started: tests call
 // syncProxyRules themselves.
-func testNFTProxier(t *testing.T, backend nft.Interface) (*NFTProxier, *fakeClock, *fakeConntrack) {
+func testNFTProxier(t testing.TB, backend nft.Interface) (*NFTProxier, *fakeClock, *fakeConntrack) {
 	t.Helper()
 	ct := &fakeConntrack{}
 	clock := newFakeClock(time.Unix(1_000_000, 0))
@@ -42,7 +42,7 @@ func testNFTProxier(t *testing.T, backend nft.Interface) (*NFTProxier, *fakeCloc
 	return p, clock, ct
 }
 
-func mustSyncNFT(t *testing.T, p *NFTProxier) {
+func mustSyncNFT(t testing.TB, p *NFTProxier) {
 	t.Helper()
 	if err := p.syncProxyRules(); err != nil {
 		t.Fatalf("sync: %v", err)

@@ -3,6 +3,7 @@
 set -euo pipefail
 need=()
 command -v iptables-restore >/dev/null || need+=(iptables)
+# nft: the nftables proxy mode's Exec backend and the oracle its Netlink backend is tested against.
 command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v dig >/dev/null || need+=(dnsutils)

@@ -39,10 +39,12 @@ type Netlink struct {
 	sndbuf   int
 	seq      uint32
 	nextID   uint32
+	anonBase uint64 // makes anonymous set names unique across restarts
 	rules    map[string]*compiledRule
 	setTypes map[string]*setType
 	conn     *nftables.Conn
 	buf      []byte
+	mem      chainMemory
 }
 
 var _ Interface = (*Netlink)(nil)
@@ -65,7 +67,8 @@ func NewNetlink(family Family, table string) (*Netlink, error) {
 		return nil, fmt.Errorf("opening netfilter netlink socket: %w", err)
 	}
 	n := &Netlink{family: family, table: table, nsFD: nsFD, fd: fd, seq: uint32(time.Now().Unix()),
-		rules: map[string]*compiledRule{}, setTypes: map[string]*setType{}}
+		rules: map[string]*compiledRule{}, setTypes: map[string]*setType{},
+		anonBase: uint64(time.Now().UnixNano()) << 8}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("binding netfilter netlink socket: %w", err)
@@ -370,9 +373,15 @@ func (n *Netlink) writeElems(b *batch, msgType uint16, set string, setID uint32,
 func (n *Netlink) addAnonSet(b *batch, s *anonSet) error {
 	n.nextID++
 	id := n.nextID
+	// The kernel picks a free number for a "__set%d" name by scanning
+	// every set of the table with sscanf, once per new anonymous set. A
+	// name we choose ourselves skips that; "__set-nl" and a number unique
+	// to this backend never parses as one of the kernel's (or nft's)
+	// names. nft prints anonymous sets inline, whatever their name.
+	name := strings.Replace(s.name, "%d", "-nl"+strconv.FormatUint(n.anonBase+uint64(id), 36), 1)
 	m := b.begin(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, nfprotoIPv4)
 	b.str(unix.NFTA_SET_TABLE, n.table)
-	b.str(unix.NFTA_SET_NAME, s.name)
+	b.str(unix.NFTA_SET_NAME, name)
 	b.u32(unix.NFTA_SET_FLAGS, s.flags)
 	b.u32(unix.NFTA_SET_KEY_TYPE, s.keyType)
 	b.u32(unix.NFTA_SET_KEY_LEN, s.keyLen)
@@ -388,8 +397,9 @@ func (n *Netlink) addAnonSet(b *batch, s *anonSet) error {
 	b.end(m)
 	for _, l := range s.lookups {
 		l.SetID = id
+		l.SetName = name
 	}
-	return n.writeElems(b, unix.NFT_MSG_NEWSETELEM, s.name, id, s.elems)
+	return n.writeElems(b, unix.NFT_MSG_NEWSETELEM, name, id, s.elems)
 }
 
 func (n *Netlink) compile(rule string) (*compiledRule, error) {
@@ -641,11 +651,26 @@ func (n *Netlink) Run(ctx context.Context, tx *Transaction) error {
 	if n.fd < 0 {
 		return fmt.Errorf("netlink backend is closed")
 	}
+	g0, gerr := n.generation()
+	known := gerr == nil && n.mem.valid && n.mem.gen == g0
+	if !known || n.mem.rules == nil {
+		n.mem.rules = map[string][]ruleKey{}
+	}
+	n.mem.valid = false
+	var ops []int
+	if known {
+		ops = n.mem.elide(tx)
+	} else {
+		ops = make([]int, len(tx.Ops))
+		for i := range ops {
+			ops[i] = i
+		}
+	}
 	b := &batch{b: n.buf[:0], seq: n.seq, seqOps: make(map[uint32]int, len(tx.Ops)+2), op: -1}
 	m := b.begin(unix.NFNL_MSG_BATCH_BEGIN, 0, unix.AF_UNSPEC)
 	binary.BigEndian.PutUint16(b.b[m+18:], unix.NFNL_SUBSYS_NFTABLES)
 	b.end(m)
-	for i := range tx.Ops {
+	for _, i := range ops {
 		b.op = i
 		if err := n.encode(b, &tx.Ops[i]); err != nil {
 			return fmt.Errorf("nft transaction operation %d: %w", i, err)
@@ -659,7 +684,14 @@ func (n *Netlink) Run(ctx context.Context, tx *Transaction) error {
 	if cap(b.b) <= 64<<20 {
 		n.buf = b.b
 	}
-	return n.send(b, tx)
+	if err := n.send(b, tx); err != nil {
+		return err
+	}
+	simulateChains(n.mem.rules, tx)
+	g1, err := n.generation()
+	n.mem.valid = gerr == nil && err == nil && g1 == g0+1
+	n.mem.gen = g1
+	return nil
 }
 
 // send writes the batch with one sendmsg and collects the kernel's errors.

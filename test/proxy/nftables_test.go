@@ -119,6 +119,50 @@ func TestNFTablesMode(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a pod reaches itself through its own Service (hairpin)", func(t *testing.T) {
+		pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=echo"})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("listing echo pods: %v", err)
+		}
+		self := pods.Items[0]
+		testenv.Eventually(t, 30*time.Second, self.Name+" answered through the VIP", func() error {
+			out, err := testenv.Exec(t, l, self.Name, "curl", "-s", "--max-time", "2", "http://"+vip+"/")
+			// Masqueraded by the hairpin-connections set: the pod sees
+			// node1's bridge address, not its own.
+			if err != nil || !strings.Contains(out, "pod="+self.Name) || strings.Contains(out, "client_address="+self.Status.PodIP+":") {
+				return fmt.Errorf("got %q (%v)", out, err)
+			}
+			return nil
+		})
+	})
+	t.Run("the table deleted is repaired within one sync period", func(t *testing.T) {
+		if out, err := testenv.Run(l, "node1", "nft", "delete", "table", "ip", "kube-proxy"); err != nil {
+			t.Fatalf("nft delete table: %v: %s", err, out)
+		}
+		testenv.Eventually(t, 45*time.Second, "table back on node1", func() error {
+			if tbl := nftTable(l, "node1"); !strings.Contains(tbl, "default/echo/tcp/http") {
+				return fmt.Errorf("not yet")
+			}
+			return nil
+		})
+		out, err := testenv.Run(l, lab.Client, "curl", "-s", "--max-time", "2", fmt.Sprintf("http://%s:%d/", l.Addr("node1"), np))
+		if err != nil || !strings.Contains(out, "pod=echo-") {
+			t.Errorf("NodePort on node1 after the repair: %v %s", err, out)
+		}
+	})
+	t.Run("a service-ips element deleted is repaired within one sync period", func(t *testing.T) {
+		elem := fmt.Sprintf("{ %s . tcp . 8080 }", svc.Spec.ClusterIP)
+		if out, err := testenv.Run(l, "node1", "nft", "delete", "element", "ip", "kube-proxy", "service-ips", elem); err != nil {
+			t.Fatalf("nft delete element: %v: %s", err, out)
+		}
+		testenv.Eventually(t, 45*time.Second, "element back on node1", func() error {
+			out, err := testenv.Run(l, "node1", "nft", "get", "element", "ip", "kube-proxy", "service-ips", elem)
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		})
+	})
 	t.Run("a Service without endpoints is rejected at once", func(t *testing.T) {
 		url := "http://" + empty.Spec.ClusterIP + ":80/"
 		testenv.Eventually(t, 30*time.Second, "connection refused", func() error {

@@ -1,0 +1,148 @@
+package nft
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Eliding no-op rewrites. A full sync flushes every service chain and adds
+// its rules again; the kernel's cost for that is quadratic in the number of
+// chains with anonymous sets (each bind of an anonymous set walks the whole
+// transaction, see kernel nf_tables_api.c __nft_set_trans_bind), and for
+// 10,000 services it is tens of seconds whoever sends the batch. The Netlink
+// backend remembers what it committed to each chain, and when a transaction
+// flushes a chain and adds back exactly what it holds, it leaves that chain
+// out of the batch: the table after the commit is the same.
+//
+// The memory is trusted only when nothing else committed to nftables in
+// this namespace since our last commit: nf_tables keeps a generation
+// counter bumped by every commit; we read it before and after each batch
+// (exactly one more means the commit was ours alone) and again before the
+// next. Anything else (another process's commit, an error) forgets
+// everything, and the next transaction is sent in full.
+
+type ruleKey struct{ rule, comment string }
+
+// chainMemory is what this backend knows about chain contents.
+type chainMemory struct {
+	valid bool
+	gen   uint32
+	rules map[string][]ruleKey // chain -> rules; absent = unknown
+}
+
+// simulate applies tx's chain and rule operations to mem (entries known
+// before, or made known by a flush).
+func simulateChains(mem map[string][]ruleKey, tx *Transaction) {
+	for i := range tx.Ops {
+		o := &tx.Ops[i]
+		switch {
+		case o.Table != nil && o.Kind == OpDelete:
+			clear(mem)
+		case o.Table != nil && o.Kind == OpFlush:
+			for c := range mem {
+				mem[c] = nil
+			}
+		case o.Chain != nil && o.Kind == OpFlush:
+			mem[o.Chain.Name] = []ruleKey{}
+		case o.Chain != nil && o.Kind == OpDelete:
+			delete(mem, o.Chain.Name)
+		case o.Rule != nil && o.Kind == OpAdd:
+			if r, ok := mem[o.Rule.Chain]; ok {
+				mem[o.Rule.Chain] = append(r, ruleKey{o.Rule.Rule, o.Rule.Comment})
+			}
+		}
+	}
+}
+
+// elide returns the indexes of tx's operations to send: all of them, minus
+// those of chains that are flushed and refilled with what they hold.
+func (m *chainMemory) elide(tx *Transaction) []int {
+	final := make(map[string][]ruleKey)
+	flushed := map[string]bool{}
+	deleted := map[string]bool{}
+	for i := range tx.Ops {
+		o := &tx.Ops[i]
+		if o.Chain != nil && o.Kind == OpFlush {
+			flushed[o.Chain.Name] = true
+		}
+		if o.Chain != nil && o.Kind == OpDelete || o.Table != nil && o.Kind != OpAdd {
+			name := ""
+			if o.Chain != nil {
+				name = o.Chain.Name
+			}
+			deleted[name] = true
+		}
+	}
+	for c := range flushed {
+		if r, ok := m.rules[c]; ok && !deleted[c] && !deleted[""] {
+			final[c] = slices.Clone(r)
+		}
+	}
+	simulateChains(final, tx)
+	skip := map[string]bool{}
+	for c, r := range final {
+		if flushed[c] && slices.Equal(r, m.rules[c]) {
+			skip[c] = true
+		}
+	}
+	keep := make([]int, 0, len(tx.Ops))
+	for i := range tx.Ops {
+		o := &tx.Ops[i]
+		switch {
+		case o.Chain != nil && skip[o.Chain.Name] && (o.Kind == OpFlush || o.Kind == OpAdd && o.Chain.Hook == ""):
+			continue
+		case o.Rule != nil && skip[o.Rule.Chain]:
+			continue
+		}
+		keep = append(keep, i)
+	}
+	return keep
+}
+
+// generation reads nf_tables' commit generation of this namespace.
+func (n *Netlink) generation() (uint32, error) {
+	b := &batch{seq: n.seq}
+	m := b.begin(nftMsg|unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC)
+	b.end(m)
+	n.seq = b.seq
+	if err := unix.Sendto(n.fd, b.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, fmt.Errorf("asking nf_tables for its generation: %w", err)
+	}
+	buf := make([]byte, 4096)
+	for {
+		// The kernel answers inside sendmsg; the reply is already queued.
+		nr, _, err := unix.Recvfrom(n.fd, buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			return 0, fmt.Errorf("reading nf_tables generation: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:nr])
+		if err != nil {
+			return 0, fmt.Errorf("parsing nf_tables generation: %w", err)
+		}
+		for _, msg := range msgs {
+			if msg.Header.Seq != b.seq {
+				continue
+			}
+			if msg.Header.Type == unix.NLMSG_ERROR {
+				return 0, fmt.Errorf("reading nf_tables generation: %w", syscall.Errno(-int32(binary.NativeEndian.Uint32(msg.Data))))
+			}
+			attrs := msg.Data[4:]
+			for len(attrs) >= 4 {
+				l := int(binary.NativeEndian.Uint16(attrs))
+				t := binary.NativeEndian.Uint16(attrs[2:])
+				if l < 4 || l > len(attrs) {
+					break
+				}
+				if t == unix.NFTA_GEN_ID && l >= 8 {
+					return binary.BigEndian.Uint32(attrs[4:8]), nil
+				}
+				attrs = attrs[(l+3)&^3:]
+			}
+			return 0, fmt.Errorf("nf_tables generation reply without an id")
+		}
+	}
+}
