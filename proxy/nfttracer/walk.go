@@ -442,6 +442,8 @@ func (w *walker) vmap(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 			if b, err = verdictOf(b, e); err != nil {
 				return nil, err
 			}
+			d, _ := exprText(e.data)
+			b.note = fmt.Sprintf("   (numgen %d of %d: %s)", n-ng.offset, ng.mod, d)
 			out = append(out, b)
 		}
 		if missed > 0 {
@@ -538,6 +540,8 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 			if b, err = to(b, addr, port); err != nil {
 				return nil, err
 			}
+			d, _ := exprText(e.data)
+			b.note = fmt.Sprintf("   (numgen %d of %d: %s)", n-ng.offset, ng.mod, d)
 			out = append(out, b)
 		}
 		if missed > 0 {
