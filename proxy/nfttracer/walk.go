@@ -72,6 +72,10 @@ func (r *Ruleset) Trace(node tracer.Node, pkt tracer.Packet) ([]tracer.Outcome, 
 		next := []string{"forward", "postrouting"}
 		switch {
 		case pkt.Local && local:
+			// Out through lo and back in; prerouting on the way back in
+			// is not walked again (its nat chains are skipped for a
+			// connection already NATed, and kube-proxy's filter
+			// pre-dnat chain only checks LoadBalancer source ranges).
 			next = []string{"postrouting", "input"}
 		case pkt.Local:
 			next = []string{"postrouting"}
@@ -104,10 +108,10 @@ func (w *walker) walkHook(hook string, in []result) ([]result, error) {
 				next = append(next, x)
 				continue
 			}
-			if c.typ == "nat" && hook != "postrouting" && x.st.dnat {
-				// NAT chains see only the first packet and one binding
-				// per direction: a destination already NATed by an
-				// earlier nat chain skips later ones.
+			if c.typ == "nat" && ((hook != "postrouting" && x.st.dnat) || (hook == "postrouting" && x.st.masq)) {
+				// The kernel runs a hook's nat chains only until one of
+				// them sets up the binding: a packet an earlier nat
+				// chain NATed skips the later ones.
 				next = append(next, x)
 				continue
 			}
