@@ -194,6 +194,8 @@ func TestParseTrace(t *testing.T) {
 		`trace id 1 ip kube-proxy nat-prerouting rule jump services # handle 39 (verdict jump services)`,
 		`trace id 1 ip kube-proxy services rule ip daddr . meta l4proto . th dport vmap @service-ips # handle 43 (verdict goto service-ULMVA6XW-ns1/svc1/tcp/p80)`,
 		`trace id 1 ip kube-proxy filter-forward policy accept meta mark 0x00004000`,
+		`trace id 1 ip filter FORWARD rule  counter packets 0 bytes 0 jump KUBE-NWPLCY-FORWARD # handle 7 (verdict jump KUBE-NWPLCY-FORWARD)`,
+		`trace id 2 ip kube-proxy nat-prerouting rule jump services # handle 39 (verdict jump services)`,
 	}
 	got := parseTrace(lines, rs)
 	var s []string
@@ -204,8 +206,29 @@ func TestParseTrace(t *testing.T) {
 		"kube-proxy nat-prerouting #1: jump services (verdict jump services)",
 		"kube-proxy services #2: ip daddr . meta l4proto . th dport vmap @service-ips (verdict goto service-ULMVA6XW-ns1/svc1/tcp/p80)",
 		"kube-proxy filter-forward: policy accept",
+		"filter FORWARD handle 7: counter packets 0 bytes 0 jump KUBE-NWPLCY-FORWARD (verdict jump KUBE-NWPLCY-FORWARD)",
+		"kube-proxy nat-prerouting #1: jump services (verdict jump services)",
 	}
 	if strings.Join(s, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(s, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The trace id is a hash of the packet buffer's address: a later packet of
+// the probe can come back with the same id, and its IP ID tells it apart.
+func TestFirstPacket(t *testing.T) {
+	all := []string{
+		"add table ip minikit-trace # handle 5",
+		`trace id aa ip minikit-trace output packet: oif "eth1" ip saddr 192.168.56.10 ip daddr 10.99.217.127 ip dscp cs0 ip ecn not-ect ip ttl 64 ip id 100 ip length 60 tcp sport 1 tcp dport 80 tcp flags == syn`,
+		"trace id aa ip kube-proxy nat-output rule jump services # handle 39 (verdict jump services)",
+		"trace id bb ip kube-proxy nat-output rule jump services # handle 39 (verdict jump services)",
+		`trace id aa ip kube-proxy filter-output packet: oif "eth1" ip saddr 192.168.56.10 ip daddr 10.244.0.2 ip dscp cs0 ip ecn not-ect ip ttl 64 ip id 100 ip length 60 tcp sport 1 tcp dport 9376 tcp flags == syn`,
+		"trace id aa ip kube-proxy filter-output policy accept",
+		`trace id aa ip minikit-trace output packet: oif "eth1" ip saddr 192.168.56.10 ip daddr 10.99.217.127 ip dscp cs0 ip ecn not-ect ip ttl 64 ip id 101 ip length 52 tcp sport 1 tcp dport 80 tcp flags == ack`,
+		"trace id aa ip kube-proxy filter-output policy accept",
+	}
+	got := firstPacket(all)
+	if len(got) != 4 || !strings.Contains(got[3], "filter-output policy accept") {
+		t.Errorf("first packet's lines:\n%s", strings.Join(got, "\n"))
 	}
 }

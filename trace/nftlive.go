@@ -36,8 +36,13 @@ type TraceEvent struct {
 }
 
 func (e TraceEvent) String() string {
-	if e.Rule == 0 && e.Handle == 0 {
+	switch {
+	case e.Rule == 0 && e.Handle == 0:
 		return fmt.Sprintf("%s %s: %s", e.Table, e.Chain, e.Text)
+	case e.Rule == 0:
+		// A table Run did not walk (iptables-nft's filter, where
+		// network policy lives): nft's handle is all there is.
+		return fmt.Sprintf("%s %s handle %d: %s (verdict %s)", e.Table, e.Chain, e.Handle, e.Text, e.Verdict)
 	}
 	return fmt.Sprintf("%s %s #%d: %s (verdict %s)", e.Table, e.Chain, e.Rule, e.Text, e.Verdict)
 }
@@ -54,13 +59,17 @@ func (m nftProbeMatch) rule() string {
 	return fmt.Sprintf("ip saddr %s ip daddr %s meta l4proto %s th dport %d meta nftrace set 1", m.Src, m.Dst.Addr(), m.Proto, m.Dst.Port())
 }
 
-// traceScript replaces any table of ours left over (a killed run) with a
-// fresh one.
+// staleScript removes a table of ours left over by a killed run (adding it
+// first makes the deletion succeed whether or not there was one).
+func staleScript() string {
+	t := nftFamily + " " + traceTable
+	return "add table " + t + "\ndelete table " + t + "\n"
+}
+
+// traceScript adds our table.
 func (m nftProbeMatch) traceScript() string {
 	t := nftFamily + " " + traceTable
 	return strings.Join([]string{
-		"add table " + t,
-		"delete table " + t,
 		"add table " + t + ` { comment "minikit trace --live: marks one probe for nftrace" ; }`,
 		"add chain " + t + " prerouting { type filter hook prerouting priority -300 ; }",
 		"add chain " + t + " output { type filter hook output priority -300 ; }",
@@ -73,6 +82,11 @@ func (m nftProbeMatch) traceScript() string {
 // nftTraceProbe runs probe while the kernel of netns traces the packets m
 // matches, and returns the trace lines of the first such packet.
 func nftTraceProbe(netns string, m nftProbeMatch, probe func(), wait time.Duration) (lines []string, err error) {
+	// Before the monitor starts: the only table deletion it reports is
+	// then the one that ends the probe.
+	if _, err := runNFT(netns, []byte(staleScript()), "-f", "-"); err != nil {
+		return nil, fmt.Errorf("removing a stale table %s %s: %w", nftFamily, traceTable, err)
+	}
 	mon := nftCommand(netns, "-a", "monitor")
 	out, err := mon.StdoutPipe()
 	if err != nil {
@@ -143,7 +157,18 @@ func nftTraceProbe(netns string, m nftProbeMatch, probe func(), wait time.Durati
 	if !done {
 		return nil, fmt.Errorf("nft monitor in %s did not report our table's removal within %s", nsName(netns), wait)
 	}
-	id := ""
+	return firstPacket(all), nil
+}
+
+var ipID = regexp.MustCompile(` ip id (\d+) `)
+
+// firstPacket keeps the trace lines of the first traced packet. The kernel's
+// trace id is a hash of the packet buffer's address, which a later packet of
+// the probe may reuse; nft prints the packet's headers whenever it enters a
+// base chain, so a header line with another IP ID starts another packet.
+func firstPacket(all []string) []string {
+	var lines []string
+	id, ipid := "", ""
 	for _, l := range all {
 		f := strings.Fields(l)
 		if len(f) < 3 || f[0] != "trace" || f[1] != "id" {
@@ -152,11 +177,19 @@ func nftTraceProbe(netns string, m nftProbeMatch, probe func(), wait time.Durati
 		if id == "" {
 			id = f[2]
 		}
-		if f[2] == id {
-			lines = append(lines, l)
+		if f[2] != id {
+			continue
 		}
+		if m := ipID.FindStringSubmatch(l); m != nil && strings.Contains(l, " packet: ") {
+			if ipid == "" {
+				ipid = m[1]
+			} else if m[1] != ipid {
+				break
+			}
+		}
+		lines = append(lines, l)
 	}
-	return lines, nil
+	return lines
 }
 
 // waitLine reads lines until one satisfies ok (true), the channel closes
@@ -211,7 +244,7 @@ func parseTrace(lines []string, rs *nfttracer.Ruleset) []TraceEvent {
 			e.Text = "policy " + e.Verdict
 		case traceRule.MatchString(rest):
 			m := traceRule.FindStringSubmatch(rest)
-			e.Text, e.Verdict = m[1], m[3]
+			e.Text, e.Verdict = strings.TrimSpace(m[1]), m[3]
 			e.Handle, _ = strconv.Atoi(m[2])
 		case traceUnkown.MatchString(rest):
 			m := traceUnkown.FindStringSubmatch(rest)

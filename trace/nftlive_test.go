@@ -84,41 +84,42 @@ func TestNFTLiveProbe(t *testing.T) {
 	}
 	res := &Result{From: from, To: to, Proto: "tcp", Node: "node", Netns: node, Mode: ModeNFTables, Hook: "prerouting", Paths: Paths(outs, to, "node")}
 	r := &run{o: Options{Timeout: 500 * time.Millisecond}, nftRuleset: rs}
-	pr, events, err := r.nftLive(res, clientNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if traceTablePresent(t, node) {
-		t.Errorf("table ip %s is still there after the probe", traceTable)
-	}
-	flows, err := conntrackFlows(node)
-	if pr.conn != nil {
-		pr.conn.Close()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &Live{Conntrack: findFlow(flows, "tcp", pr.local, to.Addr)}
-	if l.Conntrack == nil || l.Conntrack.ReplySrc != "10.244.0.1:80" || !l.Conntrack.SNAT() {
-		t.Fatalf("conntrack entry %v, want DNAT to 10.244.0.1:80 and SNAT", l.Conntrack)
-	}
-	ConfirmTrace(l, res.Paths, events)
-	if !l.Confirmed {
-		var ev []string
+	// Several probes in a row: each must find the monitor ready and read
+	// its own packet's trace, not a neighbour's.
+	for i := 0; i < 3; i++ {
+		pr, events, err := r.nftLive(res, clientNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if traceTablePresent(t, node) {
+			t.Errorf("table ip %s is still there after the probe", traceTable)
+		}
+		flows, err := conntrackFlows(node)
+		if pr.conn != nil {
+			pr.conn.Close()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &Live{Conntrack: findFlow(flows, "tcp", pr.local, to.Addr)}
+		if l.Conntrack == nil || l.Conntrack.ReplySrc != "10.244.0.1:80" || !l.Conntrack.SNAT() {
+			t.Fatalf("probe %d: conntrack entry %v, want DNAT to 10.244.0.1:80 and SNAT", i, l.Conntrack)
+		}
+		ConfirmTrace(l, res.Paths, events)
+		var ev, chains []string
 		for _, e := range events {
 			ev = append(ev, e.String())
+			if e.Rule > 0 {
+				chains = append(chains, e.Chain)
+			}
 		}
-		t.Fatalf("not confirmed: %q\nkernel trace:\n%s", l.Notes, strings.Join(ev, "\n"))
-	}
-	var chains []string
-	for _, e := range events {
-		if e.Rule > 0 {
-			chains = append(chains, e.Chain)
+		if !l.Confirmed {
+			t.Fatalf("probe %d not confirmed: %q\nkernel trace:\n%s", i, l.Notes, strings.Join(ev, "\n"))
 		}
-	}
-	want := "filter-prerouting-pre-dnat nat-prerouting services services service-ULMVA6XW-ns1/svc1/tcp/p80 filter-forward filter-forward nat-postrouting masquerading"
-	if strings.Join(chains, " ") != want {
-		t.Errorf("rules the kernel saw matched in chains:\n%s\nwant:\n%s", strings.Join(chains, " "), want)
+		want := "filter-prerouting-pre-dnat nat-prerouting services services service-ULMVA6XW-ns1/svc1/tcp/p80 filter-forward filter-forward nat-postrouting masquerading"
+		if strings.Join(chains, " ") != want {
+			t.Errorf("probe %d: rules the kernel saw matched in chains:\n%s\nwant:\n%s", i, strings.Join(chains, " "), want)
+		}
 	}
 }
 
