@@ -215,7 +215,8 @@ func TestParseTrace(t *testing.T) {
 }
 
 // The trace id is a hash of the packet buffer's address: a later packet of
-// the probe can come back with the same id, and its IP ID tells it apart.
+// the probe can come back with the same id, the same packet with another
+// one; the IP ID tells them apart.
 func TestFirstPacket(t *testing.T) {
 	all := []string{
 		"add table ip minikit-trace # handle 5",
@@ -226,9 +227,11 @@ func TestFirstPacket(t *testing.T) {
 		"trace id aa ip kube-proxy filter-output policy accept",
 		`trace id aa ip minikit-trace output packet: oif "eth1" ip saddr 192.168.56.10 ip daddr 10.99.217.127 ip dscp cs0 ip ecn not-ect ip ttl 64 ip id 101 ip length 52 tcp sport 1 tcp dport 80 tcp flags == ack`,
 		"trace id aa ip kube-proxy filter-output policy accept",
+		`trace id cc ip kube-proxy nat-postrouting packet: oif "eth1" ip saddr 192.168.56.10 ip daddr 10.244.0.2 ip dscp cs0 ip ecn not-ect ip ttl 64 ip id 100 ip length 60 tcp sport 1 tcp dport 9376 tcp flags == syn`,
+		"trace id cc ip kube-proxy nat-postrouting rule jump masquerading # handle 22 (verdict jump masquerading)",
 	}
 	got := firstPacket(all)
-	if len(got) != 4 || !strings.Contains(got[3], "filter-output policy accept") {
+	if len(got) != 6 || !strings.Contains(got[3], "filter-output policy accept") || !strings.Contains(got[5], "jump masquerading") {
 		t.Errorf("first packet's lines:\n%s", strings.Join(got, "\n"))
 	}
 }

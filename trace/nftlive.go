@@ -162,32 +162,31 @@ func nftTraceProbe(netns string, m nftProbeMatch, probe func(), wait time.Durati
 
 var ipID = regexp.MustCompile(` ip id (\d+) `)
 
-// firstPacket keeps the trace lines of the first traced packet. The kernel's
-// trace id is a hash of the packet buffer's address, which a later packet of
-// the probe may reuse; nft prints the packet's headers whenever it enters a
-// base chain, so a header line with another IP ID starts another packet.
+// firstPacket keeps the trace lines of the first traced packet. nft prints
+// a packet's headers whenever it enters a base chain, under a trace id that
+// hashes the packet buffer's address: a later packet of the probe may reuse
+// the id, and the same packet may change it (the bridge's netfilter copies
+// a DNATed frame). The IP ID is what stays: an event belongs to the first
+// packet when the header line last printed under its trace id carried the
+// first header line's IP ID.
 func firstPacket(all []string) []string {
 	var lines []string
-	id, ipid := "", ""
+	first := ""
+	current := map[string]string{} // trace id -> IP ID of its last header line
 	for _, l := range all {
 		f := strings.Fields(l)
 		if len(f) < 3 || f[0] != "trace" || f[1] != "id" {
 			continue
 		}
-		if id == "" {
-			id = f[2]
-		}
-		if f[2] != id {
-			continue
-		}
 		if m := ipID.FindStringSubmatch(l); m != nil && strings.Contains(l, " packet: ") {
-			if ipid == "" {
-				ipid = m[1]
-			} else if m[1] != ipid {
-				break
+			current[f[2]] = m[1]
+			if first == "" {
+				first = m[1]
 			}
 		}
-		lines = append(lines, l)
+		if first != "" && current[f[2]] == first {
+			lines = append(lines, l)
+		}
 	}
 	return lines
 }
