@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/netpol"
 	"github.com/minikit/minikit/sandbox"
 )
 
@@ -54,9 +55,16 @@ func ProxyRules(netns string) (mode, text string, err error) {
 	return mode, b.String(), nil
 }
 
+// proxyChain says a chain is the service proxy's: KUBE-*, except the
+// network policy enforcer's (KUBE-NWPLCY-*, KUBE-POD-FW-*), which share the
+// prefix as kube-router's do.
+func proxyChain(name string) bool {
+	return strings.HasPrefix(name, "KUBE-") && !strings.HasPrefix(name, netpol.PrefixPolicy) && !strings.HasPrefix(name, netpol.PrefixPod)
+}
+
 // kubeChains keeps, of iptables-save -c text, the table headers and
-// COMMITs, the built-in chains' policies, the KUBE-* chains and their
-// rules, and the rules of other chains that jump or go to a KUBE-* chain,
+// COMMITs, the built-in chains' policies, the proxy's KUBE-* chains and
+// their rules, and the rules of other chains that jump or go to one,
 // without counters (as plain iptables-save prints them).
 func kubeChains(save string) string {
 	var b strings.Builder
@@ -72,18 +80,18 @@ func kubeChains(save string) string {
 			keep = true
 		case strings.HasPrefix(l, ":"):
 			f := strings.Fields(l[1:])
-			keep = len(f) > 1 && (f[1] != "-" || strings.HasPrefix(f[0], "KUBE-"))
+			keep = len(f) > 1 && (f[1] != "-" || proxyChain(f[0]))
 			if keep && f[1] != "-" {
 				// Built-in chains' counters say nothing about the proxy.
 				l = ":" + f[0] + " " + f[1] + " [0:0]"
 			}
 		case strings.HasPrefix(l, "-A "):
 			args := iptables.SplitRule(l)
-			if len(args) > 1 && strings.HasPrefix(args[1], "KUBE-") {
+			if len(args) > 1 && proxyChain(args[1]) {
 				keep = true
 			}
 			for i := 0; i+1 < len(args); i++ {
-				if (args[i] == "-j" || args[i] == "-g") && strings.HasPrefix(args[i+1], "KUBE-") {
+				if (args[i] == "-j" || args[i] == "-g") && proxyChain(args[i+1]) {
 					keep = true
 				}
 			}
