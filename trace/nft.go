@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/minikit/minikit/proxy/tracer"
 	"github.com/minikit/minikit/sandbox"
 )
 
@@ -134,4 +135,47 @@ func whyNFT(p Path, to Target, node string) string {
 		return w
 	}
 	return ""
+}
+
+// minikitRules continues the nftables walk through the rules minikit itself
+// keeps in iptables whatever the proxy mode: network policy in filter
+// FORWARD and the pod masquerade in nat POSTROUTING (MINIKIT-POSTROUTING).
+// Every accepted outcome that leaves the node is walked through them with
+// its destination after DNAT, and their steps follow kube-proxy's. (In the
+// kernel, iptables-nft's base chains and kube-proxy's interleave by
+// priority within each hook; the verdict, the masquerade and the policy
+// verdicts do not depend on that order.)
+func minikitRules(netns string, outs []tracer.Outcome, pkt tracer.Packet, node tracer.Node) ([]tracer.Outcome, error) {
+	save, err := saveRules(netns)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := tracer.Parse(save)
+	if err != nil {
+		return nil, err
+	}
+	// See Run: without readable ipsets only a rule that matches one fails.
+	node.Sets, _ = policySets(netns)
+	var res []tracer.Outcome
+	for _, o := range outs {
+		if o.Verdict != "ACCEPT" || o.Local {
+			res = append(res, o)
+			continue
+		}
+		p := pkt
+		p.Dst = o.Dst
+		ios, err := rules.Trace(node, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, io := range ios {
+			n := o
+			n.Probability *= io.Probability
+			n.Verdict = io.Verdict
+			n.Masquerade = o.Masquerade || io.Masquerade
+			n.Steps = append(append([]tracer.Step(nil), o.Steps...), io.Steps...)
+			res = append(res, n)
+		}
+	}
+	return res, nil
 }

@@ -271,7 +271,21 @@ func ConfirmTrace(l *Live, paths []Path, events []TraceEvent) {
 		}
 	}
 	l.Trace = events
-	confirm(l, paths, seen, "the kernel's trace does not show it")
+	// The trace names kube-proxy's rules by position; minikit's own
+	// iptables rules on the path are confirmed by their counters
+	// (confirmPolicy), so only kube-proxy's steps are checked here.
+	own := make([]Path, len(paths))
+	for i, p := range paths {
+		own[i] = p
+		own[i].Steps = nil
+		for _, s := range p.Steps {
+			if s.Table == nftTable {
+				own[i].Steps = append(own[i].Steps, s)
+			}
+		}
+	}
+	confirm(l, own, seen, "the kernel's trace does not show it")
+	paths = own
 	if l.Path < 0 {
 		return
 	}

@@ -91,23 +91,11 @@ func policySets(netns string) (map[string]tracer.IPSet, error) {
 // deliveringHop walks the filter FORWARD chain of the node that delivers an
 // accepted path's packet to its pod, when that is another node than the one
 // traced: its pods' ingress policy is judged there.
-//
-// In nftables mode the walk covered only table ip kube-proxy, while network
-// policy stays in iptables' filter table: a pod on the traced node itself is
-// judged by that node's filter FORWARD chain the same way.
 func (r *run) deliveringHop(res *Result, p *Path, pkt tracer.Packet) error {
-	if p.Route == nil || p.Endpoint == nil || p.Endpoint.HostNetwork {
+	if p.Route == nil || p.Route.Kind != "node" || p.Endpoint == nil || p.Endpoint.HostNetwork {
 		return nil
 	}
-	hopNode, sameNode := p.Route.Node, false
-	switch {
-	case p.Route.Kind == "node":
-	case p.Route.Kind == "bridge" && res.Mode == ModeNFTables:
-		hopNode, sameNode = res.Node, true
-	default:
-		return nil
-	}
-	n := r.node(hopNode)
+	n := r.node(p.Route.Node)
 	if n == nil {
 		return nil
 	}
@@ -133,9 +121,7 @@ func (r *run) deliveringHop(res *Result, p *Path, pkt tracer.Packet) error {
 		return err
 	}
 	hop := tracer.Packet{Src: pkt.Src, Dst: dst, Proto: pkt.Proto}
-	if p.Masquerade && p.Route.Src != "" && !sameNode {
-		// Masqueraded on the traced node's way out; on the same node,
-		// FORWARD comes before POSTROUTING's masquerade.
+	if p.Masquerade && p.Route.Src != "" {
 		hop.Src, _ = netip.ParseAddr(p.Route.Src)
 	}
 	if rt, err := r.route(netns, hop.Src); err == nil {

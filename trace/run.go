@@ -169,6 +169,9 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 		if outs, err = rs.Trace(tracer.Node{Addrs: local, Out: outDev}, pkt); err != nil {
 			return nil, fmt.Errorf("tracing through the nftables rules of node %s: %w", nodeName, err)
 		}
+		if outs, err = minikitRules(netns, outs, pkt, tracer.Node{Addrs: local, Out: outDev}); err != nil {
+			return nil, fmt.Errorf("tracing through the iptables rules of node %s: %w", nodeName, err)
+		}
 	case errors.Is(err, errNoNFTTable):
 		if pkt.Recent, err = recentLists(netns, pkt.Src); err != nil {
 			return nil, err
@@ -575,15 +578,15 @@ func (r *run) live(res *Result) error {
 	// Counters are read right before the probe so the delta is the probe's
 	// (plus whatever else the node did meanwhile). In nftables mode the
 	// kernel's trace of the probe says which rules it matched instead.
-	var before *tracer.Rules
-	if !nftMode {
-		save, err := saveRules(res.Netns)
-		if err != nil {
-			return err
-		}
-		if before, err = tracer.Parse(save); err != nil {
-			return err
-		}
+	// In nftables mode the iptables counters still say which of minikit's
+	// own rules (network policy, pod masquerade) the probe passed.
+	save, err := saveRules(res.Netns)
+	if err != nil {
+		return err
+	}
+	before, err := tracer.Parse(save)
+	if err != nil {
+		return err
 	}
 	// The other nodes whose policy verdicts the paths show (in nftables
 	// mode the traced node too: network policy stays in iptables).
@@ -635,20 +638,18 @@ func (r *run) live(res *Result) error {
 	if pr.local.IsValid() {
 		l.Conntrack = findFlow(flows, res.Proto, pr.local, res.To.Addr)
 	}
-	moved := map[string][]tracer.Counter{}
+	if save, err = saveRules(res.Netns); err != nil {
+		return err
+	}
+	after, err := tracer.Parse(save)
+	if err != nil {
+		return err
+	}
+	moved := map[string][]tracer.Counter{res.Node: tracer.Moved(before, after)}
 	if nftMode {
 		ConfirmTrace(l, res.Paths, events)
 	} else {
-		save, err := saveRules(res.Netns)
-		if err != nil {
-			return err
-		}
-		after, err := tracer.Parse(save)
-		if err != nil {
-			return err
-		}
-		Confirm(l, res.Paths, tracer.Moved(before, after))
-		moved[res.Node] = l.Moved
+		Confirm(l, res.Paths, moved[res.Node])
 	}
 	for _, p := range res.Paths {
 		for _, h := range p.hops {
