@@ -80,9 +80,15 @@ func TestTraceNFTables(t *testing.T) {
 		return nil
 	}, "client", np, "--live")
 	var marked, masqueraded, sawTrace bool
-	for _, s := range res.Paths[res.Live.Path].Steps {
-		if s.Table != "kube-proxy" {
-			t.Errorf("step in table %q, want kube-proxy: %+v", s.Table, s)
+	steps := res.Paths[res.Live.Path].Steps
+	for i, s := range steps {
+		// kube-proxy's table, then minikit's own iptables rules (network
+		// policy, pod masquerade).
+		if s.Table != "kube-proxy" && (i == 0 || (s.Table != "nat" && s.Table != "filter")) {
+			t.Errorf("step %d in table %q: %+v", i, s.Table, s)
+		}
+		if i > 0 && s.Table == "kube-proxy" && steps[i-1].Table != "kube-proxy" {
+			t.Errorf("kube-proxy step %d after minikit's iptables steps: %+v", i, s)
 		}
 		marked = marked || (strings.HasPrefix(s.Chain, "external-") && s.Mark == "0x4000")
 		masqueraded = masqueraded || (s.Chain == "masquerading" && s.Masquerade)
