@@ -41,7 +41,7 @@ func newRootCommand() *cobra.Command {
 	execCmd.Flags().StringVar(&execLab, "lab", "", "the lab whose API to ask (default: as the kubeconfig says, else the only lab)")
 	execCmd.RegisterFlagCompletionFunc("lab", completeLabNames)
 	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), execCmd, newDownCommand(),
-		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newDocsCommand())
+		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newProxyCommand(), newDocsCommand())
 	root.AddCommand(newLabHelperCommands()...)
 	root.AddCommand(newKubectlCommands()...)
 	requireRoot(root)
@@ -60,6 +60,8 @@ var rootReasons = map[string]string{
 	"minikit lab stop":  "it stops a node's processes",
 	"minikit lab start": "it starts a node's processes inside its network namespace",
 	"minikit lab exec":  "it enters a lab host's network namespace",
+
+	"minikit proxy rules": "it reads the rules inside the nodes' network namespaces",
 }
 
 // requireRoot makes the commands that need root say so before doing

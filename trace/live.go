@@ -21,6 +21,9 @@ type Live struct {
 	// Moved lists every counter in the node's rules that grew during the
 	// probe (other traffic included), as deltas.
 	Moved []tracer.Counter `json:"moved"`
+	// Trace lists, in nftables mode, every rule the kernel's nftrace saw
+	// the probe's first packet match on the node, in order.
+	Trace []TraceEvent `json:"trace,omitempty"`
 	// Path is the index in Result.Paths of the path the kernel took, or -1.
 	Path      int      `json:"path"`
 	Reached   string   `json:"reached,omitempty"`
@@ -67,12 +70,18 @@ func (f *Flow) String() string {
 // DNATed to, whether it was SNATed) or, when there is none, by the verdict,
 // and whether every rule on that path counted the probe.
 func Confirm(l *Live, paths []Path, moved []tracer.Counter) {
-	l.Path, l.Confirmed = -1, false
 	l.Moved = moved
 	counted := map[string]bool{}
 	for _, c := range moved {
 		counted[fmt.Sprintf("%s/%s/%d", c.Table, c.Chain, c.Rule)] = true
 	}
+	confirm(l, paths, counted, "its counter did not move")
+}
+
+// confirm is Confirm given the rules the kernel is known to have matched
+// (counted, "TABLE/CHAIN/RULE") and how to say one on the path was not.
+func confirm(l *Live, paths []Path, counted map[string]bool, missing string) {
+	l.Path, l.Confirmed = -1, false
 	if l.Conntrack != nil {
 		l.Reached = l.Conntrack.ReplySrc
 		for i, p := range paths {
@@ -112,7 +121,7 @@ func Confirm(l *Live, paths []Path, moved []tracer.Counter) {
 		}
 		if !counted[fmt.Sprintf("%s/%s/%d", s.Table, s.Chain, s.Rule)] {
 			ok = false
-			l.Notes = append(l.Notes, fmt.Sprintf("%s %s #%d is on the predicted path but its counter did not move", s.Table, s.Chain, s.Rule))
+			l.Notes = append(l.Notes, fmt.Sprintf("%s %s #%d is on the predicted path but %s", s.Table, s.Chain, s.Rule, missing))
 		}
 	}
 	l.Confirmed = ok

@@ -72,6 +72,9 @@ func (t *trie) sort() {
 // returns to its caller, unless it is a service's chain, where falling off
 // is the news (no endpoint rule, no local endpoint, source not allowed).
 func quiet(s *Step) bool {
+	if s.Table == nftTable {
+		return s.Rule == 0 && s.Target == "RETURN" && !nftServiceChain(s.Chain)
+	}
 	return s.Rule == 0 && s.Target == "RETURN" && !proxy.ServiceChain(s.Chain)
 }
 
@@ -168,6 +171,10 @@ func (r *Result) header(w io.Writer) {
 	if ns == "" {
 		ns = "the root namespace"
 	}
+	if r.Mode == ModeNFTables {
+		fmt.Fprintf(w, "rules: nft list table %s %s on node %s (%s), packet enters hook %s\n", nftFamily, nftTable, r.Node, ns, r.Hook)
+		return
+	}
 	fmt.Fprintf(w, "rules: iptables-save on node %s (%s), packet enters nat %s\n", r.Node, ns, r.Hook)
 }
 
@@ -239,6 +246,9 @@ func (l *Live) tree(w io.Writer, r *Result) {
 		for _, s := range p.Steps {
 			chains[s.Table+"/"+s.Chain] = true
 		}
+	}
+	for _, e := range l.Trace {
+		fmt.Fprintf(w, "  kernel trace: %s\n", e)
 	}
 	for _, c := range l.Moved {
 		if chains[c.Table+"/"+c.Chain] {
@@ -339,7 +349,9 @@ func (r *Result) Dot(w io.Writer) {
 			} else {
 				s := c.step
 				label := s.Table + " " + s.Chain
-				if s.Rule > 0 {
+				if s.Rule > 0 && s.Table == nftTable {
+					label += fmt.Sprintf(" #%d\\n-> %s", s.Rule, s.Target)
+				} else if s.Rule > 0 {
 					label += fmt.Sprintf(" #%d\\n-j %s", s.Rule, s.Target)
 				} else {
 					label += "\\n(end of chain: " + s.Target + ")"

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/node"
+	"github.com/minikit/minikit/proxy/nfttracer"
 	"github.com/minikit/minikit/proxy/tracer"
 	"github.com/minikit/minikit/sandbox"
 
@@ -54,6 +55,9 @@ type run struct {
 	// routeCache holds the answers of routeGet: the tracer asks the same
 	// route again for every rule with -o on every branch.
 	routeCache map[routeKey]routeAnswer
+	// nftRuleset is the traced node's table ip kube-proxy in nftables
+	// mode, for the live trace's rule positions.
+	nftRuleset *nfttracer.Ruleset
 }
 
 type routeKey struct {
@@ -138,17 +142,6 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 	if err != nil {
 		return nil, err
 	}
-	if pkt.Recent, err = recentLists(netns, pkt.Src); err != nil {
-		return nil, err
-	}
-	save, err := saveRules(netns)
-	if err != nil {
-		return nil, err
-	}
-	rules, err := tracer.Parse(save)
-	if err != nil {
-		return nil, fmt.Errorf("parsing the rules of node %s: %w", nodeName, err)
-	}
 	if !pkt.Local {
 		// The interface the packet arrives on is the one the node would
 		// answer it through.
@@ -162,12 +155,43 @@ func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error
 		}
 		return ""
 	}
-	// Without readable ipsets (a kernel without ip_set) a rule that matches
-	// one fails the walk with its own error; others trace as before.
-	sets, _ := policySets(netns)
-	outs, err := rules.Trace(tracer.Node{Addrs: local, Out: outDev, Sets: sets}, pkt)
-	if err != nil {
-		return nil, fmt.Errorf("tracing through the rules of node %s: %w", nodeName, err)
+	var outs []tracer.Outcome
+	res.Mode = ModeIPTables
+	js, err := nftRules(netns)
+	switch {
+	case err == nil:
+		res.Mode, res.Hook = ModeNFTables, strings.ToLower(res.Hook)
+		rs, err := nfttracer.Parse(js)
+		if err != nil {
+			return nil, fmt.Errorf("parsing the nftables rules of node %s: %w", nodeName, err)
+		}
+		r.nftRuleset = rs
+		if outs, err = rs.Trace(tracer.Node{Addrs: local, Out: outDev}, pkt); err != nil {
+			return nil, fmt.Errorf("tracing through the nftables rules of node %s: %w", nodeName, err)
+		}
+		if outs, err = minikitRules(netns, outs, pkt, tracer.Node{Addrs: local, Out: outDev}); err != nil {
+			return nil, fmt.Errorf("tracing through the iptables rules of node %s: %w", nodeName, err)
+		}
+	case errors.Is(err, errNoNFTTable):
+		if pkt.Recent, err = recentLists(netns, pkt.Src); err != nil {
+			return nil, err
+		}
+		save, err := saveRules(netns)
+		if err != nil {
+			return nil, err
+		}
+		rules, err := tracer.Parse(save)
+		if err != nil {
+			return nil, fmt.Errorf("parsing the rules of node %s: %w", nodeName, err)
+		}
+		// Without readable ipsets (a kernel without ip_set) a rule that matches
+		// one fails the walk with its own error; others trace as before.
+		sets, _ := policySets(netns)
+		if outs, err = rules.Trace(tracer.Node{Addrs: local, Out: outDev, Sets: sets}, pkt); err != nil {
+			return nil, fmt.Errorf("tracing through the rules of node %s: %w", nodeName, err)
+		}
+	default:
+		return nil, fmt.Errorf("reading the nftables rules of node %s: %w", nodeName, err)
 	}
 	res.Paths = Paths(outs, to, nodeName)
 	if err := r.routes(ctx, res, netns, outs); err != nil {
@@ -550,8 +574,12 @@ func (r *run) live(res *Result) error {
 	if ns == "" {
 		return fmt.Errorf("--live: no network namespace on this machine sends from %s (%s)", res.From.IP, res.From.Kind)
 	}
+	nftMode := res.Mode == ModeNFTables
 	// Counters are read right before the probe so the delta is the probe's
-	// (plus whatever else the node did meanwhile).
+	// (plus whatever else the node did meanwhile). In nftables mode the
+	// kernel's trace of the probe says which rules it matched instead.
+	// In nftables mode the iptables counters still say which of minikit's
+	// own rules (network policy, pod masquerade) the probe passed.
 	save, err := saveRules(res.Netns)
 	if err != nil {
 		return err
@@ -560,7 +588,8 @@ func (r *run) live(res *Result) error {
 	if err != nil {
 		return err
 	}
-	// The other nodes whose policy verdicts the paths show.
+	// The other nodes whose policy verdicts the paths show (in nftables
+	// mode the traced node too: network policy stays in iptables).
 	others := map[string]*tracer.Rules{}
 	for _, p := range res.Paths {
 		for _, h := range p.hops {
@@ -577,7 +606,16 @@ func (r *run) live(res *Result) error {
 		}
 	}
 	l := &Live{}
-	pr := probe(ns, res.Proto, res.To.Addr, r.o.Timeout)
+	var pr probeResult
+	var events []TraceEvent
+	if nftMode {
+		var err error
+		if pr, events, err = r.nftLive(res, ns); err != nil {
+			return fmt.Errorf("--live: %w", err)
+		}
+	} else {
+		pr = probe(ns, res.Proto, res.To.Addr, r.o.Timeout)
+	}
 	l.Connected, l.Reply = pr.connected, pr.reply
 	if pr.err != nil {
 		l.Error = pr.err.Error()
@@ -600,16 +638,19 @@ func (r *run) live(res *Result) error {
 	if pr.local.IsValid() {
 		l.Conntrack = findFlow(flows, res.Proto, pr.local, res.To.Addr)
 	}
-	save, err = saveRules(res.Netns)
-	if err != nil {
+	if save, err = saveRules(res.Netns); err != nil {
 		return err
 	}
 	after, err := tracer.Parse(save)
 	if err != nil {
 		return err
 	}
-	Confirm(l, res.Paths, tracer.Moved(before, after))
-	moved := map[string][]tracer.Counter{res.Node: l.Moved}
+	moved := map[string][]tracer.Counter{res.Node: tracer.Moved(before, after)}
+	if nftMode {
+		ConfirmTrace(l, res.Paths, events)
+	} else {
+		Confirm(l, res.Paths, moved[res.Node])
+	}
 	for _, p := range res.Paths {
 		for _, h := range p.hops {
 			if _, ok := moved[h.node]; ok {

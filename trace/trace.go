@@ -1,13 +1,17 @@
 // Package trace explains where a connection goes: `minikit trace FROM TO`
 // resolves FROM and TO through the API, reads the rules actually in the
-// kernel of the node that handles the first packet (iptables-save inside the
-// node's network namespace, never the rules minikit meant to write), walks
-// them with proxy/tracer, adds the route out for every outcome, and with
-// Live sends one real probe and shows which counters moved and which
-// conntrack entry the kernel created, confirming (or refuting) the
-// prediction.
+// kernel of the node that handles the first packet (inside the node's
+// network namespace, never the rules minikit meant to write): iptables-save
+// in the proxy's iptables mode, walked with proxy/tracer, or `nft -j list
+// table ip kube-proxy` in its nftables mode, walked with proxy/nfttracer. It
+// adds the route out for every outcome, and with Live sends one real probe
+// and shows which counters moved (iptables) or which rules the kernel's own
+// nftrace saw the probe match (nftables), and which conntrack entry the
+// kernel created, confirming (or refuting) the prediction.
 //
-// It only reads kernel state: it never writes a rule, a route or a sysctl.
+// It only reads kernel state: it never writes a rule, a route or a sysctl,
+// with one exception: a live probe in nftables mode adds a table of its own,
+// ip minikit-trace, that marks the probe for tracing, and removes it again.
 // The live probe is the one packet it sends, from FROM's own namespace.
 package trace
 
@@ -30,8 +34,12 @@ type Result struct {
 	// ("" for the machine's own).
 	Node  string `json:"node"`
 	Netns string `json:"netns"`
-	// Hook is the built-in nat chain the packet enters: PREROUTING for a
-	// packet arriving at the node, OUTPUT for one the node sends.
+	// Mode is the node's proxy mode, iptables or nftables: which rules were
+	// read (iptables-save, or nft list table ip kube-proxy).
+	Mode string `json:"mode"`
+	// Hook is where the packet enters: in iptables mode the built-in nat
+	// chain, PREROUTING for a packet arriving at the node, OUTPUT for one
+	// the node sends; in nftables mode the hook, prerouting or output.
 	Hook  string `json:"hook"`
 	Paths []Path `json:"paths"`
 	Live  *Live  `json:"live,omitempty"`
@@ -135,7 +143,11 @@ func Paths(outs []tracer.Outcome, to Target, node string) []Path {
 			p.Steps = append(p.Steps, st)
 		}
 		p.Policy = policyVerdicts(node, o.Steps)
-		p.Why = why(p, to, node)
+		if len(o.Steps) > 0 && o.Steps[0].Table == nftTable {
+			p.Why = whyNFT(p, to, node)
+		} else {
+			p.Why = why(p, to, node)
+		}
 		ps = append(ps, p)
 	}
 	return ps
