@@ -48,4 +48,4 @@ wait_deploy hostnames
 eventually 30 answers_are 4 || fail "after scaling to 4, dig answered '$OUT', want $(pod_ips app=hostnames | xargs)"
 show inpod client dig +short "$NAME"
 
-shown "dig $NAME answered the pod IPs ($THREE), then $ONE at 1 replica and 4 addresses at 4; no VIP, no KUBE-SERVICES rule"
+shown "dig $NAME answered the pod IPs ($THREE), then $ONE at 1 replica and 4 addresses at 4; no VIP, no proxy rules"
