@@ -11,6 +11,7 @@ import (
 
 	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/proxy"
+	"github.com/minikit/minikit/proxy/nfacct"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -32,9 +33,14 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		log.Warn("no iptables: services will not work on this node", "err", err)
 		return nil
 	}
-	p, err := proxy.New(proxy.Config{
+	cfg := proxy.Config{
 		NodeName: nc.NodeName, NodeIP: nc.NodeIP, ClusterCIDR: nc.ClusterCIDR, Logger: nc.Logger,
-	}, ipt)
+		NFAcct: nfacct.Netlink{},
+	}
+	if nc.Agent != nil {
+		cfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
+	}
+	p, err := proxy.New(cfg, ipt)
 	if err != nil {
 		return err
 	}
@@ -58,7 +64,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	})
 	factory.Start(ctx.Done())
 
-	srv := &http.Server{Handler: withProcessMetrics(p.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: withProcessMetrics(p.Handler(), p.WriteMetrics), ReadHeaderTimeout: 5 * time.Second}
 	if ln, err := net.Listen("tcp", proxyDebugAddr); err != nil {
 		log.Warn("proxy debug endpoint not available", "addr", proxyDebugAddr, "err", err)
 	} else {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/proxy/nfacct"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -175,7 +176,7 @@ func TestFlushIsRepaired(t *testing.T) {
 			}
 			mustSync(t, p)
 			want := saved(t, ipt)
-			if m := p.missingRules(jumpRules[len(jumpRules)-2], jumpRules[5]); m != "" {
+			if m := p.missingRules(monitoredJumps()); m != "" {
 				t.Fatalf("monitor reports %q missing right after a sync", m)
 			}
 			tc.flush(ipt)
@@ -376,3 +377,39 @@ func TestRunnerBoundsFrequency(t *testing.T) {
 }
 
 var _ = corev1.ProtocolTCP
+
+// TestMetrics: the metrics endpoint speaks kube-proxy's names: sync
+// histograms, network programming latency from the EndpointSlice's
+// last-change-trigger-time, and the nfacct counters read at each scrape.
+func TestMetrics(t *testing.T) {
+	ipt := iptables.NewFake()
+	p, _ := testProxier(t, ipt)
+	clock := p.clock.(*fakeClock)
+	s := shapes()[1]
+	p.OnServiceUpdate(s.svc)
+	mustSync(t, p)
+	clock.Step(time.Millisecond) // the trigger must be newer than the proxier
+	sl := s.slices[0].DeepCopy()
+	sl.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: clock.Now().Format(time.RFC3339Nano)}
+	clock.Step(1500 * time.Millisecond)
+	p.OnEndpointSliceUpdate(sl)
+	mustSync(t, p)
+	p.acct.(*nfacct.Fake).Counters[CounterLocalhostNodePorts].Packets = 7
+	var b strings.Builder
+	p.WriteMetrics(&b)
+	out := b.String()
+	for _, want := range []string{
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 2`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="1"} 0`,
+		`kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="2"} 1`,
+		`kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv4"} 1.5`,
+		"kubeproxy_iptables_localhost_nodeports_accepted_packets_total 7",
+		"kubeproxy_iptables_ct_state_invalid_dropped_packets_total 0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+}
