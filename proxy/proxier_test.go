@@ -440,7 +440,10 @@ func TestLocalhostNodePortInNetns(t *testing.T) {
 		sh("ip", "netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 	}
-	in := func(ns string, args ...string) { t.Helper(); sh(append([]string{"ip", "netns", "exec", ns}, args...)...) }
+	in := func(ns string, args ...string) {
+		t.Helper()
+		sh(append([]string{"ip", "netns", "exec", ns}, args...)...)
+	}
 	in(node, "ip", "link", "set", "lo", "up")
 	in(pod, "ip", "link", "set", "lo", "up")
 	in(node, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer") // no dummy links in this kernel

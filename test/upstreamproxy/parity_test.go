@@ -24,7 +24,9 @@ import (
 // Intended differences between minikit's node and upstream kube-proxy's
 // namespace. Each says why; everything else must be equal.
 var intended = []Exclusion{
-	{func(t, c string) bool { return strings.HasPrefix(c, "KUBE-NWPLCY-") || strings.HasPrefix(c, "KUBE-POD-FW-") },
+	{func(t, c string) bool {
+		return strings.HasPrefix(c, "KUBE-NWPLCY-") || strings.HasPrefix(c, "KUBE-POD-FW-")
+	},
 		"minikit's network policy enforcer (package netpol, kube-router's chain names), on a real " +
 			"cluster the network plugin's job: not kube-proxy's rules"},
 }
@@ -89,9 +91,15 @@ func Shapes() []Shape {
 		{Svc: svc("lb-local", lb, etpLocal, func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"192.168.56.151"} }),
 			Ports: http8080, Endpoints: mixed, LBIngress: []string{"192.168.56.241"}},
 		{Svc: svc("lb-local-none-here", lb, etpLocal), Ports: http8080, Endpoints: remote, LBIngress: []string{"192.168.56.242"}},
-		{Svc: svc("internal-local", func(s *corev1.Service) { p := corev1.ServiceInternalTrafficPolicyLocal; s.Spec.InternalTrafficPolicy = &p }),
+		{Svc: svc("internal-local", func(s *corev1.Service) {
+			p := corev1.ServiceInternalTrafficPolicyLocal
+			s.Spec.InternalTrafficPolicy = &p
+		}),
 			Ports: http8080, Endpoints: mixed},
-		{Svc: svc("internal-local-none-here", func(s *corev1.Service) { p := corev1.ServiceInternalTrafficPolicyLocal; s.Spec.InternalTrafficPolicy = &p }),
+		{Svc: svc("internal-local-none-here", func(s *corev1.Service) {
+			p := corev1.ServiceInternalTrafficPolicyLocal
+			s.Spec.InternalTrafficPolicy = &p
+		}),
 			Ports: http8080, Endpoints: remote},
 		{Svc: svc("no-endpoints", nodePort, func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"192.168.56.152"} })},
 		{Svc: svc("dns", func(s *corev1.Service) {
@@ -233,4 +241,3 @@ func tail(s string, n int) string {
 	}
 	return s
 }
-
