@@ -203,35 +203,60 @@ func TestRulesEqualUpstream(t *testing.T) {
 	for _, d := range diffs {
 		t.Errorf("chain differs from upstream kube-proxy's: %s", d)
 	}
-	chains := 0
+	chains, svcChains := 0, 0
 	for _, tb := range tables {
 		for c := range u[tb] {
 			if strings.HasPrefix(c, "KUBE-") {
 				chains++
 			}
+			if strings.HasPrefix(c, "KUBE-SVC-") && m[tb][c] != nil {
+				svcChains++
+			}
 		}
+	}
+	// 14 shapes, 15 service ports; the ones with cluster endpoints have a KUBE-SVC chain.
+	if svcChains < 10 {
+		t.Errorf("only %d KUBE-SVC-* chains on both sides: the comparison compared too little", svcChains)
 	}
 	t.Logf("compared %d KUBE-* chains of upstream kube-proxy v1.37.2 with minikit's, %d differ; converged %v after the objects were created",
 		chains, len(diffs), time.Since(start).Round(100*time.Millisecond))
 
-	t.Run("the nfacct counters exist on both sides and are exported under kube-proxy's names", func(t *testing.T) {
-		um, err := peer.Metrics(ctx)
+	t.Run("metrics under kube-proxy's names on both sides, nfacct counters and network programming latency", func(t *testing.T) {
+		// An EndpointSlice change stamped as the EndpointSlice controller does.
+		sh := Shapes()[0]
+		sh.Endpoints = sh.Endpoints[1:]
+		sl := sh.Slice(sh.Svc.Name + "-1")
+		sl.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: time.Now().Format(time.RFC3339Nano)}
+		cur, err := c.DiscoveryV1().EndpointSlices("default").Get(ctx, sl.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		mm, err := GetInNetns(ctx, lab.NS(l.Name(), "node1"), "http://127.0.0.1:10249/metrics")
-		if err != nil {
+		sl.ResourceVersion = cur.ResourceVersion
+		if _, err := c.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
-			"kubeproxy_sync_proxy_rules_duration_seconds_count", "kubeproxy_network_programming_duration_seconds_count"} {
-			if !strings.Contains(um, "\n"+name) {
-				t.Errorf("upstream's /metrics lacks %s", name)
+		names := []string{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+			"kubeproxy_sync_proxy_rules_duration_seconds_count", "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
+			"kubeproxy_sync_partial_proxy_rules_duration_seconds_count", `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"} 1`}
+		testenv.Eventually(t, 30*time.Second, "both proxies export every metric", func() error {
+			um, err := peer.Metrics(ctx)
+			if err != nil {
+				return err
 			}
-			if !strings.Contains(mm, "\n"+name) {
-				t.Errorf("minikit's /metrics lacks %s", name)
+			mm, err := GetInNetns(ctx, lab.NS(l.Name(), "node1"), "http://127.0.0.1:10249/metrics")
+			if err != nil {
+				return err
 			}
-		}
+			for _, name := range names {
+				if !strings.Contains(um, "\n"+name) {
+					return fmt.Errorf("upstream's /metrics lacks %s", name)
+				}
+				if !strings.Contains(mm, "\n"+name) {
+					return fmt.Errorf("minikit's /metrics lacks %s", name)
+				}
+			}
+			return nil
+		})
 	})
 }
 

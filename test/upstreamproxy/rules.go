@@ -63,25 +63,31 @@ type Exclusion struct {
 // target (tables.go, sortByTarget). They are compared as sorted lists. The
 // only order that matters in them is kept: nat KUBE-SERVICES' NodePort rule
 // stays last, and in KUBE-NODEPORTS a port's counted 127.0.0.0/8 rule stays
-// before the general rule for the same port (see sortKey).
+// right before the general rule for the same port (see normalize).
 var Unordered = map[string]bool{
 	"nat/KUBE-SERVICES": true, "nat/KUBE-NODEPORTS": true,
 	"filter/KUBE-SERVICES": true, "filter/KUBE-EXTERNAL-SERVICES": true,
 	"filter/KUBE-NODEPORTS": true, "filter/KUBE-PROXY-FIREWALL": true,
 }
 
-// sortKey sorts the localhost NodePort rule right before the general rule of
-// the same port.
-func sortKey(rule string) string {
-	for _, frag := range []string{"-d 127.0.0.0/8 ", "-m nfacct --nfacct-name localhost_nps_accepted_pkts "} {
+const localhostFrags = "-d 127.0.0.0/8 |-m nfacct --nfacct-name localhost_nps_accepted_pkts "
+
+// general returns the rule without its localhost NodePort matches, and
+// whether it had them.
+func general(rule string) (string, bool) {
+	had := false
+	for _, frag := range strings.Split(localhostFrags, "|") {
 		if strings.Contains(rule, frag) {
-			rule = strings.Replace(rule, frag, "", 1) + "\x00"
+			rule, had = strings.Replace(rule, frag, "", 1), true
 		}
 	}
-	return rule + "\x01"
+	return rule, had
 }
 
 // normalize returns the rules of one chain in the order they are compared.
+// In an unordered chain a localhost NodePort rule and the general rule of
+// the same port right after it form one block; a localhost rule anywhere
+// else is marked out of place, so that it shows in the diff.
 func normalize(table, chain string, rules []string) []string {
 	out := append([]string(nil), rules...)
 	if !Unordered[table+"/"+chain] {
@@ -92,7 +98,24 @@ func normalize(table, chain string, rules []string) []string {
 		strings.Contains(out[len(out)-1], "-j KUBE-NODEPORTS") {
 		tail, out = out[len(out)-1:], out[:len(out)-1]
 	}
-	sort.SliceStable(out, func(i, j int) bool { return sortKey(out[i]) < sortKey(out[j]) })
+	var blocks [][]string
+	for i := 0; i < len(out); i++ {
+		g, had := general(out[i])
+		switch {
+		case !had:
+			blocks = append(blocks, []string{out[i]})
+		case i+1 < len(out) && out[i+1] == g:
+			blocks = append(blocks, []string{out[i], out[i+1]})
+			i++
+		default:
+			blocks = append(blocks, []string{"(out of place) " + out[i]})
+		}
+	}
+	sort.SliceStable(blocks, func(i, j int) bool { return blocks[i][len(blocks[i])-1] < blocks[j][len(blocks[j])-1] })
+	out = out[:0]
+	for _, b := range blocks {
+		out = append(out, b...)
+	}
 	return append(out, tail...)
 }
 
