@@ -82,7 +82,7 @@ type Config struct {
 	NoLocalhostNodePorts bool
 	// RouteLocalnet sets net.ipv4.conf.all.route_localnet=1 in the proxy's
 	// namespace (the node agent does it, recording the old value for minikit
-	// down); called before every full sync while localhost NodePorts are on.
+	// down); called after every full sync while localhost NodePorts are on.
 	// Without it the 127.0.0.0/8 rules are written but the kernel drops the
 	// DNATed packets as martians.
 	RouteLocalnet func() error
@@ -335,16 +335,12 @@ func (p *Proxier) forceFullSync() {
 	p.runner.Run()
 }
 
-// prepareFull runs before a full sync, as kube-proxy's does: route_localnet
-// for localhost NodePorts, and the nfacct counters, whose availability decides
-// whether the rules count with them until the next full sync.
+// prepareFull runs before a full sync, as kube-proxy's does: it ensures the
+// nfacct counters, whose availability decides whether the rules count with
+// them until the next full sync. (route_localnet comes after the sync, see
+// routeLocalnet.)
 func (p *Proxier) prepareFull() error {
 	fx := fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal, localhostNodePorts: !p.cfg.NoLocalhostNodePorts}
-	if fx.localhostNodePorts && p.cfg.RouteLocalnet != nil {
-		if err := p.cfg.RouteLocalnet(); err != nil {
-			return fmt.Errorf("setting route_localnet for NodePorts on localhost: %w", err)
-		}
-	}
 	ok := map[string]bool{}
 	if p.acct != nil {
 		for _, name := range []string{CounterLocalhostNodePorts, CounterInvalidDropped} {
@@ -365,6 +361,20 @@ func (p *Proxier) prepareFull() error {
 	fx.countInvalid = ok[CounterInvalidDropped]
 	p.countLocalhost = fx.localhostNodePorts && ok[CounterLocalhostNodePorts]
 	p.fixed = fx
+	return nil
+}
+
+// routeLocalnet sets route_localnet=1 after a full sync wrote KUBE-FIREWALL,
+// not before as kube-proxy does: 127.0.0.0/8 becomes routable only once the
+// rule that drops packets to it from elsewhere is in the kernel (the node's
+// API server answers plain HTTP on 127.0.0.1).
+func (p *Proxier) routeLocalnet() error {
+	if !p.fixed.localhostNodePorts || p.cfg.RouteLocalnet == nil {
+		return nil
+	}
+	if err := p.cfg.RouteLocalnet(); err != nil {
+		return fmt.Errorf("setting route_localnet for NodePorts on localhost: %w", err)
+	}
 	return nil
 }
 
@@ -509,6 +519,9 @@ func (p *Proxier) syncProxyRules() (err error) {
 	if full {
 		rs = buildRuleSet(p.renderedInOrder(), p.fixed)
 		written, bytesOut, err = p.fullSync(rs)
+		if err == nil {
+			err = p.routeLocalnet()
+		}
 	} else {
 		written, bytesOut, err = p.partialSync(before)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/minikit/minikit/sandbox"
 
 	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -470,8 +471,9 @@ func TestLocalhostNodePortInNetns(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 
 	s := makeService("default", "web", "10.96.0.20", withNodePort(30080))
-	sl := makeSlice("default", "web", p80, ep{ip: "10.244.0.5", node: testNode})
-	sl.Ports[0].Port = ptrInt32(8080)
+	port := p80[0] // a copy: p80 is shared with every other test
+	port.Port = ptrInt32(8080)
+	sl := makeSlice("default", "web", []discovery.EndpointPort{port}, ep{ip: "10.244.0.5", node: testNode})
 	acct := nfacct.Netlink{}
 	err := sandbox.DoPath(sandbox.NetNSPath(node), func() error {
 		ipt, err := iptables.New()
