@@ -20,7 +20,7 @@
 # proxies' own metrics (kubeproxy_sync_full_proxy_rules_duration_seconds,
 # kubeproxy_network_programming_duration_seconds, kubeproxy_sync_partial_proxy_rules_duration_seconds),
 # printed with minikit/upstream ratios. Both namespaces are removed at the end.
-#   env: SIZES=1000,10000  CHANGES=5  RESYNC_MAX=1000 (sizes up to which kube-proxy's full
+#   env: SIZES=1000,10000  CHANGES=7  RESYNC_MAX=1000 (sizes up to which kube-proxy's full
 #        resync is timed too: with iptables-nft 1.8.9 its --noflush restore of 10,000 services
 #        takes ~17 minutes, see /work/shared/bench/ipt-floor.sh)
 set -euo pipefail

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,12 +73,15 @@ func waitMore(t *testing.T, ctx context.Context, get scraper, name string, befor
 	}
 }
 
-func mean(v []float64) float64 {
-	s := 0.0
-	for _, x := range v {
-		s += x
+// median is the middle value: the machine is shared, and one sync that
+// waited for the CPU should not move the figure.
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
 	}
-	return s / float64(len(v))
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // TestBenchUpstream: minikit's proxy (on lab node1) against upstream
@@ -93,7 +97,7 @@ func mean(v []float64) float64 {
 //
 // minikit is measured first, before the peer starts, so that neither's
 // measurement shares the 2 cores with the other's big restore.
-// Env: SIZES (default 1000,10000), CHANGES (default 5), RESYNC_MAX (default 1000),
+// Env: SIZES (default 1000,10000), CHANGES (default 7), RESYNC_MAX (default 1000),
 // KUBE_PROXY (the binary; default: scripts/build-upstream-proxy.sh).
 func TestBenchUpstream(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -108,7 +112,7 @@ func TestBenchUpstream(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
-	changes := envInt("CHANGES", 5)
+	changes := envInt("CHANGES", 7)
 	resyncMax := envInt("RESYNC_MAX", 1000)
 	bin := os.Getenv("KUBE_PROXY")
 	if bin == "" {
@@ -221,6 +225,9 @@ func benchSize(t *testing.T, bin string, n, changes, resyncMax int) {
 		if t.Failed() {
 			t.Logf("=== kube-proxy log (last 4 KiB)\n%s", tail(peer.Log(), 4<<10))
 		}
+		if dir := os.Getenv("KUBE_PROXY_LOG_DIR"); dir != "" {
+			os.WriteFile(fmt.Sprintf("%s/kube-proxy-S%d.log", dir, n), []byte(peer.Log()), 0o644)
+		}
 		if err := peer.Stop(); err != nil {
 			t.Error(err)
 		}
@@ -236,16 +243,30 @@ func benchSize(t *testing.T, bin string, n, changes, resyncMax int) {
 	}
 	uProg, uPart := endpointChanges(t, ctx, c, upstream, n, changes, 1+changes)
 
+	fmt.Printf("# load %s", loadavg())
 	fmt.Printf("iptables S=%d E=5: full sync minikit %.3fs (resync) | upstream %.3fs (first, from empty)", n, mFull, uFirst)
 	if uFull >= 0 {
 		fmt.Printf(", %.3fs (resync) -> ratio minikit/upstream %.2f (resync vs resync)", uFull, mFull/uFull)
 	} else {
 		fmt.Printf(" -> ratio minikit/upstream %.2f (minikit resync vs upstream first sync)", mFull/uFirst)
 	}
-	fmt.Printf("\niptables S=%d E=5: EndpointSlice change -> kernel (network_programming_duration, mean of %d) minikit %.3fs upstream %.3fs ratio %.2f\n",
+	fmt.Printf("\niptables S=%d E=5: EndpointSlice change -> kernel (network_programming_duration, median of %d) minikit %.3fs upstream %.3fs ratio %.2f\n",
 		n, changes, mProg, uProg, mProg/uProg)
-	fmt.Printf("iptables S=%d E=5: partial sync (sync_partial_proxy_rules_duration, mean) minikit %.4fs upstream %.4fs ratio %.2f\n",
+	fmt.Printf("iptables S=%d E=5: partial sync (sync_partial_proxy_rules_duration, median) minikit %.4fs upstream %.4fs ratio %.2f\n",
 		n, mPart, uPart, mPart/uPart)
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	return string(b)
+}
+
+func fmtList(v []float64) string {
+	var b []string
+	for _, x := range v {
+		b = append(b, strconv.FormatFloat(x, 'f', 3, 64))
+	}
+	return strings.Join(b, " ")
 }
 
 func runIn(ns string, argv ...string) (string, error) {
@@ -294,7 +315,7 @@ func fullResync(t *testing.T, ctx context.Context, l *lab.Lab, get scraper, drop
 // endpointChanges replaces one endpoint of `changes` services, one at a time
 // (2 s apart, past the 1 s minimum sync interval both use), stamped with the
 // trigger time; it returns the mean network programming latency and partial
-// sync duration the proxy reported.
+// sync duration the proxy reported (medians).
 func endpointChanges(t *testing.T, ctx context.Context, c kubernetes.Interface, get scraper, n, changes, gen int) (prog, partial float64) {
 	t.Helper()
 	var progs, parts []float64
@@ -318,12 +339,16 @@ func endpointChanges(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 		if _, err := c.DiscoveryV1().EndpointSlices("default").Update(ctx, sl, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		if os.Getenv("KUBE_PROXY_LOG_DIR") != "" {
+			t.Logf("%s updated %s", time.Now().Format("15:04:05.000000"), sl.Name)
+		}
 		p, _ := waitMore(t, ctx, get, "kubeproxy_network_programming_duration_seconds", pb, 10*time.Minute)
 		s, _ := waitMore(t, ctx, get, "kubeproxy_sync_partial_proxy_rules_duration_seconds", sb, time.Minute)
 		progs, parts = append(progs, p), append(parts, s)
 		time.Sleep(2 * time.Second)
 	}
-	return mean(progs), mean(parts)
+	fmt.Printf("#   per change: network programming %s; partial sync %s\n", fmtList(progs), fmtList(parts))
+	return median(progs), median(parts)
 }
 
 func execCommand(name string, args ...string) (string, error) {
