@@ -41,6 +41,8 @@ type AgentConfig struct {
 	ClusterCIDR netip.Prefix
 	// DNS configures this node's cluster DNS server.
 	DNS DNSOptions
+	// ProxyMode is the service proxy's mode: iptables (default) or nftables.
+	ProxyMode ProxyMode
 }
 
 // Agent is a running `minikit agent`.
@@ -82,7 +84,8 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	a := &Agent{cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
 	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, DataDir: cfg.DataDir,
-		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS}
+		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
+		ProxyMode: cfg.ProxyMode}
 	if !nc.ServiceCIDR.IsValid() {
 		nc.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
@@ -145,13 +148,17 @@ func agentDir(dataDir string) string { return dataDir + "/agent" }
 
 // Down removes from this node everything minikit created in the kernel: pods and
 // their sandboxes, cni0, host-gw routes and the agent's rules (node.Down), and the
-// service proxy's chains (proxy.Cleanup), the network policy chains and ipsets
-// (netpol.Cleanup). It works from the data dir alone, also
+// service proxy's rules of both modes, whichever the node ran (proxy.Cleanup
+// for its chains, proxy.CleanupNFT for its nftables table), the network policy
+// chains and ipsets (netpol.Cleanup). It works from the data dir alone, also
 // after a crash; run it in the node's network namespace, with minikit stopped.
 func Down(dataDir string, log *slog.Logger) error {
 	var errs []error
 	if err := node.Down(agentDir(dataDir), log, true); err != nil {
 		errs = append(errs, err)
+	}
+	if err := removeNFTTable(log); err != nil {
+		errs = append(errs, fmt.Errorf("removing the proxy's nftables table: %w", err))
 	}
 	if ipt, err := iptables.New(); err == nil {
 		if err := proxy.Cleanup(ipt); err != nil {

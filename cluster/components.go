@@ -25,6 +25,8 @@ type nodeContext struct {
 	Version     string
 	// DNS configures the node's cluster DNS server.
 	DNS DNSOptions
+	// ProxyMode is the service proxy's mode ("" is iptables).
+	ProxyMode ProxyMode
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each

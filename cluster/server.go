@@ -62,6 +62,8 @@ type ServerConfig struct {
 	LBPool string
 	// DNS configures this node's cluster DNS server.
 	DNS DNSOptions
+	// ProxyMode is the service proxy's mode: iptables (default) or nftables.
+	ProxyMode ProxyMode
 }
 
 // Server is a running minikit server.
@@ -246,7 +248,8 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	}
 	if !s.cfg.DisableAgent {
 		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
-			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS}
+			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
+			ProxyMode: s.cfg.ProxyMode}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {
 			cancel()

@@ -47,6 +47,9 @@ type Config struct {
 	// UserKubeconfig is the kubeconfig to merge into instead of Owner's
 	// ~/.kube/config (kind create cluster --kubeconfig).
 	UserKubeconfig string
+	// ProxyMode is every node's --proxy-mode: "iptables" (default) or
+	// "nftables".
+	ProxyMode string
 }
 
 // Host names of a lab besides its nodes.
@@ -65,10 +68,13 @@ type State struct {
 	PIDs       map[string]int `json:"pids"`
 	// Starts holds each PID's start time (node.ProcStartTime), so that down
 	// stops the process the lab started and never one that reused its PID.
-	Starts    map[string]uint64   `json:"starts,omitempty"`
-	Args      map[string][]string `json:"args"`
-	Addresses map[string]string   `json:"addresses"`
-	APIPort   int                 `json:"apiPort"`
+	Starts map[string]uint64   `json:"starts,omitempty"`
+	Args   map[string][]string `json:"args"`
+	// ProxyMode is the nodes' --proxy-mode at lab up; each node's recorded
+	// Args carry its current one, so lab start and restarts keep it.
+	ProxyMode string            `json:"proxyMode,omitempty"`
+	Addresses map[string]string `json:"addresses"`
+	APIPort   int               `json:"apiPort"`
 	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
 	// context into, UserUID its owner, and PrevContext the current context
 	// it replaced, which Down restores.
@@ -109,6 +115,13 @@ func (c *Config) defaults() error {
 	}
 	if !c.Subnet.IsValid() {
 		c.Subnet = netip.MustParsePrefix("192.168.56.0/24")
+	}
+	switch c.ProxyMode {
+	case "":
+		c.ProxyMode = "iptables"
+	case "iptables", "nftables":
+	default:
+		return fmt.Errorf("unknown proxy mode %q: want iptables or nftables", c.ProxyMode)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -205,7 +218,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, err
 	}
 	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
-		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
+		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
 			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
 	l = made
 	if err := register(Entry{Name: cfg.Name, Dir: cfg.Dir, Kubeconfig: l.Kubeconfig()}); err != nil {
@@ -382,6 +395,43 @@ func (l *Lab) Start(host string) error {
 		return fmt.Errorf("%s already runs process %d", host, pid)
 	}
 	return l.start(host, "minikit", argv...)
+}
+
+// SetProxyMode changes the --proxy-mode a node's process is started with
+// (by Start, after Stop): switching a node between the modes, whose start
+// removes the other mode's rules.
+func (l *Lab) SetProxyMode(host, mode string) error {
+	if mode != "iptables" && mode != "nftables" {
+		return fmt.Errorf("unknown proxy mode %q: want iptables or nftables", mode)
+	}
+	argv := l.state.Args[host]
+	if len(argv) == 0 {
+		return fmt.Errorf("%s has no process", host)
+	}
+	argv = append([]string(nil), argv...)
+	set := false
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] == "--proxy-mode" {
+			argv[i+1], set = mode, true
+		}
+	}
+	if !set {
+		argv = append(argv, "--proxy-mode", mode)
+	}
+	l.state.Args[host] = argv
+	return l.saveState()
+}
+
+// ProxyMode is the --proxy-mode a host's process runs with ("iptables"
+// when it has none).
+func (l *Lab) ProxyMode(host string) string {
+	argv := l.state.Args[host]
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] == "--proxy-mode" {
+			return argv[i+1]
+		}
+	}
+	return "iptables"
 }
 
 // RemoveNode takes a node out of the cluster, as decommissioning a VM does: its

@@ -32,7 +32,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		"--advertise-address", server.String(),
 		"--node-name", nodeName(1), "--node-ip", server.String(),
 		"--lb-pool", l.LBPool(),
-		"--dns-upstream", l.Addr(External).String())
+		"--dns-upstream", l.Addr(External).String(),
+		"--proxy-mode", l.cfg.ProxyMode)
 	if err != nil {
 		return err
 	}
@@ -51,7 +52,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		err := l.start(h, "minikit agent", l.cfg.Binary, "agent",
 			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
 			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
-			"--dns-upstream", l.Addr(External).String())
+			"--dns-upstream", l.Addr(External).String(),
+			"--proxy-mode", l.cfg.ProxyMode)
 		if err != nil {
 			return err
 		}

@@ -241,6 +241,7 @@ func newServerCommand() *cobra.Command {
 	var (
 		dataDir, listen, serviceCIDR, nodePorts, advertise, logLevel string
 		nodeName, nodeIP, podCIDR                                    string
+		proxyMode                                                    string
 		disableAgent                                                 bool
 		sans                                                         []string
 	)
@@ -252,7 +253,8 @@ func newServerCommand() *cobra.Command {
 		Example: `  sudo minikit server
   sudo minikit server --log-level debug --lb-pool 192.168.56.240-192.168.56.250
   sudo minikit server --listen 0.0.0.0:6443 --advertise-address 192.168.56.10 --node-ip 192.168.56.10
-  sudo minikit server --disable-agent --data-dir /tmp/minikit-api`,
+  sudo minikit server --disable-agent --data-dir /tmp/minikit-api
+  sudo minikit server --proxy-mode nftables`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
@@ -270,6 +272,9 @@ func newServerCommand() *cobra.Command {
 			}
 			if cfg.ServiceCIDR, err = netip.ParsePrefix(serviceCIDR); err != nil {
 				return fmt.Errorf("parsing --service-cidr: %w", err)
+			}
+			if cfg.ProxyMode, err = cluster.ParseProxyMode(proxyMode); err != nil {
+				return fmt.Errorf("parsing --proxy-mode: %w", err)
 			}
 			if cfg.NodePortMin, cfg.NodePortMax, err = parsePortRange(nodePorts); err != nil {
 				return fmt.Errorf("parsing --service-node-port-range: %w", err)
@@ -300,6 +305,7 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
 	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it")
 	addDNSFlags(fl, &dnsOpts)
+	addProxyModeFlag(cmd, &proxyMode)
 	fl.StringVar(&lbPool, "lb-pool", "", "addresses for LoadBalancer Services, CIDRs or FIRST-LAST ranges, comma-separated, "+
 		"on the nodes' network (e.g. 192.168.56.240-192.168.56.250); empty leaves them <pending>")
 	return cmd

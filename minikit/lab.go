@@ -23,7 +23,7 @@ import (
 
 func newAgentCommand() *cobra.Command {
 	var cfg cluster.AgentConfig
-	var nodeIP, tokenFile, logLevel string
+	var nodeIP, tokenFile, logLevel, proxyMode string
 	cmd := &cobra.Command{
 		Use:   "agent --server URL --token T",
 		Short: "Join this machine to a minikit server as a node",
@@ -32,6 +32,11 @@ func newAgentCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Logger, cfg.Version = newLogger(logLevel), version
+			mode, err := cluster.ParseProxyMode(proxyMode)
+			if err != nil {
+				return fmt.Errorf("parsing --proxy-mode: %w", err)
+			}
+			cfg.ProxyMode = mode
 			if nodeIP != "" {
 				ip, err := netip.ParseAddr(nodeIP)
 				if err != nil {
@@ -67,7 +72,18 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	addDNSFlags(fl, &cfg.DNS)
+	addProxyModeFlag(cmd, &proxyMode)
 	return cmd
+}
+
+// addProxyModeFlag is --proxy-mode of `minikit server`, `minikit agent` and
+// `minikit lab up`.
+func addProxyModeFlag(cmd *cobra.Command, mode *string) {
+	cmd.Flags().StringVar(mode, "proxy-mode", string(cluster.ProxyModeIPTables),
+		"rules the service proxy writes: iptables (KUBE-* chains) or nftables (table ip kube-proxy); "+
+			"starting in one mode removes the other's")
+	cmd.RegisterFlagCompletionFunc("proxy-mode", cobra.FixedCompletions(
+		[]string{string(cluster.ProxyModeIPTables), string(cluster.ProxyModeNFTables)}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // addDNSFlags are the cluster DNS flags of `minikit server` and `minikit agent`.
@@ -119,6 +135,7 @@ lab down removes them again and makes the previous context current again.
 --kubeconfig-merge=false leaves ~/.kube/config alone.`,
 		Example: `  sudo minikit lab up
   sudo minikit lab up --name np --nodes 3
+  sudo minikit lab up --proxy-mode nftables
   sudo minikit lab up --kubeconfig-merge=false -o json`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
@@ -164,6 +181,7 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().IntVar(&cfg.Nodes, "nodes", 2, "number of nodes")
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
 	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
+	addProxyModeFlag(up, &cfg.ProxyMode)
 	addOutput(up)
 	down := &cobra.Command{
 		Use:   "down",

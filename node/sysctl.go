@@ -10,3 +10,11 @@ func (a *Agent) EnsureRouteLocalnet() error {
 	n := &sandbox.Node{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	return n.EnsureRouteLocalnet()
 }
+
+// ResetRouteLocalnet puts route_localnet back to its value before
+// EnsureRouteLocalnet, when the node leaves the iptables proxy mode (whose
+// KUBE-FIREWALL guarded it).
+func (a *Agent) ResetRouteLocalnet() error {
+	n := &sandbox.Node{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	return n.ResetRouteLocalnet()
+}

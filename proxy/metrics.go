@@ -20,10 +20,10 @@ const (
 // minikit's proxy and kube-proxy alike. ip_family is always IPv4.
 type syncMetrics struct {
 	mu          sync.Mutex
-	sync        histogram // every sync, full or partial
-	full        histogram
-	partial     histogram
-	programming histogram
+	sync        promHistogram // every sync, full or partial
+	full        promHistogram
+	partial     promHistogram
+	programming promHistogram
 	lastSuccess time.Time
 }
 
@@ -42,8 +42,8 @@ func newSyncMetrics() *syncMetrics {
 		prog = append(prog, 120+30*float64(i))
 	}
 	return &syncMetrics{
-		sync: newHistogram(syncBuckets), full: newHistogram(syncBuckets), partial: newHistogram(syncBuckets),
-		programming: newHistogram(prog),
+		sync: newPromHistogram(syncBuckets), full: newPromHistogram(syncBuckets), partial: newPromHistogram(syncBuckets),
+		programming: newPromHistogram(prog),
 	}
 }
 
@@ -83,18 +83,18 @@ func (m *syncMetrics) observeProgramming(now time.Time, triggers []time.Time) {
 	}
 }
 
-type histogram struct {
+type promHistogram struct {
 	bounds []float64
 	counts []uint64 // per bucket, not cumulative
 	count  uint64
 	sum    float64
 }
 
-func newHistogram(bounds []float64) histogram {
-	return histogram{bounds: bounds, counts: make([]uint64, len(bounds))}
+func newPromHistogram(bounds []float64) promHistogram {
+	return promHistogram{bounds: bounds, counts: make([]uint64, len(bounds))}
 }
 
-func (h *histogram) observe(v float64) {
+func (h *promHistogram) observe(v float64) {
 	h.count++
 	h.sum += v
 	for i, b := range h.bounds {
@@ -105,7 +105,7 @@ func (h *histogram) observe(v float64) {
 	}
 }
 
-func (h *histogram) write(w io.Writer, name, help string) {
+func (h *promHistogram) write(w io.Writer, name, help string) {
 	fmt.Fprintf(w, "# HELP %s [ALPHA] %s\n# TYPE %s histogram\n", name, help, name)
 	var cum uint64
 	for i, b := range h.bounds {

@@ -275,6 +275,40 @@ func (n *Node) ensureSysctls(ns netns.NsHandle) error {
 	return err
 }
 
+// ResetRouteLocalnet puts net.ipv4.conf.all.route_localnet back to the value
+// SysctlRecord holds for it (what it was before EnsureRouteLocalnet) and
+// forgets it; without a record it does nothing.
+func (n *Node) ResetRouteLocalnet() error {
+	if n.SysctlRecord == "" {
+		return nil
+	}
+	sysctlRecordMu.Lock()
+	defer sysctlRecordMu.Unlock()
+	rec, err := readSysctlRecord(n.SysctlRecord)
+	if err != nil {
+		return err
+	}
+	old, ok := rec[sysctlRouteLocalnet]
+	if !ok {
+		return nil
+	}
+	set := func() error { return os.WriteFile("/proc/sys/"+sysctlRouteLocalnet, []byte(old), 0o644) }
+	if n.HostNS == "" {
+		err = set()
+	} else {
+		err = DoPath(NetNSPath(n.HostNS), set)
+	}
+	if err != nil {
+		return fmt.Errorf("resetting net.ipv4.conf.all.route_localnet to %s: %w", old, err)
+	}
+	delete(rec, sysctlRouteLocalnet)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return writeFileDurably(n.SysctlRecord, b)
+}
+
 // writeSysctl sets a sysctl of the calling thread's network namespace,
 // recording its previous value first (SysctlRecord) when it changes it.
 func (n *Node) writeSysctl(name, value string) error {

@@ -70,6 +70,13 @@ func RequireRoot(t testing.TB) {
 // test ends, even on failure. The lab's logs are printed if the test failed.
 func NewLab(t testing.TB, n int) *lab.Lab {
 	t.Helper()
+	return NewLabConfig(t, lab.Config{Nodes: n})
+}
+
+// NewLabConfig is NewLab with more of the lab's configuration (e.g. its
+// ProxyMode); the name, directory and binary are the test's own.
+func NewLabConfig(t testing.TB, cfg lab.Config) *lab.Lab {
+	t.Helper()
 	RequireRoot(t)
 	bin := Minikit(t)
 	b := make([]byte, 3)
@@ -78,7 +85,8 @@ func NewLab(t testing.TB, n int) *lab.Lab {
 	dir := filepath.Join(os.TempDir(), "minikit-"+name)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	l, err := lab.Up(ctx, lab.Config{Name: name, Nodes: n, Dir: dir, Binary: bin})
+	cfg.Name, cfg.Dir, cfg.Binary = name, dir, bin
+	l, err := lab.Up(ctx, cfg)
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
 	}

@@ -1,0 +1,238 @@
+package nft
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/minikit/minikit/sandbox"
+)
+
+// The oracle: the same transactions applied by Exec (nft -f) in one network
+// namespace and by Netlink in another must leave tables that `nft list`
+// prints identically.
+
+var nsCounter atomic.Int32
+
+// newNS creates a throwaway network namespace removed at cleanup.
+func newNS(t testing.TB, what string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test needs root (network namespaces)")
+	}
+	name := fmt.Sprintf("mkt-nftlib-%s-%d-%d", what, os.Getpid(), nsCounter.Add(1))
+	if err := sandbox.CreateNamed(name); err != nil {
+		t.Fatalf("creating netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sandbox.DeleteNamed(name); err != nil {
+			t.Errorf("deleting netns %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+func inNS(t testing.TB, ns string, fn func() error) {
+	t.Helper()
+	if err := sandbox.DoPath(sandbox.NetNSPath(ns), fn); err != nil {
+		t.Fatalf("in netns %s: %v", ns, err)
+	}
+}
+
+// nftList returns `nft list table ip kube-proxy` in ns, normalised: the
+// elements of sets and anonymous sets sorted (the kernel's hash sets list
+// in an order that depends on a per-set random seed).
+func nftList(t testing.TB, ns string) string {
+	t.Helper()
+	var out []byte
+	inNS(t, ns, func() error {
+		var err error
+		out, err = exec.Command("nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("nft list: %v: %s", err, out)
+		}
+		return nil
+	})
+	return normalizeList(string(out))
+}
+
+var (
+	continuation = regexp.MustCompile(`,\n\s+`)
+	braces       = regexp.MustCompile(`\{ ([^{}\n]*) \}`)
+)
+
+func normalizeList(s string) string {
+	s = continuation.ReplaceAllString(s, ", ")
+	return braces.ReplaceAllStringFunc(s, func(m string) string {
+		items := strings.Split(m[2:len(m)-2], ", ")
+		sort.Strings(items)
+		return "{ " + strings.Join(items, ", ") + " }"
+	})
+}
+
+type pair struct {
+	execNS, nlNS string
+	exec         *Exec
+	nl           *Netlink
+}
+
+func newPair(t testing.TB) *pair {
+	t.Helper()
+	p := &pair{execNS: newNS(t, "exec"), nlNS: newNS(t, "nl")}
+	var err error
+	if p.exec, err = NewExec(IPv4Family, "kube-proxy"); err != nil {
+		t.Fatal(err)
+	}
+	inNS(t, p.nlNS, func() error {
+		p.nl, err = NewNetlink(IPv4Family, "kube-proxy")
+		return err
+	})
+	t.Cleanup(func() { p.nl.Close() })
+	return p
+}
+
+func (p *pair) run(t testing.TB, what string, tx *Transaction) {
+	t.Helper()
+	ctx := context.Background()
+	inNS(t, p.execNS, func() error { return p.exec.Run(ctx, tx) })
+	if err := p.nl.Run(ctx, tx); err != nil {
+		t.Fatalf("%s: netlink: %v", what, err)
+	}
+	want, got := nftList(t, p.execNS), nftList(t, p.nlNS)
+	if want != got {
+		t.Fatalf("%s: netlink table differs from nft -f's:\n%s", what, lineDiff(want, got))
+	}
+}
+
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var a, c string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			c = g[i]
+		}
+		if a != c {
+			fmt.Fprintf(&b, "line %d:\n  nft -f:  %s\n  netlink: %s\n", i+1, a, c)
+		}
+	}
+	return b.String()
+}
+
+func TestOracleEveryRuleShape(t *testing.T) {
+	p := newPair(t)
+	svcs := shapesServices()
+	p.run(t, "first full sync", fullTx(svcs, true))
+	p.run(t, "second full sync", fullTx(svcs, false))
+
+	// Partial sync: one service's chain flushed and rewritten, elements
+	// deleted and added, a stale chain flushed then deleted, an affinity
+	// set deleted.
+	tx := &Transaction{}
+	s := svcs[1]
+	svcChain := hashed("service-", s.portName())
+	tx.Add(&Chain{Name: svcChain})
+	tx.Flush(&Chain{Name: svcChain})
+	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.1.5 . 8443 , 1 : 10.244.9.9 . 8443 }"})
+	tx.Delete(&Element{Set: "hairpin-connections", Key: []string{"10.244.3.9", "10.244.3.9", "tcp", "8443"}})
+	tx.Add(&Element{Set: "hairpin-connections", Key: []string{"10.244.9.9", "10.244.9.9", "tcp", "8443"}})
+	tx.Add(&Element{Set: "cluster-ips", Key: []string{"10.96.5.5"}})
+	tx.Add(&Element{Set: "no-endpoint-services", Key: []string{"10.96.5.5", "udp", "5353"}, Value: "drop", Comment: "ns/new/udp/dns"})
+	p.run(t, "partial sync", tx)
+
+	tx = &Transaction{}
+	sticky := svcs[3]
+	for _, ep := range sticky.endpoints {
+		tx.Flush(&Chain{Name: hashed("endpoint-", sticky.portName()+"__"+strings.Replace(ep, ":", "/", 1))})
+	}
+	tx.Flush(&Chain{Name: hashed("service-", sticky.portName())})
+	tx.Delete(&Element{Set: "service-ips", Key: []string{sticky.clusterIP, "tcp", "8080"}})
+	p.run(t, "service removed (chains flushed)", tx)
+
+	tx = &Transaction{}
+	for _, ep := range sticky.endpoints {
+		tx.Delete(&Chain{Name: hashed("endpoint-", sticky.portName()+"__"+strings.Replace(ep, ":", "/", 1))})
+		tx.Delete(&Set{Name: hashed("affinity-", sticky.portName()+"__"+strings.Replace(ep, ":", "/", 1))})
+	}
+	tx.Delete(&Chain{Name: hashed("service-", sticky.portName())})
+	tx.Flush(&Map{Name: "no-endpoint-nodeports"})
+	p.run(t, "stale chains and sets deleted", tx)
+}
+
+// TestOracleExtraShapes covers statements upstream writes in other
+// configurations (masqueradeAll, nodePortAddresses matching all, interval
+// sets, ...).
+func TestOracleExtraShapes(t *testing.T) {
+	p := newPair(t)
+	tx := &Transaction{}
+	tx.Add(&Table{Family: IPv4Family, Name: "kube-proxy", Comment: "rules for kube-proxy"})
+	for _, c := range []*Chain{
+		{Name: "filter-input", Type: "filter", Hook: "input", Priority: 0},
+		{Name: "nat-output", Type: "nat", Hook: "output", Priority: -100},
+		{Name: "a", Comment: "plain chain"}, {Name: "b"},
+	} {
+		tx.Add(c)
+	}
+	tx.Add(&Set{Name: "cluster-ips", Type: "ipv4_addr"})
+	tx.Add(&Set{Name: "ranges", Type: "ipv4_addr", Flags: []string{"interval"}, Comment: "interval set"})
+	tx.Add(&Map{Name: "service-nodeports", Type: "inet_proto . inet_service : verdict"})
+	tx.Add(&Map{Name: "dnat-targets", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"})
+	rules := []string{
+		"ip daddr @cluster-ips mark set mark or 0x4000",
+		"fib daddr type local ip daddr != 127.0.0.1 meta l4proto . th dport vmap @service-nodeports",
+		"ip daddr 127.0.0.1 meta l4proto . th dport vmap @service-nodeports",
+		"ct state new,established jump b",
+		"ct state == new accept",
+		"mark and 0x4000 == 0 return",
+		"mark set 0x10",
+		"meta mark set meta mark xor 0x4000",
+		"ip saddr 10.0.0.0/12 drop",
+		"ip saddr != 10.244.0.0/16 ip daddr 10.96.0.1 accept",
+		"ip saddr { 10.0.0.0/8, 172.16.0.0/12, 192.168.1.1 } accept",
+		"ip saddr != { 10.0.0.0/8 , 11.0.0.0/8 } drop",
+		"ip daddr { 10.96.0.1, 10.96.0.2 } reject",
+		"th dport { 80, 443 } accept",
+		"meta l4proto { tcp, udp } th dport 53 accept",
+		"ip daddr @ranges masquerade",
+		"masquerade random,persistent",
+		"numgen random mod 1 vmap { 0 : goto b }",
+		"numgen random mod 3 vmap { 0 : jump a , 1 : drop , 2 : accept }",
+		"meta l4proto udp dnat to 10.244.0.2",
+		"update @cluster-ips { ip daddr }",
+		"ip saddr . ip daddr . meta l4proto . th dport @cluster-ips accept",
+	}
+	for i, r := range rules {
+		if strings.Contains(r, ". ip daddr . meta") {
+			// concatenated lookup needs a set of that type
+			tx.Add(&Set{Name: "hp", Type: "ipv4_addr . ipv4_addr . inet_proto . inet_service"})
+			r = strings.Replace(r, "@cluster-ips", "@hp", 1)
+		}
+		if strings.HasPrefix(r, "update") {
+			tx.Add(&Set{Name: "aff", Type: "ipv4_addr", Flags: []string{"dynamic", "timeout"}, Timeout: 3600e9})
+			r = strings.Replace(r, "@cluster-ips", "@aff", 1)
+		}
+		chain := "a"
+		if strings.HasPrefix(r, "meta l4proto udp dnat") {
+			chain = "nat-output"
+		}
+		tx.Add(&Rule{Chain: chain, Rule: r, Comment: fmt.Sprintf("rule %d", i)})
+	}
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.1.0.0/16"}})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.3.0.0/16"}})
+	tx.Add(&Element{Set: "dnat-targets", Key: []string{"10.96.0.1", "tcp", "80"}, Value: "10.244.0.1 . 8080"})
+	tx.Add(&Element{Set: "service-nodeports", Key: []string{"tcp", "30080"}, Value: "jump b", Comment: "ns/svc/tcp/http"})
+	tx.Add(&Rule{Chain: "filter-input", Rule: "ct state new jump b"})
+	p.run(t, "extra shapes", tx)
+	if os.Getenv("NFT_SHOW") != "" {
+		t.Log(nftList(t, p.nlNS))
+	}
+}

@@ -1,0 +1,1005 @@
+package proxy
+
+// NFTProxier is kube-proxy's nftables mode (KEP-3866): one table, `ip
+// kube-proxy`, that it owns entirely, written through an nft.Interface in
+// transactions that the backend applies atomically (one netlink batch).
+//
+// Syncs. A full sync (at start, after any failure, when the drift monitor
+// finds the table changed behind our back, and every FullSyncPeriod) re-adds
+// and flushes every chain and rewrites every service's chains, and diffs the
+// elements of the shared sets and maps against what the kernel lists. The
+// first full sync of a process deletes the table in the same transaction, so
+// leftovers of an earlier run (chains, affinity sets) cannot survive. A
+// partial sync re-renders only the services that changed and writes one
+// transaction with their chains whose rules differ and the element changes,
+// diffed against an in-memory copy of the kernel's elements (kube-proxy's
+// nftElementStorage), so its cost follows the change, not the cluster's size.
+//
+// Stale chains. With kernels before 6.2 a chain that a map element pointed to
+// is referenced for a moment after the element is deleted, so, as kube-proxy,
+// stale service chains are flushed at once and deleted by a later sync more
+// than a second afterwards. Stale affinity sets are deleted at once.
+//
+// Shared elements. Two services may own the same element (two services on the
+// same pods own the same hairpin element; two services claiming one external
+// IP and port own one service-ips key with different values): every element
+// remembers its owners, the element written is the one of the first owner in
+// namespace/name order, and it is deleted only when its last owner lets go.
+// A full sync computes the same, so partial and full syncs agree.
+//
+// Locking is the iptables Proxier's: mu guards what the event handlers write,
+// the sync goroutine owns the rest, syncMu serializes syncs with the drift
+// check and Rules, statsMu guards the statistics.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minikit/minikit/proxy/nft"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// NFTConfig configures an NFTProxier.
+type NFTConfig struct {
+	Config
+	// ServiceCIDRs are the service IP ranges: traffic to an address in them
+	// that is no service's is dropped (cluster-ips-check).
+	ServiceCIDRs []netip.Prefix
+	// Backend names the nft backend in the statistics ("netlink", "exec").
+	Backend string
+	// DriftSampleChains is how many service chains the drift monitor counts
+	// the rules of per check, in rotation (default 256).
+	DriftSampleChains int
+}
+
+// NFTProxier programs kube-proxy's nftables rules for the services it is
+// told about.
+type NFTProxier struct {
+	cfg    NFTConfig
+	nft    nft.Interface
+	ct     Conntrack
+	log    *slog.Logger
+	clock  Clock
+	runner *boundedRunner
+	health *healthServers
+
+	mu          sync.Mutex
+	services    map[types.NamespacedName]*corev1.Service
+	slices      map[types.NamespacedName]map[string]*discovery.EndpointSlice
+	dirty       map[types.NamespacedName]bool
+	needFull    bool
+	nodeIP      netip.Addr
+	initialized bool
+
+	// Owned by the sync goroutine (under syncMu).
+	rendered map[types.NamespacedName][]*nftServiceRules
+	// owners: set -> key -> owning service -> element; the desired state.
+	owners map[string]map[string]map[types.NamespacedName]*nftElem
+	// kernel: set -> key -> element; what the kernel holds (in-memory copy).
+	kernel map[string]map[string]*nftElem
+	// chains are the service chains the kernel holds, with their rules
+	// text (to skip unchanged chains) and rule count.
+	chains map[string]*nftChain
+	// sets are the affinity sets the kernel holds.
+	sets map[string]nft.Set
+	// fixed is the rule count of every fixed chain after the last full sync.
+	fixed map[string]int
+	// stale service chains, flushed, and when they became stale.
+	stale         map[string]time.Time
+	flushed       bool // the table was recreated by this process
+	lastFull      time.Time
+	healthChecked map[types.NamespacedName]bool
+	udpFrontends  map[types.NamespacedName][]netip.AddrPort
+	udpNodePorts  map[types.NamespacedName][]uint16
+	servicePortsN int
+	endpointsN    int
+	rulesN        int
+	driftCursor   int
+	synced        bool
+
+	syncMu sync.Mutex
+
+	statsMu sync.Mutex
+	stats   Stats
+	metrics nftMetrics
+}
+
+// NewNFT returns an NFTProxier that writes through backend. Call Run to
+// start it.
+func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
+	if backend == nil {
+		return nil, errors.New("proxy: no nftables backend")
+	}
+	c := &cfg.Config
+	if c.MinSyncPeriod == 0 {
+		c.MinSyncPeriod = time.Second
+	}
+	if c.SyncPeriod == 0 {
+		c.SyncPeriod = 30 * time.Second
+	}
+	if c.FullSyncPeriod == 0 {
+		c.FullSyncPeriod = time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Conntrack == nil {
+		c.Conntrack = netlinkConntrack{}
+	}
+	if cfg.DriftSampleChains == 0 {
+		cfg.DriftSampleChains = 256
+	}
+	log := c.Logger.With("component", "proxy", "mode", "nftables")
+	p := &NFTProxier{
+		cfg: cfg, nft: backend, ct: c.Conntrack, log: log, clock: c.Clock,
+		health:        newHealthServers(c.HealthCheckListen, log),
+		services:      map[types.NamespacedName]*corev1.Service{},
+		slices:        map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
+		dirty:         map[types.NamespacedName]bool{},
+		needFull:      true,
+		nodeIP:        c.NodeIP,
+		rendered:      map[types.NamespacedName][]*nftServiceRules{},
+		owners:        map[string]map[string]map[types.NamespacedName]*nftElem{},
+		kernel:        map[string]map[string]*nftElem{},
+		chains:        map[string]*nftChain{},
+		sets:          map[string]nft.Set{},
+		stale:         map[string]time.Time{},
+		healthChecked: map[types.NamespacedName]bool{},
+		udpFrontends:  map[types.NamespacedName][]netip.AddrPort{},
+		udpNodePorts:  map[types.NamespacedName][]uint16{},
+	}
+	p.stats.Backend = "nftables"
+	if cfg.Backend != "" {
+		p.stats.Backend += " (" + cfg.Backend + ")"
+	}
+	// The periodic run is SyncPeriod, as kube-proxy's: it deletes stale
+	// chains; with nothing changed it writes nothing.
+	p.runner = newBoundedRunner(p.syncProxyRules, c.MinSyncPeriod, c.SyncPeriod, c.SyncPeriod, 2, c.Clock)
+	return p, nil
+}
+
+// Run syncs until ctx ends. Nothing is written before SetInitialized.
+func (p *NFTProxier) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.monitor(ctx)
+	}()
+	p.runner.Loop(ctx)
+	wg.Wait()
+	p.health.close()
+}
+
+// SetInitialized says the Service and EndpointSlice informers have synced.
+func (p *NFTProxier) SetInitialized() {
+	p.mu.Lock()
+	p.initialized = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *NFTProxier) OnServiceUpdate(svc *corev1.Service) {
+	if svc.Labels["service.kubernetes.io/service-proxy-name"] != "" {
+		p.OnServiceDelete(svc) // served by another proxy
+		return
+	}
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	p.mu.Lock()
+	p.services[key] = svc
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *NFTProxier) OnServiceDelete(svc *corev1.Service) {
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	p.mu.Lock()
+	delete(p.services, key)
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *NFTProxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
+	key, ok := sliceService(s)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	if p.slices[key] == nil {
+		p.slices[key] = map[string]*discovery.EndpointSlice{}
+	}
+	p.slices[key][s.Name] = s
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *NFTProxier) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
+	key, ok := sliceService(s)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	delete(p.slices[key], s.Name)
+	if len(p.slices[key]) == 0 {
+		delete(p.slices, key)
+	}
+	p.dirty[key] = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+// SetNodeIP updates the node's address (nodeport-ips and the firewall
+// chains depend on it); the next sync is a full one.
+func (p *NFTProxier) SetNodeIP(ip netip.Addr) {
+	p.mu.Lock()
+	changed := ip != p.nodeIP
+	p.nodeIP = ip
+	if changed {
+		p.needFull = true
+	}
+	p.mu.Unlock()
+	if changed {
+		p.runner.Run()
+	}
+}
+
+func (p *NFTProxier) forceFullSync() {
+	p.mu.Lock()
+	p.needFull = true
+	p.mu.Unlock()
+	p.runner.Run()
+}
+
+func (p *NFTProxier) renderConfig(nodeIP netip.Addr) *nftRenderConfig {
+	cfg := &nftRenderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll}
+	if p.cfg.ClusterCIDR.IsValid() {
+		cfg.clusterCIDR = p.cfg.ClusterCIDR.Masked().String()
+	}
+	for _, c := range p.cfg.ServiceCIDRs {
+		if c.Addr().Is4() {
+			cfg.serviceCIDRs = append(cfg.serviceCIDRs, c.Masked().String())
+		}
+	}
+	return cfg
+}
+
+// syncProxyRules is one sync; see the top of this file.
+func (p *NFTProxier) syncProxyRules() (err error) {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	ctx := context.Background()
+	start := p.clock.Now()
+	p.mu.Lock()
+	if !p.initialized {
+		p.mu.Unlock()
+		return nil
+	}
+	full := p.needFull || start.Sub(p.lastFull) >= p.cfg.FullSyncPeriod
+	dirty := p.dirty
+	p.dirty = map[types.NamespacedName]bool{}
+	p.needFull = false
+	nodeIP := p.nodeIP
+	type input struct {
+		svc    *corev1.Service
+		slices []*discovery.EndpointSlice
+	}
+	inputs := map[types.NamespacedName]input{}
+	collect := func(key types.NamespacedName) {
+		in := input{svc: p.services[key]}
+		for _, s := range p.slices[key] {
+			in.slices = append(in.slices, s)
+		}
+		inputs[key] = in
+	}
+	if full {
+		for key := range p.services {
+			collect(key)
+		}
+		for key := range p.rendered {
+			collect(key)
+		}
+	} else {
+		for key := range dirty {
+			collect(key)
+		}
+	}
+	p.mu.Unlock()
+
+	defer func() {
+		if err != nil {
+			// Change tracking was consumed and the in-memory copy of the
+			// kernel may be wrong: the retry is a full sync.
+			p.mu.Lock()
+			p.needFull = true
+			for key := range dirty {
+				p.dirty[key] = true
+			}
+			p.mu.Unlock()
+		}
+	}()
+
+	// Stale chains flushed more than a second ago are deleted first, in a
+	// transaction of their own, as kube-proxy does.
+	if err := p.deleteStaleChains(ctx, start); err != nil {
+		p.log.Error("deleting stale nftables chains; resyncing everything", "err", err)
+		full = true
+	}
+
+	cfg := p.renderConfig(nodeIP)
+	keys := make([]types.NamespacedName, 0, len(inputs))
+	for k := range inputs {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	udpChanged := false
+	before := make(map[types.NamespacedName][]*nftServiceRules, len(keys))
+	for _, key := range keys {
+		in := inputs[key]
+		old := p.rendered[key]
+		before[key] = old
+		for _, r := range old {
+			if r.sp.protocol == "udp" {
+				udpChanged = true
+			}
+		}
+		delete(p.healthChecked, key)
+		if in.svc == nil {
+			delete(p.rendered, key)
+			continue
+		}
+		var out []*nftServiceRules
+		for _, sp := range servicePorts(in.svc) {
+			if sp.protocol == "udp" {
+				udpChanged = true
+			}
+			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName))
+			if sp.hcNodePort != 0 {
+				p.healthChecked[key] = true
+			}
+			out = append(out, r)
+		}
+		p.rendered[key] = out
+	}
+
+	var ops int
+	if full {
+		ops, err = p.fullSync(ctx, cfg, start)
+	} else {
+		ops, err = p.partialSync(ctx, keys, before, start)
+	}
+	took := p.clock.Now().Sub(start)
+	p.metrics.observe(full, took, err)
+	p.statsMu.Lock()
+	p.stats.Syncs++
+	p.stats.LastSync, p.stats.LastFull, p.stats.LastDuration = start, full, took
+	if err != nil {
+		p.stats.RestoreFailures++
+		p.stats.LastError = err.Error()
+	} else {
+		p.stats.LastError = ""
+		switch {
+		case full:
+			p.stats.FullSyncs++
+		case ops == 0:
+			p.stats.SkippedSyncs++
+		default:
+			p.stats.PartialSyncs++
+		}
+		p.stats.WrittenChains = ops
+	}
+	p.stats.Services, p.stats.Endpoints = p.servicePortsN, p.endpointsN
+	p.stats.NATRules, p.stats.NATChains = p.rulesN, len(p.chains)
+	p.statsMu.Unlock()
+	if err != nil {
+		p.log.Error("syncing nftables rules", "full", full, "took", took, "err", err)
+		return err
+	}
+	p.synced = true
+	p.log.Debug("synced nftables rules", "full", full, "took", took, "servicePorts", p.servicePortsN,
+		"endpoints", p.endpointsN, "chains", len(p.chains), "rules", p.rulesN, "operations", ops)
+	if full {
+		p.lastFull = start
+	}
+	p.syncHealth()
+	if udpChanged {
+		p.cleanupConntrack(nodeIP)
+	}
+	return nil
+}
+
+// deleteStaleChains deletes the stale chains flushed at least a second ago.
+// A chain that is gone already (someone deleted the table) is no error: each
+// is added before it is deleted.
+func (p *NFTProxier) deleteStaleChains(ctx context.Context, now time.Time) error {
+	tx := &nft.Transaction{}
+	var names []string
+	for name, at := range p.stale {
+		if now.Sub(at) > time.Second {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+	for _, n := range names {
+		tx.Add(&nft.Chain{Name: n})
+		tx.Delete(&nft.Chain{Name: n})
+		delete(p.stale, n)
+	}
+	p.log.Debug("deleting stale nftables chains", "chains", len(names))
+	return p.nft.Run(ctx, tx)
+}
+
+// fullSync writes the whole table in one transaction.
+func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start time.Time) (int, error) {
+	tx := &nft.Transaction{}
+	if !p.flushed {
+		// The first sync of this process starts from an empty table.
+		tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+		tx.Delete(&nft.Table{Family: nft.IPv4Family, Name: nftTableName})
+	}
+	fixed := nftSetup(tx, cfg)
+
+	// What the kernel holds: listed, unless the table was just recreated.
+	kernel := map[string]map[string]*nftElem{}
+	for _, set := range nftManagedSets {
+		kernel[set] = map[string]*nftElem{}
+		if !p.flushed {
+			continue
+		}
+		elems, err := p.nft.ListElements(ctx, set)
+		if err != nil {
+			if !errors.Is(err, nft.ErrNotFound) {
+				p.log.Error("listing nftables elements; flushing them", "set", set, "err", err)
+				tx.Flush(setOrMap(set))
+			}
+			continue
+		}
+		if !wellFormed(set, elems) {
+			// A listing we cannot diff against is as good as none: start
+			// the set over, as kube-proxy does when listing fails.
+			p.log.Error("nftables elements listed in an unexpected form; flushing them", "set", set)
+			tx.Flush(setOrMap(set))
+			continue
+		}
+		for _, e := range elems {
+			k := strings.Join(e.Key, " . ")
+			kernel[set][k] = &nftElem{set: set, key: e.Key, value: e.Value, comment: e.Comment}
+		}
+	}
+	var existing []string
+	if p.flushed {
+		var err error
+		if existing, err = p.nft.ListChains(ctx); err != nil {
+			return 0, fmt.Errorf("listing nftables chains: %w", err)
+		}
+	}
+
+	// The desired state, from scratch.
+	owners := map[string]map[string]map[types.NamespacedName]*nftElem{}
+	chains := map[string]*nftChain{}
+	sets := map[string]nft.Set{}
+	keys := p.renderedKeys()
+	var svcOps []nft.Op
+	var ruleOps []nft.Op
+	p.servicePortsN, p.endpointsN, p.rulesN = 0, 0, 0
+	for _, key := range keys {
+		for _, r := range p.rendered[key] {
+			p.countService(r, 1)
+			for i := range r.chains {
+				c := &r.chains[i]
+				chains[c.name] = c
+				svcOps = append(svcOps, nft.Op{Kind: nft.OpAdd, Chain: &nft.Chain{Name: c.name}},
+					nft.Op{Kind: nft.OpFlush, Chain: &nft.Chain{Name: c.name}})
+				for j := range c.rules {
+					ruleOps = append(ruleOps, nft.Op{Kind: nft.OpAdd, Rule: &c.rules[j]})
+				}
+			}
+			for i := range r.sets {
+				s := r.sets[i]
+				sets[s.Name] = s
+			}
+			for i := range r.elems {
+				addOwner(owners, key, &r.elems[i])
+			}
+		}
+	}
+	tx.Ops = append(tx.Ops, svcOps...)
+	setOps, staleSets := p.affinitySetOps(sets, p.sets, true)
+	tx.Ops = append(tx.Ops, setOps...)
+	tx.Ops = append(tx.Ops, ruleOps...)
+
+	// Elements: diff the desired state against the kernel's.
+	var touched []elemRef
+	for set, byKey := range owners {
+		for k := range byKey {
+			touched = append(touched, elemRef{set, k})
+		}
+	}
+	for set, byKey := range kernel {
+		for k := range byKey {
+			if owners[set][k] == nil {
+				touched = append(touched, elemRef{set, k})
+			}
+		}
+	}
+	elemOps := elementOps(touched, owners, kernel)
+	tx.Ops = append(tx.Ops, elemOps...)
+
+	// Service chains in the kernel that nothing uses now.
+	newStale := map[string]bool{}
+	for _, name := range existing {
+		if nftServiceChain(name) && chains[name] == nil {
+			tx.Flush(&nft.Chain{Name: name})
+			newStale[name] = true
+		}
+	}
+	tx.Ops = append(tx.Ops, staleSets...)
+
+	if err := p.nft.Run(ctx, tx); err != nil {
+		clear(p.stale)
+		return 0, fmt.Errorf("applying a full nftables transaction of %d operations: %w", tx.Len(), err)
+	}
+	p.flushed = true
+	p.owners, p.kernel, p.chains, p.sets, p.fixed = owners, kernel, chains, sets, fixed
+	for name := range p.stale {
+		if chains[name] != nil || !newStale[name] {
+			delete(p.stale, name)
+		}
+	}
+	for name := range newStale {
+		if _, ok := p.stale[name]; !ok {
+			p.stale[name] = start
+		}
+	}
+	return tx.Len(), nil
+}
+
+// partialSync writes the changed services' chains, sets and elements.
+func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedName, before map[types.NamespacedName][]*nftServiceRules, start time.Time) (int, error) {
+	var chainOps, ruleOps, staleOps []nft.Op
+	var touched []elemRef
+	newChains := map[string]*nftChain{}
+	newSets := map[string]nft.Set{}
+	oldSets := map[string]nft.Set{}
+	var goneChains []string
+	for _, key := range keys {
+		old, cur := before[key], p.rendered[key]
+		for _, r := range old {
+			p.countService(r, -1)
+			for i := range r.elems {
+				e := &r.elems[i]
+				removeOwner(p.owners, key, e)
+				touched = append(touched, elemRef{e.set, e.keyString()})
+			}
+			for _, s := range r.sets {
+				oldSets[s.Name] = s
+			}
+		}
+		// A changed timeout recreates the affinity sets, and with them every
+		// rule that names them: the whole service is rewritten then.
+		rewriteAll := false
+		for _, r := range cur {
+			for _, s := range r.sets {
+				if k, ok := p.sets[s.Name]; ok && k.Timeout != s.Timeout {
+					rewriteAll = true
+				}
+			}
+		}
+		curChains := map[string]bool{}
+		for _, r := range cur {
+			p.countService(r, 1)
+			for i := range r.chains {
+				c := &r.chains[i]
+				curChains[c.name] = true
+				if k := p.chains[c.name]; k != nil && k.text == c.text && !rewriteAll {
+					continue
+				}
+				newChains[c.name] = c
+				chainOps = append(chainOps, nft.Op{Kind: nft.OpAdd, Chain: &nft.Chain{Name: c.name}},
+					nft.Op{Kind: nft.OpFlush, Chain: &nft.Chain{Name: c.name}})
+				for j := range c.rules {
+					ruleOps = append(ruleOps, nft.Op{Kind: nft.OpAdd, Rule: &c.rules[j]})
+				}
+			}
+			for _, s := range r.sets {
+				newSets[s.Name] = s
+			}
+			for i := range r.elems {
+				e := &r.elems[i]
+				addOwner(p.owners, key, e)
+				touched = append(touched, elemRef{e.set, e.keyString()})
+			}
+		}
+		for _, r := range old {
+			for _, c := range r.chains {
+				if !curChains[c.name] && p.chains[c.name] != nil {
+					staleOps = append(staleOps, nft.Op{Kind: nft.OpFlush, Chain: &nft.Chain{Name: c.name}})
+					goneChains = append(goneChains, c.name)
+				}
+			}
+		}
+	}
+	// Affinity sets: of the changed services only.
+	known := map[string]nft.Set{}
+	for name := range oldSets {
+		if s, ok := p.sets[name]; ok {
+			known[name] = s
+		}
+	}
+	for name := range newSets {
+		if s, ok := p.sets[name]; ok {
+			known[name] = s
+		}
+	}
+	setOps, staleSetOps := p.affinitySetOps(newSets, known, false)
+	elemOps := elementOps(touched, p.owners, p.kernel)
+
+	tx := &nft.Transaction{}
+	tx.Ops = append(tx.Ops, chainOps...)
+	tx.Ops = append(tx.Ops, setOps...)
+	tx.Ops = append(tx.Ops, ruleOps...)
+	tx.Ops = append(tx.Ops, elemOps...)
+	tx.Ops = append(tx.Ops, staleOps...)
+	tx.Ops = append(tx.Ops, staleSetOps...)
+	if tx.Len() == 0 {
+		return 0, nil
+	}
+	if err := p.nft.Run(ctx, tx); err != nil {
+		clear(p.stale)
+		return 0, fmt.Errorf("applying a partial nftables transaction of %d operations: %w", tx.Len(), err)
+	}
+	for name, c := range newChains {
+		p.chains[name] = c
+		delete(p.stale, name)
+	}
+	for _, name := range goneChains {
+		delete(p.chains, name)
+		p.stale[name] = start
+	}
+	for name := range known {
+		delete(p.sets, name)
+	}
+	for name, s := range newSets {
+		p.sets[name] = s
+	}
+	return tx.Len(), nil
+}
+
+// affinitySetOps adds the wanted affinity sets (deleting and re-adding one
+// whose timeout changed) and returns, separately, the deletions of the known
+// sets no longer wanted, which must come after the rules naming them are
+// flushed. With ensure, a deletion first adds the set, so a set that is gone
+// already is no error (a full sync after the table was deleted).
+func (p *NFTProxier) affinitySetOps(want, known map[string]nft.Set, ensure bool) (adds, deletes []nft.Op) {
+	for _, name := range sortedSetNames(want) {
+		s := want[name]
+		if k, ok := known[name]; ok && k.Timeout != s.Timeout {
+			old := k
+			if ensure {
+				adds = append(adds, nft.Op{Kind: nft.OpAdd, Set: &old})
+			}
+			adds = append(adds, nft.Op{Kind: nft.OpDelete, Set: &nft.Set{Name: name}})
+		}
+		s2 := s
+		adds = append(adds, nft.Op{Kind: nft.OpAdd, Set: &s2})
+	}
+	for _, name := range sortedSetNames(known) {
+		if _, ok := want[name]; ok {
+			continue
+		}
+		k := known[name]
+		if ensure {
+			deletes = append(deletes, nft.Op{Kind: nft.OpAdd, Set: &k})
+		}
+		deletes = append(deletes, nft.Op{Kind: nft.OpDelete, Set: &nft.Set{Name: name}})
+	}
+	return adds, deletes
+}
+
+func sortedSetNames(m map[string]nft.Set) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// elemRef names one element: its set and its key as "a . b . c".
+type elemRef struct{ set, key string }
+
+func addOwner(owners map[string]map[string]map[types.NamespacedName]*nftElem, key types.NamespacedName, e *nftElem) {
+	byKey := owners[e.set]
+	if byKey == nil {
+		byKey = map[string]map[types.NamespacedName]*nftElem{}
+		owners[e.set] = byKey
+	}
+	k := e.keyString()
+	if byKey[k] == nil {
+		byKey[k] = map[types.NamespacedName]*nftElem{}
+	}
+	byKey[k][key] = e
+}
+
+func removeOwner(owners map[string]map[string]map[types.NamespacedName]*nftElem, key types.NamespacedName, e *nftElem) {
+	k := e.keyString()
+	o := owners[e.set][k]
+	delete(o, key)
+	if len(o) == 0 {
+		delete(owners[e.set], k)
+	}
+}
+
+// winner is the element the kernel should hold for a key: the first owner's
+// in namespace/name order.
+func winner(o map[types.NamespacedName]*nftElem) *nftElem {
+	var best *types.NamespacedName
+	var e *nftElem
+	for k, v := range o {
+		if best == nil || lessKey(k, *best) {
+			k := k
+			best, e = &k, v
+		}
+	}
+	return e
+}
+
+// elementOps diffs the touched elements of the desired state (owners)
+// against kernel and updates kernel to match: deletions first (a changed
+// value is a delete and an add), then additions, each in a sorted order.
+func elementOps(touched []elemRef, owners map[string]map[string]map[types.NamespacedName]*nftElem, kernel map[string]map[string]*nftElem) []nft.Op {
+	sort.Slice(touched, func(i, j int) bool {
+		if touched[i].set != touched[j].set {
+			return touched[i].set < touched[j].set
+		}
+		return touched[i].key < touched[j].key
+	})
+	var dels, adds []nft.Op
+	for i, t := range touched {
+		if i > 0 && touched[i-1] == t {
+			continue
+		}
+		want := winner(owners[t.set][t.key])
+		have := kernel[t.set][t.key]
+		if have != nil && want != nil && have.value == want.value && have.comment == want.comment {
+			continue
+		}
+		if kernel[t.set] == nil {
+			kernel[t.set] = map[string]*nftElem{}
+		}
+		if have != nil {
+			dels = append(dels, nft.Op{Kind: nft.OpDelete, Element: &nft.Element{Set: t.set, Key: have.key}})
+			delete(kernel[t.set], t.key)
+		}
+		if want != nil {
+			adds = append(adds, nft.Op{Kind: nft.OpAdd, Element: &nft.Element{Set: t.set, Key: want.key, Value: want.value, Comment: want.comment}})
+			kernel[t.set][t.key] = want
+		}
+	}
+	return append(dels, adds...)
+}
+
+func setOrMap(name string) any {
+	switch name {
+	case nftClusterIPsSet, nftHairpinSet, nftNodePortIPsSet:
+		return &nft.Set{Name: name}
+	}
+	return &nft.Map{Name: name}
+}
+
+func (p *NFTProxier) countService(r *nftServiceRules, sign int) {
+	p.servicePortsN += sign
+	p.endpointsN += sign * len(r.serving)
+	p.rulesN += sign * r.rules
+}
+
+func lessKey(a, b types.NamespacedName) bool {
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+func sortKeys(keys []types.NamespacedName) {
+	sort.Slice(keys, func(i, j int) bool { return lessKey(keys[i], keys[j]) })
+}
+
+func (p *NFTProxier) renderedKeys() []types.NamespacedName {
+	keys := make([]types.NamespacedName, 0, len(p.rendered))
+	for k := range p.rendered {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	return keys
+}
+
+func (p *NFTProxier) syncHealth() {
+	want := map[types.NamespacedName]int{}
+	counts := map[types.NamespacedName]int{}
+	for key := range p.healthChecked {
+		for _, r := range p.rendered[key] {
+			if r.sp.hcNodePort != 0 {
+				want[key] = r.sp.hcNodePort
+			}
+			counts[key] += r.localEndpoints
+		}
+	}
+	p.health.sync(want, counts)
+}
+
+// cleanupConntrack deletes stale UDP flows after a sync changed UDP
+// services, as the iptables mode does (staleUDPFlows decides which).
+func (p *NFTProxier) cleanupConntrack(nodeIP netip.Addr) {
+	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
+	nodePorts := map[uint16]map[netip.Addr]bool{}
+	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
+	newNodePorts := map[types.NamespacedName][]uint16{}
+	for key, rs := range p.rendered {
+		for _, r := range rs {
+			sp := r.sp
+			if sp.protocol != "udp" {
+				continue
+			}
+			serving := map[netip.Addr]bool{}
+			for _, ip := range r.serving {
+				if a, err := netip.ParseAddr(ip); err == nil {
+					serving[a] = true
+				}
+			}
+			port := uint16(sp.port)
+			for _, ip := range append(append([]netip.Addr{sp.clusterIP}, sp.externalIPs...), sp.lbIPs...) {
+				ap := netip.AddrPortFrom(ip, port)
+				frontends[ap] = serving
+				newFrontends[key] = append(newFrontends[key], ap)
+			}
+			if sp.nodePort != 0 {
+				nodePorts[uint16(sp.nodePort)] = serving
+				newNodePorts[key] = append(newNodePorts[key], uint16(sp.nodePort))
+			}
+		}
+	}
+	for key, aps := range p.udpFrontends {
+		for _, ap := range aps {
+			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
+				frontends[ap] = map[netip.Addr]bool{}
+			}
+		}
+	}
+	for key, nps := range p.udpNodePorts {
+		for _, np := range nps {
+			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
+				nodePorts[np] = map[netip.Addr]bool{}
+			}
+		}
+	}
+	p.udpFrontends, p.udpNodePorts = newFrontends, newNodePorts
+	flows, err := p.ct.ListUDP()
+	if err != nil {
+		p.log.Error("listing conntrack flows", "err", err)
+		return
+	}
+	stale := staleUDPFlows(flows, frontends, nodePorts, nodeIP)
+	if len(stale) == 0 {
+		return
+	}
+	n, err := p.ct.Delete(stale)
+	if err != nil {
+		p.log.Error("deleting stale UDP conntrack flows", "err", err)
+	}
+	p.statsMu.Lock()
+	p.stats.ConntrackPurged += n
+	p.statsMu.Unlock()
+	p.log.Info("deleted stale UDP conntrack flows", "flows", n)
+}
+
+// Stats returns the sync statistics. NATChains and NATRules count the
+// service chains and their rules.
+func (p *NFTProxier) Stats() Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	return p.stats
+}
+
+// nftMetrics are kube-proxy's sync duration histograms
+// (sync_proxy_rules_duration_seconds, and its full and partial variants)
+// with its buckets, and its failure counter.
+type nftMetrics struct {
+	mu                  sync.Mutex
+	all, full, partial  histogram
+	failures            int
+	lastSync            time.Time
+	lastSyncDurationSec float64
+}
+
+// kube-proxy's buckets: exponential from 1 ms, factor 2, 15 of them.
+var syncBuckets = func() []float64 {
+	b := make([]float64, 15)
+	v := 0.001
+	for i := range b {
+		b[i] = v
+		v *= 2
+	}
+	return b
+}()
+
+type histogram struct {
+	counts []uint64
+	sum    float64
+	n      uint64
+}
+
+func (h *histogram) observe(v float64) {
+	if h.counts == nil {
+		h.counts = make([]uint64, len(syncBuckets))
+	}
+	for i, b := range syncBuckets {
+		if v <= b {
+			h.counts[i]++
+		}
+	}
+	h.sum += v
+	h.n++
+}
+
+func (h *histogram) write(w io.Writer, name, help string) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	for i, b := range syncBuckets {
+		var c uint64
+		if h.counts != nil {
+			c = h.counts[i]
+		}
+		fmt.Fprintf(w, "%s_bucket{le=\"%g\"} %d\n", name, b, c)
+	}
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", name, h.n, name, h.sum, name, h.n)
+}
+
+func (m *nftMetrics) observe(full bool, took time.Duration, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := took.Seconds()
+	m.all.observe(s)
+	if full {
+		m.full.observe(s)
+	} else {
+		m.partial.observe(s)
+	}
+	if err != nil {
+		m.failures++
+	}
+	m.lastSync, m.lastSyncDurationSec = time.Now(), s
+}
+
+// WriteMetrics writes the proxy's metrics in Prometheus text format under
+// kube-proxy's names.
+func (p *NFTProxier) WriteMetrics(w io.Writer) {
+	m := &p.metrics
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.all.write(w, "kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds")
+	m.full.write(w, "kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs")
+	m.partial.write(w, "kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs")
+	fmt.Fprintf(w, "# HELP kubeproxy_sync_proxy_rules_nftables_sync_failures_total Number of failed nftables syncs\n# TYPE kubeproxy_sync_proxy_rules_nftables_sync_failures_total counter\nkubeproxy_sync_proxy_rules_nftables_sync_failures_total %d\n", m.failures)
+	if !m.lastSync.IsZero() {
+		fmt.Fprintf(w, "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds %d\n", m.lastSync.Unix())
+	}
+}

@@ -1,0 +1,487 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minikit/minikit/proxy/nft"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+)
+
+// testNFTProxier is an NFTProxier on a Fake, never started: tests call
+// syncProxyRules themselves.
+func testNFTProxier(t *testing.T, backend nft.Interface) (*NFTProxier, *fakeClock, *fakeConntrack) {
+	t.Helper()
+	ct := &fakeConntrack{}
+	clock := newFakeClock(time.Unix(1_000_000, 0))
+	p, err := NewNFT(NFTConfig{Config: Config{
+		NodeName: testNode, NodeIP: testNodeIP, ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16"),
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock:     clock,
+		Conntrack: ct,
+		HealthCheckListen: func(port int) (net.Listener, error) {
+			return net.Listen("tcp", "127.0.0.1:0")
+		},
+	}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}, backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.initialized = true
+	t.Cleanup(p.health.close)
+	return p, clock, ct
+}
+
+func mustSyncNFT(t *testing.T, p *NFTProxier) {
+	t.Helper()
+	if err := p.syncProxyRules(); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+}
+
+func loadNFTShape(p *NFTProxier, s shape) {
+	p.OnServiceUpdate(s.svc)
+	for _, sl := range s.slices {
+		p.OnEndpointSliceUpdate(sl)
+	}
+}
+
+// TestNFTGoldenRules pins the table each service shape produces, as the
+// Fake dumps it (node1, 192.168.56.10, pods 10.244.0.0/16, services
+// 10.96.0.0/12): the same shapes as the iptables mode's goldens.
+func TestNFTGoldenRules(t *testing.T) {
+	for _, s := range shapes() {
+		t.Run(s.name, func(t *testing.T) {
+			f := nft.NewFake()
+			p, _, _ := testNFTProxier(t, f)
+			loadNFTShape(p, s)
+			mustSyncNFT(t, p)
+			golden(t, "nft/"+s.name, f.Dump())
+		})
+	}
+}
+
+// The chain names are kube-proxy's: the hash of "ns/svc/proto/port" as
+// upstream's unit tests show it for ns1/svc1 port p80.
+func TestNFTChainNamesAreUpstreams(t *testing.T) {
+	sp := servicePorts(makeService("ns1", "svc1", "172.30.0.41"))[0]
+	if got, want := nftPrefixService+nftChainBase(sp), "service-ULMVA6XW-ns1/svc1/tcp/p80"; got != want {
+		t.Errorf("service chain %q, want %q", got, want)
+	}
+	e := &endpoint{ip: "10.180.0.1", port: 80}
+	if got, want := nftPrefixEndpoint+nftEndpointBase(sp, e), "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"; got != want {
+		t.Errorf("endpoint chain %q, want %q", got, want)
+	}
+}
+
+// Headless and ExternalName services, and services handled by another proxy,
+// add nothing to the table.
+func TestNFTNoRulesForHeadlessAndExternalName(t *testing.T) {
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, f)
+	mustSyncNFT(t, p)
+	empty := f.Dump()
+	headless := makeService("ns", "headless", "None")
+	extName := makeService("ns", "ext", "")
+	extName.Spec.Type = corev1.ServiceTypeExternalName
+	other := makeService("ns", "other", "10.96.0.77")
+	other.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "someone-else"}
+	for _, svc := range []*corev1.Service{headless, extName, other} {
+		p.OnServiceUpdate(svc)
+		p.OnEndpointSliceUpdate(makeSlice("ns", svc.Name, p80, ep{ip: "10.244.1.5", node: testNode}))
+	}
+	mustSyncNFT(t, p)
+	if got := f.Dump(); got != empty {
+		t.Errorf("rules appeared:\n%s", lineDiff(empty, got))
+	}
+}
+
+// freshNFTDump is what a new proxier's first full sync of the objects writes.
+func freshNFTDump(t *testing.T, svcs map[string]*corev1.Service, slices map[string]*discovery.EndpointSlice) string {
+	t.Helper()
+	f := nft.NewFake()
+	q, _, _ := testNFTProxier(t, f)
+	for _, s := range svcs {
+		q.OnServiceUpdate(s)
+	}
+	for _, s := range slices {
+		q.OnEndpointSliceUpdate(s)
+	}
+	mustSyncNFT(t, q)
+	return f.Dump()
+}
+
+// TestNFTPartialSyncsMatchFullSync is the iptables mode's randomized test
+// for the nftables mode: random changes of every kind with partial syncs
+// only; after each, once the stale chains' second has passed, the table
+// equals what a fresh proxier's full sync writes, and the statistics agree.
+func TestNFTPartialSyncsMatchFullSync(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 11))
+			f := nft.NewFake()
+			p, clock, _ := testNFTProxier(t, f)
+			svcs := map[string]*corev1.Service{}
+			slices := map[string]*discovery.EndpointSlice{}
+			mustSyncNFT(t, p)
+			for step := 0; step < 150; step++ {
+				name := fmt.Sprint("s", rng.IntN(12))
+				var what string
+				switch op := rng.IntN(10); {
+				case op < 3 || svcs[name] == nil:
+					what = "service " + name + " created or reshaped"
+					svcs[name] = randomNFTService(rng, name)
+					p.OnServiceUpdate(svcs[name])
+				case op < 8:
+					what = "endpoints of " + name + " changed"
+					slices[name] = randomSlice(rng, name)
+					p.OnEndpointSliceUpdate(slices[name])
+				case op < 9:
+					what = "service " + name + " deleted"
+					p.OnServiceDelete(svcs[name])
+					delete(svcs, name)
+				default:
+					if slices[name] != nil {
+						what = "endpoints of " + name + " deleted"
+						p.OnEndpointSliceDelete(slices[name])
+						delete(slices, name)
+					}
+				}
+				mustSyncNFT(t, p)
+				// Stale chains are flushed now and deleted by the first sync
+				// more than a second later.
+				clock.Step(2 * time.Second)
+				mustSyncNFT(t, p)
+
+				want := freshNFTDump(t, svcs, slices)
+				if got := f.Dump(); got != want {
+					t.Fatalf("step %d (%s): partial syncs diverged from a full sync:\n%s", step, what, lineDiff(want, got))
+				}
+				q, _, _ := testNFTProxier(t, nft.NewFake())
+				for _, s := range svcs {
+					q.OnServiceUpdate(s)
+				}
+				for _, s := range slices {
+					q.OnEndpointSliceUpdate(s)
+				}
+				mustSyncNFT(t, q)
+				if got, want := p.Stats(), q.Stats(); got.NATRules != want.NATRules || got.NATChains != want.NATChains ||
+					got.Services != want.Services || got.Endpoints != want.Endpoints {
+					t.Fatalf("step %d (%s): stats %+v, a full sync counts %+v", step, what, got, want)
+				}
+			}
+			if st := p.Stats(); st.FullSyncs != 1 || st.PartialSyncs == 0 {
+				t.Fatalf("want one full sync then partial ones, got %+v", st)
+			}
+		})
+	}
+}
+
+// randomNFTService is randomService with two more shapes that share
+// elements: the same external IP on two services (one key, two owners) and
+// a changing affinity timeout.
+func randomNFTService(rng *rand.Rand, name string) *corev1.Service {
+	switch rng.IntN(8) {
+	case 6:
+		return makeService("ns", name, clusterIPOf(name), withExternalIPs("80.11.12.200"))
+	case 7:
+		return makeService("ns", name, clusterIPOf(name), withAffinity(int32(60+rng.IntN(3))))
+	}
+	return randomService(rng, name)
+}
+
+func clusterIPOf(name string) string {
+	n := 0
+	fmt.Sscanf(strings.TrimPrefix(name, "s"), "%d", &n)
+	return fmt.Sprintf("10.96.1.%d", 10+n)
+}
+
+// A partial sync of an unchanged service writes nothing.
+func TestNFTNoChangeWritesNothing(t *testing.T) {
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, f)
+	s := shapes()[0]
+	loadNFTShape(p, s)
+	mustSyncNFT(t, p)
+	before := f.Dump()
+	loadNFTShape(p, s)
+	mustSyncNFT(t, p)
+	if st := p.Stats(); st.SkippedSyncs != 1 || st.WrittenChains != 0 {
+		t.Errorf("a sync of unchanged objects wrote: %+v", st)
+	}
+	if got := f.Dump(); got != before {
+		t.Errorf("table changed:\n%s", lineDiff(before, got))
+	}
+}
+
+// chaosFixture is a proxier with every shape loaded and synced.
+func chaosFixture(t *testing.T) (*NFTProxier, *nft.Fake, string) {
+	t.Helper()
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, f)
+	for i, s := range shapes() {
+		// Each shape in a namespace of its own so that they coexist.
+		svc := s.svc.DeepCopy()
+		svc.Namespace = fmt.Sprint("c", i)
+		svc.Spec.ClusterIP = fmt.Sprintf("10.96.2.%d", 10+i)
+		if svc.Spec.Ports[0].NodePort != 0 {
+			svc.Spec.Ports[0].NodePort = int32(31000 + i)
+		}
+		p.OnServiceUpdate(svc)
+		for _, sl := range s.slices {
+			sl := sl.DeepCopy()
+			sl.Namespace = svc.Namespace
+			p.OnEndpointSliceUpdate(sl)
+		}
+	}
+	mustSyncNFT(t, p)
+	if d := p.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift right after a sync: %s", d)
+	}
+	return p, f, f.Dump()
+}
+
+// TestNFTChaosRepairedInOneSync breaks the table the ways an operator (or
+// another program) might, and checks that the drift check sees it and that
+// the one full sync it asks for restores the table exactly.
+func TestNFTChaosRepairedInOneSync(t *testing.T) {
+	ctx := context.Background()
+	svcChain := "service-" + nftHashName("c1/svc3/tcp/p80")
+	cases := []struct {
+		name    string
+		breakIt func(t *testing.T, f *nft.Fake)
+	}{
+		{"table deleted", func(t *testing.T, f *nft.Fake) {
+			if err := f.DeleteTable(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"service-ips element removed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Delete(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}})
+			})
+		}},
+		{"no-endpoint-nodeports element removed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Delete(&nft.Element{Set: nftNoEndpointNodePortsMap, Key: []string{"tcp", "31010"}})
+			})
+		}},
+		{"foreign element added", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Add(&nft.Element{Set: nftClusterIPsSet, Key: []string{"10.96.9.9"}})
+			})
+		}},
+		{"base chain flushed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) { tx.Flush(&nft.Chain{Name: nftNATPrerouting}) })
+		}},
+		{"service chain flushed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) { tx.Flush(&nft.Chain{Name: svcChain}) })
+		}},
+		{"rule added to a top-level chain", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) { tx.Add(&nft.Rule{Chain: nftServicesChain, Rule: "ip daddr 10.96.5.5 drop"}) })
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, f, want := chaosFixture(t)
+			c.breakIt(t, f)
+			d := p.checkDrift(ctx)
+			if d == "" {
+				t.Fatal("drift not detected")
+			}
+			p.forceFullSync()
+			mustSyncNFT(t, p)
+			if got := f.Dump(); got != want {
+				t.Fatalf("after %q (%s) one sync left:\n%s", c.name, d, lineDiff(want, got))
+			}
+			if d := p.checkDrift(ctx); d != "" {
+				t.Fatalf("drift after the repair: %s", d)
+			}
+		})
+	}
+}
+
+func run(t *testing.T, f *nft.Fake, build func(tx *nft.Transaction)) {
+	t.Helper()
+	tx := &nft.Transaction{}
+	build(tx)
+	if err := f.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A failed transaction leaves the table as it was and makes the retry a
+// full sync that writes everything.
+func TestNFTFailedSyncRetriesFull(t *testing.T) {
+	f := nft.NewFake()
+	fb := &failingNFT{Interface: f}
+	p, _, _ := testNFTProxier(t, fb)
+	mustSyncNFT(t, p)
+	s := shapes()[1]
+	loadNFTShape(p, s)
+	fb.fail = true
+	if err := p.syncProxyRules(); err == nil {
+		t.Fatal("sync did not fail")
+	}
+	fb.fail = false
+	mustSyncNFT(t, p)
+	if st := p.Stats(); st.FullSyncs != 2 || st.RestoreFailures != 1 {
+		t.Errorf("stats %+v, want 2 full syncs and 1 failure", st)
+	}
+	if got, want := f.Dump(), freshNFTDump(t, map[string]*corev1.Service{"a": s.svc}, map[string]*discovery.EndpointSlice{"a": s.slices[0]}); got != want {
+		t.Errorf("after the retry:\n%s", lineDiff(want, got))
+	}
+}
+
+type failingNFT struct {
+	nft.Interface
+	fail bool
+}
+
+func (f *failingNFT) Run(ctx context.Context, tx *nft.Transaction) error {
+	if f.fail {
+		return fmt.Errorf("injected failure")
+	}
+	return f.Interface.Run(ctx, tx)
+}
+
+// UDP services get their stale conntrack flows deleted as in iptables mode:
+// a flow to a UDP ClusterIP whose backend is gone.
+func TestNFTConntrackCleanup(t *testing.T) {
+	f := nft.NewFake()
+	p, _, ct := testNFTProxier(t, f)
+	dns := shapes()[11] // udp-multiport
+	loadNFTShape(p, dns)
+	mustSyncNFT(t, p)
+	stale := Flow{OrigSrc: netip.MustParseAddrPort("10.244.1.9:5353"), OrigDst: netip.MustParseAddrPort("10.96.0.10:53"),
+		ReplySrc: netip.MustParseAddr("10.244.1.2")}
+	ct.flows = []Flow{stale}
+	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns",
+		[]discovery.EndpointPort{slicePort("dns", corev1.ProtocolUDP, 53), slicePort("dns-tcp", corev1.ProtocolTCP, 53)},
+		ep{ip: "10.244.1.3", node: testNode}))
+	mustSyncNFT(t, p)
+	if len(ct.deleted) != 1 || ct.deleted[0] != stale {
+		t.Errorf("deleted flows %v, want %v", ct.deleted, stale)
+	}
+}
+
+// The health check node port of a Local LoadBalancer answers with this
+// node's local endpoint count; the debug endpoint serves the table, stats
+// and the sync duration metrics.
+func TestNFTHealthAndHandler(t *testing.T) {
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, f)
+	loadNFTShape(p, shapes()[6]) // loadbalancer-local-hcnp
+	mustSyncNFT(t, p)
+	p.health.mu.Lock()
+	n := len(p.health.servers)
+	p.health.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d health check servers, want 1", n)
+	}
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	for path, want := range map[string]string{
+		"/rules":   "add table ip kube-proxy",
+		"/stats":   `"fullSyncs": 1`,
+		"/healthz": "ok",
+		"/metrics": "kubeproxy_sync_proxy_rules_duration_seconds_count 1",
+	} {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), want) {
+			t.Errorf("%s: %q not in\n%s", path, want, b)
+		}
+	}
+}
+
+// Stale chains are flushed by the sync that stops using them and deleted by
+// the first sync more than a second later, as kube-proxy does.
+func TestNFTStaleChainsDeletedLater(t *testing.T) {
+	f := nft.NewFake()
+	p, clock, _ := testNFTProxier(t, f)
+	s := shapes()[1] // nodeport
+	loadNFTShape(p, s)
+	mustSyncNFT(t, p)
+	chain := "external-" + nftHashName("ns3/svc3/tcp/p80")
+	if len(f.Rules(chain)) == 0 {
+		t.Fatalf("%s not written", chain)
+	}
+	p.OnEndpointSliceUpdate(makeSlice("ns3", "svc3", p80))
+	mustSyncNFT(t, p)
+	has := func() bool {
+		chains, _ := f.ListChains(context.Background())
+		for _, c := range chains {
+			if c == chain {
+				return true
+			}
+		}
+		return false
+	}
+	if !has() || len(f.Rules(chain)) != 0 {
+		t.Fatalf("%s should be flushed but kept: exists=%v rules=%v", chain, has(), f.Rules(chain))
+	}
+	clock.Step(500 * time.Millisecond)
+	mustSyncNFT(t, p)
+	if !has() {
+		t.Fatalf("%s deleted before a second passed", chain)
+	}
+	clock.Step(time.Second)
+	mustSyncNFT(t, p)
+	if has() {
+		t.Fatalf("%s not deleted", chain)
+	}
+}
+
+// garbledLister lists concatenated keys as one undecoded field and map
+// values as nothing, as a backend that does not know the set's types would:
+// a full sync then starts those sets over instead of diffing against
+// nonsense, and the drift check compares their sizes.
+type garbledLister struct{ *nft.Fake }
+
+func (g garbledLister) ListElements(ctx context.Context, set string) ([]*nft.Element, error) {
+	elems, err := g.Fake.ListElements(ctx, set)
+	for _, e := range elems {
+		if len(e.Key) > 1 {
+			e.Key = []string{"0xdeadbeef"}
+		}
+		e.Value = ""
+	}
+	return elems, err
+}
+
+func TestNFTFullSyncSurvivesUndecodableListing(t *testing.T) {
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, garbledLister{f})
+	loadShapes(p)
+	mustSyncNFT(t, p)
+	want := f.Dump()
+	if d := p.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift with an undecodable listing: %s", d)
+	}
+	run(t, f, func(tx *nft.Transaction) {
+		tx.Delete(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}})
+	})
+	if d := p.checkDrift(context.Background()); d == "" {
+		t.Fatal("a missing element went unnoticed")
+	}
+	p.forceFullSync()
+	mustSyncNFT(t, p)
+	if got := f.Dump(); got != want {
+		t.Fatalf("after the full sync:\n%s", lineDiff(want, got))
+	}
+}

@@ -1,0 +1,560 @@
+package proxy
+
+// This file renders kube-proxy's nftables mode (pkg/proxy/nftables/proxier.go
+// of v1.37.2: setupNFTables, syncProxyRules, writeServiceToEndpointDNATs and
+// writeServiceToEndpointJumps) from the same servicePorts and endpoints the
+// iptables mode renders: the fixed skeleton of the `ip kube-proxy` table, and
+// per service port its chains, affinity sets and the elements it owns in the
+// shared sets and maps. Rule texts are written exactly as kube-proxy writes
+// them (knftables.Concat: words joined with single spaces, "@" glued to the
+// set name), so `nft list table ip kube-proxy` on a minikit node reads like
+// kube-proxy's documentation. Rendering is pure; nft_proxier.go turns it into
+// transactions.
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/minikit/minikit/proxy/nft"
+)
+
+// NFTTableName is the nftables mode's table, in family ip.
+const NFTTableName = "kube-proxy"
+
+// The table, its base chains, and the chains, sets and maps every sync has;
+// the names are kube-proxy's.
+const (
+	nftTableName = NFTTableName
+
+	nftFilterPreroutingPreDNAT = "filter-prerouting-pre-dnat"
+	nftFilterOutputPreDNAT     = "filter-output-pre-dnat"
+	nftFilterInput             = "filter-input"
+	nftFilterForward           = "filter-forward"
+	nftFilterOutput            = "filter-output"
+	nftNATPrerouting           = "nat-prerouting"
+	nftNATOutput               = "nat-output"
+	nftNATPostrouting          = "nat-postrouting"
+
+	nftServicesChain       = "services"
+	nftServiceIPsMap       = "service-ips"
+	nftServiceNodePortsMap = "service-nodeports"
+	nftNodePortIPsSet      = "nodeport-ips"
+	nftClusterIPsSet       = "cluster-ips"
+
+	nftServiceEndpointsCheck  = "service-endpoints-check"
+	nftNodePortEndpointsCheck = "nodeport-endpoints-check"
+	nftNoEndpointServicesMap  = "no-endpoint-services"
+	nftNoEndpointNodePortsMap = "no-endpoint-nodeports"
+	nftRejectChain            = "reject-chain"
+	nftClusterIPsCheck        = "cluster-ips-check"
+	nftFirewallIPsMap         = "firewall-ips"
+	nftFirewallCheck          = "firewall-check"
+	nftMasquerading           = "masquerading"
+	nftHairpinSet             = "hairpin-connections"
+
+	// Per-service prefixes.
+	nftPrefixService  = "service-"
+	nftPrefixLocal    = "local-"
+	nftPrefixExternal = "external-"
+	nftPrefixEndpoint = "endpoint-"
+	nftPrefixAffinity = "affinity-"
+	nftPrefixFirewall = "firewall-"
+
+	// knftables' limits: names are at most 256 bytes, of which the longest
+	// prefix takes 16; comments at most 128 bytes.
+	nftNameBaseMax   = 256 - 16
+	nftCommentMax    = 128
+	nftRejectVerdict = "goto " + nftRejectChain
+)
+
+// Priorities as nft numbers: dstnat = -100, filter = 0, srcnat = 100.
+const (
+	nftPrioDNAT   = -100
+	nftPrioFilter = 0
+	nftPrioSNAT   = 100
+)
+
+// nftBaseChains are kube-proxy's base chains, in its order.
+var nftBaseChains = []nft.Chain{
+	{Name: nftFilterPreroutingPreDNAT, Type: "filter", Hook: "prerouting", Priority: nftPrioDNAT - 10},
+	{Name: nftFilterOutputPreDNAT, Type: "filter", Hook: "output", Priority: nftPrioDNAT - 10},
+	{Name: nftFilterInput, Type: "filter", Hook: "input", Priority: nftPrioFilter},
+	{Name: nftFilterForward, Type: "filter", Hook: "forward", Priority: nftPrioFilter},
+	{Name: nftFilterOutput, Type: "filter", Hook: "output", Priority: nftPrioFilter},
+	{Name: nftNATPrerouting, Type: "nat", Hook: "prerouting", Priority: nftPrioDNAT},
+	{Name: nftNATOutput, Type: "nat", Hook: "output", Priority: nftPrioDNAT},
+	{Name: nftNATPostrouting, Type: "nat", Hook: "postrouting", Priority: nftPrioSNAT},
+}
+
+// nftJumps are the rules from base chains into kube-proxy's top-level
+// chains, in its order (nftablesJumpChains).
+var nftJumps = []struct{ dst, src, extra string }{
+	{nftNodePortEndpointsCheck, nftFilterInput, "ct state new"},
+	{nftServiceEndpointsCheck, nftFilterInput, "ct state new"},
+	{nftServiceEndpointsCheck, nftFilterForward, "ct state new"},
+	{nftServiceEndpointsCheck, nftFilterOutput, "ct state new"},
+	{nftFirewallCheck, nftFilterPreroutingPreDNAT, "ct state new"},
+	{nftFirewallCheck, nftFilterOutputPreDNAT, "ct state new"},
+	{nftServicesChain, nftNATOutput, ""},
+	{nftServicesChain, nftNATPrerouting, ""},
+	{nftMasquerading, nftNATPostrouting, ""},
+	{nftClusterIPsCheck, nftFilterForward, "ct state new"},
+	{nftClusterIPsCheck, nftFilterOutput, "ct state new"},
+}
+
+// nftManagedSets are the shared sets and maps whose elements the proxier
+// keeps in memory and diffs (kube-proxy's nftElementStorage containers);
+// nodeport-ips is rewritten whole by every full sync instead.
+var nftManagedSets = []string{
+	nftClusterIPsSet, nftServiceIPsMap, nftFirewallIPsMap, nftNoEndpointServicesMap,
+	nftNoEndpointNodePortsMap, nftServiceNodePortsMap, nftHairpinSet,
+}
+
+// nftKeyFields is the number of key fields of each managed set and map.
+var nftKeyFields = map[string]int{
+	nftClusterIPsSet: 1, nftServiceIPsMap: 3, nftFirewallIPsMap: 3, nftNoEndpointServicesMap: 3,
+	nftNoEndpointNodePortsMap: 2, nftServiceNodePortsMap: 2, nftHairpinSet: 4,
+}
+
+// wellFormed reports whether a backend listed a managed set's elements as
+// it was written: the key's field count, and a value for map elements.
+func wellFormed(set string, elems []*nft.Element) bool {
+	_, isSet := setOrMap(set).(*nft.Set)
+	for _, e := range elems {
+		if len(e.Key) != nftKeyFields[set] || (e.Value == "") != isSet {
+			return false
+		}
+	}
+	return true
+}
+
+// nftMasqueradeRule is kube-proxy's masqueradeRule with the default
+// masquerade bit 14, formatted as it formats it ("%#08x").
+var nftMasqueradeRule = "mark set mark or " + masqMark
+
+// nftHashName is kube-proxy's hashAndTruncate: the first 8 characters of
+// base32(sha256(name)), "-", name, cut to the name length limit.
+func nftHashName(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	name = base32.StdEncoding.EncodeToString(sum[:])[:8] + "-" + name
+	if len(name) > nftNameBaseMax {
+		name = name[:nftNameBaseMax-3] + "..."
+	}
+	return name
+}
+
+// nftChainBase is servicePortChainNameBase: "HASH-ns/svc/proto/portname".
+func nftChainBase(sp *servicePort) string {
+	return nftHashName(sp.svc.Namespace + "/" + sp.svc.Name + "/" + sp.protocol + "/" + sp.portName)
+}
+
+// nftEndpointBase is servicePortEndpointChainNameBase:
+// "HASH-ns/svc/proto/portname__ip/port".
+func nftEndpointBase(sp *servicePort, e *endpoint) string {
+	return nftHashName(sp.svc.Namespace + "/" + sp.svc.Name + "/" + sp.protocol + "/" + sp.portName +
+		"__" + e.ip + "/" + strconv.Itoa(e.port))
+}
+
+// nftServiceChain reports whether a chain is a per-service or per-endpoint
+// one: they, and only they, have a "/" in their name.
+func nftServiceChain(name string) bool { return strings.Contains(name, "/") }
+
+func nftComment(s string) string {
+	if len(s) > nftCommentMax {
+		return s[:nftCommentMax]
+	}
+	return s
+}
+
+// nftRenderConfig is what rendering needs besides the services.
+type nftRenderConfig struct {
+	// clusterCIDR drives the local detector ("ip saddr 10.244.0.0/16");
+	// empty disables it.
+	clusterCIDR string
+	// serviceCIDRs are dropped by cluster-ips-check when unallocated.
+	serviceCIDRs  []string
+	nodeIP        netip.Addr
+	masqueradeAll bool
+}
+
+// nftChain is one regular chain with its rules.
+type nftChain struct {
+	name  string
+	rules []nft.Rule
+	text  string // rules and comments joined, to compare renderings cheaply
+}
+
+// nftElem is one element a service port owns in a shared set or map.
+type nftElem struct {
+	set     string
+	key     []string
+	value   string
+	comment string
+}
+
+func (e *nftElem) keyString() string { return strings.Join(e.key, " . ") }
+
+// nftServiceRules is everything one service port contributes to the table.
+type nftServiceRules struct {
+	sp *servicePort
+	// chains in kube-proxy's creation order: endpoint chains (affinity
+	// only), the cluster and local policy chains, external, firewall.
+	chains []nftChain
+	// sets are the per-endpoint affinity sets.
+	sets  []nft.Set
+	elems []nftElem
+	// Local ready endpoints, for the health check server.
+	localEndpoints int
+	// Serving endpoint IPs, for conntrack cleanup.
+	serving []string
+	// rules counts the rules of chains.
+	rules int
+}
+
+// renderNFTService is the per-service part of kube-proxy's syncProxyRules.
+func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *nftServiceRules {
+	out := &nftServiceRules{sp: sp}
+	proto := sp.protocol
+	port := strconv.Itoa(sp.port)
+	comment := nftComment(sp.name)
+	cluster, local, reachable, hasEndpoints := categorize(sp, eps)
+	for _, e := range local {
+		if e.ready {
+			out.localEndpoints++
+		}
+	}
+	for _, e := range eps {
+		if e.serving {
+			out.serving = append(out.serving, e.ip)
+		}
+	}
+	base := nftChainBase(sp)
+	clusterChain, localChain := nftPrefixService+base, nftPrefixLocal+base
+	extChain, fwChain := nftPrefixExternal+base, nftPrefixFirewall+base
+	affinity := sp.affinity > 0
+
+	chains := map[string]*nftChain{}
+	var order []string
+	ensure := func(name string) {
+		if chains[name] == nil {
+			chains[name] = &nftChain{name: name}
+			order = append(order, name)
+		}
+	}
+	add := func(chain, rule, comment string) {
+		c := chains[chain]
+		c.rules = append(c.rules, nft.Rule{Chain: chain, Rule: rule, Comment: comment})
+	}
+	elem := func(set string, key []string, value, comment string) {
+		out.elems = append(out.elems, nftElem{set: set, key: key, value: value, comment: comment})
+	}
+
+	epChain := map[*endpoint]string{}
+	epSet := map[*endpoint]string{}
+	for _, e := range reachable {
+		b := nftEndpointBase(sp, e)
+		epChain[e], epSet[e] = nftPrefixEndpoint+b, nftPrefixAffinity+b
+		if affinity {
+			ensure(epChain[e])
+		}
+		if e.local {
+			elem(nftHairpinSet, []string{e.ip, e.ip, proto, strconv.Itoa(e.port)}, "", "")
+		}
+	}
+
+	usesClusterChain := len(cluster) > 0 && sp.usesClusterEndpoints()
+	if usesClusterChain {
+		ensure(clusterChain)
+	}
+	usesLocalChain := len(local) > 0 && sp.usesLocalEndpoints()
+	if usesLocalChain {
+		ensure(localChain)
+	}
+	internalChain, hasInternal := clusterChain, hasEndpoints
+	if sp.internalLocal {
+		internalChain = localChain
+		if len(local) == 0 {
+			hasInternal = false
+		}
+	}
+	externalPolicyChain, hasExternal := clusterChain, hasEndpoints
+	if sp.externalLocal {
+		externalPolicyChain = localChain
+		if len(local) == 0 {
+			hasExternal = false
+		}
+	}
+	usesExtChain := hasEndpoints && sp.externallyAccessible()
+	if usesExtChain {
+		ensure(extChain)
+	}
+
+	var internalVerdict, externalVerdict string
+	if !hasEndpoints {
+		internalVerdict, externalVerdict = nftRejectVerdict, nftRejectVerdict
+	} else {
+		if !hasInternal {
+			internalVerdict = "drop"
+		}
+		if !hasExternal {
+			externalVerdict = "drop"
+		}
+	}
+
+	// Capture the cluster IP.
+	cip := sp.clusterIP.String()
+	elem(nftClusterIPsSet, []string{cip}, "", "")
+	if hasInternal {
+		elem(nftServiceIPsMap, []string{cip, proto, port}, "goto "+internalChain, "")
+	} else {
+		elem(nftNoEndpointServicesMap, []string{cip, proto, port}, internalVerdict, comment)
+	}
+
+	// Capture externalIPs.
+	for _, ip := range sp.externalIPs {
+		if hasEndpoints {
+			elem(nftServiceIPsMap, []string{ip.String(), proto, port}, "goto "+extChain, "")
+		}
+		if !hasExternal {
+			elem(nftNoEndpointServicesMap, []string{ip.String(), proto, port}, externalVerdict, comment)
+		}
+	}
+
+	// Capture load-balancer ingress IPs.
+	usesFWChain := len(sp.lbIPs) > 0 && len(sp.sourceRanges) > 0
+	if usesFWChain {
+		ensure(fwChain)
+	}
+	for _, ip := range sp.lbIPs {
+		if hasEndpoints {
+			elem(nftServiceIPsMap, []string{ip.String(), proto, port}, "goto "+extChain, "")
+		}
+		if usesFWChain {
+			elem(nftFirewallIPsMap, []string{ip.String(), proto, port}, "goto "+fwChain, "")
+		}
+	}
+	if !hasExternal {
+		for _, ip := range sp.lbIPs {
+			elem(nftNoEndpointServicesMap, []string{ip.String(), proto, port}, externalVerdict, comment)
+		}
+	}
+
+	// Capture node ports; they are not subject to loadBalancerSourceRanges.
+	if sp.nodePort != 0 {
+		np := strconv.Itoa(sp.nodePort)
+		if hasEndpoints {
+			elem(nftServiceNodePortsMap, []string{proto, np}, "goto "+extChain, "")
+		}
+		if !hasExternal {
+			elem(nftNoEndpointNodePortsMap, []string{proto, np}, externalVerdict, comment)
+		}
+	}
+
+	if usesExtChain {
+		if !sp.externalLocal {
+			// Endpoints may be on other nodes: masquerade so replies return.
+			add(extChain, nftMasqueradeRule, "masquerade")
+		} else {
+			if cfg.clusterCIDR != "" {
+				// Pod -> external destination is subject to neither traffic
+				// policy, as if it went out to the load balancer and back.
+				add(extChain, "ip saddr "+cfg.clusterCIDR+" goto "+clusterChain, "short-circuit pod traffic")
+			}
+			// The node itself has a local source address (the LB IP is
+			// local): masquerade it and send it to any endpoint.
+			add(extChain, "fib saddr type local "+nftMasqueradeRule, "masquerade local traffic")
+			add(extChain, "fib saddr type local goto "+clusterChain, "short-circuit local traffic")
+		}
+		if hasExternal {
+			add(extChain, "goto "+externalPolicyChain, "")
+		}
+	}
+
+	if usesFWChain {
+		var sources []string
+		allowFromNode := false
+		for _, r := range sp.sourceRanges {
+			sources = append(sources, r.String())
+			if cfg.nodeIP.IsValid() && r.Contains(cfg.nodeIP) {
+				allowFromNode = true
+			}
+		}
+		if allowFromNode {
+			// A node reaching its own LB VIP loops back with the VIP as source.
+			for _, ip := range sp.lbIPs {
+				sources = append(sources, ip.String())
+			}
+		}
+		add(fwChain, "ip saddr != { "+strings.Join(sources, " , ")+" } drop", "")
+	}
+
+	if affinity {
+		for _, e := range reachable {
+			out.sets = append(out.sets, nft.Set{
+				Name: epSet[e], Type: "ipv4_addr",
+				// "dynamic" as kube-proxy: some kernels add it anyway, and a
+				// later add without it would then fail.
+				Flags:   []string{"dynamic", "timeout"},
+				Timeout: time.Duration(sp.affinity) * time.Second,
+			})
+		}
+	}
+
+	if !affinity {
+		if usesClusterChain {
+			add(clusterChain, nftDNATRule(proto, cluster), "")
+		}
+		if usesLocalChain {
+			add(localChain, nftDNATRule(proto, local), "")
+		}
+	} else {
+		jumps := func(chain string, eps []*endpoint) {
+			var vmap []string
+			for i, e := range eps {
+				add(chain, "ip saddr @"+epSet[e]+" goto "+epChain[e], "")
+				vmap = append(vmap, strconv.Itoa(i)+" : goto "+epChain[e])
+			}
+			add(chain, "numgen random mod "+strconv.Itoa(len(eps))+" vmap { "+strings.Join(vmap, " , ")+" }", "")
+		}
+		if usesClusterChain {
+			jumps(clusterChain, cluster)
+		}
+		if usesLocalChain {
+			jumps(localChain, local)
+		}
+		for _, e := range reachable {
+			add(epChain[e], "update @"+epSet[e]+" { ip saddr }", "")
+			add(epChain[e], "meta l4proto "+proto+" dnat to "+net.JoinHostPort(e.ip, strconv.Itoa(e.port)), "")
+		}
+	}
+
+	for _, name := range order {
+		c := chains[name]
+		var b strings.Builder
+		for _, r := range c.rules {
+			b.WriteString(r.Rule)
+			b.WriteString(" # ")
+			b.WriteString(r.Comment)
+			b.WriteByte('\n')
+		}
+		c.text = b.String()
+		out.rules += len(c.rules)
+		out.chains = append(out.chains, *c)
+	}
+	return out
+}
+
+// nftDNATRule is writeServiceToEndpointDNATs: one endpoint gets a plain
+// `dnat to`, more a numgen map (a rule of its own per endpoint would make
+// every packet walk them).
+func nftDNATRule(proto string, eps []*endpoint) string {
+	if len(eps) == 1 {
+		return "meta l4proto " + proto + " dnat to " + net.JoinHostPort(eps[0].ip, strconv.Itoa(eps[0].port))
+	}
+	var b strings.Builder
+	b.WriteString("meta l4proto " + proto + " dnat ip addr . port to numgen random mod " + strconv.Itoa(len(eps)) + " map { ")
+	for i, e := range eps {
+		if i > 0 {
+			b.WriteString(" , ")
+		}
+		fmt.Fprintf(&b, "%d : %s . %d", i, e.ip, e.port)
+	}
+	b.WriteString(" }")
+	return b.String()
+}
+
+// nftSetup is kube-proxy's setupNFTables: the table, its base chains (added
+// and flushed), the top-level chains and the jumps into them, the shared
+// sets and maps, and the fixed rules. It returns the rule count of every
+// fixed chain, for the drift monitor. Elements of the managed sets are the
+// caller's; nodeport-ips is flushed and refilled here.
+func nftSetup(tx *nft.Transaction, cfg *nftRenderConfig) map[string]int {
+	counts := map[string]int{}
+	rule := func(chain, text, comment string) {
+		tx.Add(&nft.Rule{Chain: chain, Rule: text, Comment: comment})
+		counts[chain]++
+	}
+	created := map[string]bool{}
+	ensure := func(name string) {
+		if created[name] {
+			return
+		}
+		created[name] = true
+		counts[name] += 0
+		tx.Add(&nft.Chain{Name: name})
+		tx.Flush(&nft.Chain{Name: name})
+	}
+
+	tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+	for i := range nftBaseChains {
+		c := nftBaseChains[i]
+		tx.Add(&c)
+		tx.Flush(&nft.Chain{Name: c.Name})
+		counts[c.Name] += 0
+	}
+	for _, j := range nftJumps {
+		ensure(j.dst)
+		text := "jump " + j.dst
+		if j.extra != "" {
+			text = j.extra + " " + text
+		}
+		rule(j.src, text, "")
+	}
+	for _, c := range []string{nftServicesChain, nftClusterIPsCheck, nftMasquerading} {
+		ensure(c)
+	}
+
+	tx.Add(&nft.Set{Name: nftHairpinSet, Type: "ipv4_addr . ipv4_addr . inet_proto . inet_service", Comment: "service hairpin connections"})
+	rule(nftMasquerading, "mark and "+masqMark+" != 0 mark set mark xor "+masqMark+" masquerade fully-random", "")
+	rule(nftMasquerading, "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @"+nftHairpinSet+" masquerade fully-random", "")
+
+	tx.Add(&nft.Set{Name: nftClusterIPsSet, Type: "ipv4_addr", Comment: "Active ClusterIPs"})
+	rule(nftClusterIPsCheck, "ip daddr @"+nftClusterIPsSet+" reject", "Reject traffic to invalid ports of ClusterIPs")
+	if len(cfg.serviceCIDRs) > 0 {
+		rule(nftClusterIPsCheck, "ip daddr { "+strings.Join(cfg.serviceCIDRs, ",")+" } drop", "Drop traffic to unallocated ClusterIPs")
+	}
+
+	// NodePorts are accepted on the node's IP only (kube-proxy's default
+	// nodePortAddresses "primary" in nftables mode): never on 127.0.0.1.
+	tx.Add(&nft.Set{Name: nftNodePortIPsSet, Type: "ipv4_addr", Comment: "IPs that accept NodePort traffic"})
+	tx.Flush(&nft.Set{Name: nftNodePortIPsSet})
+	if cfg.nodeIP.IsValid() && !cfg.nodeIP.IsLoopback() {
+		tx.Add(&nft.Element{Set: nftNodePortIPsSet, Key: []string{cfg.nodeIP.String()}})
+	}
+
+	tx.Add(&nft.Map{Name: nftNoEndpointServicesMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
+		Comment: "vmap to drop or reject packets to services with no endpoints"})
+	tx.Add(&nft.Map{Name: nftNoEndpointNodePortsMap, Type: "inet_proto . inet_service : verdict",
+		Comment: "vmap to drop or reject packets to service nodeports with no endpoints"})
+	tx.Add(&nft.Chain{Name: nftRejectChain, Comment: "helper for @no-endpoint-services / @no-endpoint-nodeports"})
+	tx.Flush(&nft.Chain{Name: nftRejectChain})
+	rule(nftRejectChain, "reject", "")
+	rule(nftServiceEndpointsCheck, "ip daddr . meta l4proto . th dport vmap @"+nftNoEndpointServicesMap, "")
+	rule(nftNodePortEndpointsCheck, "ip daddr @"+nftNodePortIPsSet+" meta l4proto . th dport vmap @"+nftNoEndpointNodePortsMap, "")
+
+	tx.Add(&nft.Map{Name: nftFirewallIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
+		Comment: "destinations that are subject to LoadBalancerSourceRanges"})
+	ensure(nftFirewallCheck)
+	rule(nftFirewallCheck, "ip daddr . meta l4proto . th dport vmap @"+nftFirewallIPsMap, "")
+
+	tx.Add(&nft.Map{Name: nftServiceIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
+		Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"})
+	tx.Add(&nft.Map{Name: nftServiceNodePortsMap, Type: "inet_proto . inet_service : verdict", Comment: "NodePort traffic"})
+	if cfg.masqueradeAll {
+		rule(nftServicesChain, "ip daddr @"+nftClusterIPsSet+" "+nftMasqueradeRule, "masquerade all clusterIP traffic")
+	} else if cfg.clusterCIDR != "" {
+		// Off-cluster traffic to a service VIP may have been routed here
+		// from elsewhere: masquerade it so the reply comes back this way.
+		rule(nftServicesChain, "ip daddr @"+nftClusterIPsSet+" ip saddr != "+cfg.clusterCIDR+" "+nftMasqueradeRule,
+			"masquerade clusterIP traffic from outside cluster")
+	}
+	rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @"+nftServiceIPsMap, "")
+	rule(nftServicesChain, "ip daddr @"+nftNodePortIPsSet+" meta l4proto . th dport vmap @"+nftServiceNodePortsMap, "")
+	return counts
+}
