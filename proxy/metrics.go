@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 )
 
 // The nfacct counters kube-proxy's iptables rules count with, and the
@@ -81,6 +84,25 @@ func (m *syncMetrics) observeProgramming(now time.Time, triggers []time.Time) {
 	for _, t := range triggers {
 		m.programming.observe(now.Sub(t).Seconds())
 	}
+}
+
+// writeProgramming writes only the network programming histogram (the
+// nftables mode writes its sync histograms itself).
+func (m *syncMetrics) writeProgramming(w io.Writer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.programming.write(w, "kubeproxy_network_programming_duration_seconds", "In Cluster Network Programming Latency in seconds")
+}
+
+// triggerTime is the EndpointSlice's last-change-trigger-time, the start of
+// kube-proxy's network programming latency, if it is newer than the proxier.
+func triggerTime(s *discovery.EndpointSlice, created time.Time) (time.Time, bool) {
+	v := s.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	if v == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	return t, err == nil && t.After(created)
 }
 
 type promHistogram struct {

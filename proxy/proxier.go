@@ -289,10 +289,8 @@ func (p *Proxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
 	// kube-proxy's network programming latency starts at the time the
 	// EndpointSlice controller saw the change (the annotation), if it is
 	// newer than the proxy itself.
-	if v := s.Annotations[corev1.EndpointsLastChangeTriggerTime]; v != "" {
-		if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(p.created) {
-			p.triggers = append(p.triggers, t)
-		}
+	if t, ok := triggerTime(s, p.created); ok {
+		p.triggers = append(p.triggers, t)
 	}
 	p.mu.Unlock()
 	p.runner.Run()
