@@ -20,9 +20,10 @@
 # proxies' own metrics (kubeproxy_sync_full_proxy_rules_duration_seconds,
 # kubeproxy_network_programming_duration_seconds, kubeproxy_sync_partial_proxy_rules_duration_seconds),
 # printed with minikit/upstream ratios. Both namespaces are removed at the end.
-#   env: SIZES=1000,10000  CHANGES=7  RESYNC_MAX=1000 (sizes up to which kube-proxy's full
+#   env: MODES=iptables,nftables  SIZES=1000,10000  CHANGES=7  RESYNC_MAX=1000 (sizes up to which kube-proxy's full
 #        resync is timed too: with iptables-nft 1.8.9 its --noflush restore of 10,000 services
-#        takes ~17 minutes, see /work/shared/bench/ipt-floor.sh)
+#        takes ~17 minutes, see /work/shared/bench/ipt-floor.sh; nftables: kube-proxy has no
+#        canary, so its full sync is its first one, and minikit's is timed after its table is deleted)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-proxy: must run as root" >&2; exit 1; }
@@ -32,7 +33,7 @@ if [ "${1:-}" = --upstream ]; then
   trap 'rm -rf "$TMP"' EXIT
   go test -c -tags benchupstream -o "$TMP/upstreamproxy.test" ./test/upstreamproxy
   echo "# $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg); $("$KUBE_PROXY" --version 2>&1 | head -1) built from k8s.io/kubernetes@v1.37.2"
-  echo "# mode iptables (nftables: not yet, see the report of issue 19)"
+  echo "# modes ${MODES:-iptables,nftables}"
   (cd test/upstreamproxy && KUBE_PROXY=$KUBE_PROXY "$TMP/upstreamproxy.test" -test.run '^TestBenchUpstream$' -test.v -test.timeout 4h) |
     grep -v -E '^(=== RUN|--- PASS|PASS$)'
   exit "${PIPESTATUS[0]}"
