@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -13,8 +14,9 @@ import (
 // figures kube-proxy's own /metrics on port 10249 starts with, in Prometheus
 // text format, so a student can `curl 127.0.0.1:10249/metrics` on a node and
 // the soak test can check that goroutines, threads, open files and memory stay
-// flat under load.
-func withProcessMetrics(h http.Handler) http.Handler {
+// flat under load; then what each of more writes (the proxy's kubeproxy_*
+// sync, network programming and nfacct counter metrics).
+func withProcessMetrics(h http.Handler, more ...func(io.Writer)) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
@@ -30,6 +32,9 @@ func withProcessMetrics(h http.Handler) http.Handler {
 		}
 		if rss, ok := residentBytes(); ok {
 			gauge("process_resident_memory_bytes", "Resident memory size in bytes.", rss)
+		}
+		for _, m := range more {
+			m(w)
 		}
 	})
 	return mux

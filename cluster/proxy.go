@@ -15,6 +15,7 @@ import (
 
 	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/proxy"
+	"github.com/minikit/minikit/proxy/nfacct"
 	"github.com/minikit/minikit/proxy/nft"
 
 	corev1 "k8s.io/api/core/v1"
@@ -97,6 +98,14 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 				log.Warn("removing the iptables mode's rules", "err", err)
 			}
 		}
+		// KUBE-FIREWALL is gone: route_localnet goes back to what it was
+		// before the iptables mode set it, or 127.0.0.0/8 would be routable
+		// unguarded (CVE-2020-8558).
+		if nc.Agent != nil {
+			if err := nc.Agent.ResetRouteLocalnet(); err != nil {
+				log.Warn("resetting route_localnet", "err", err)
+			}
+		}
 		var cidrs []netip.Prefix
 		if nc.ServiceCIDR.IsValid() {
 			cidrs = append(cidrs, nc.ServiceCIDR)
@@ -115,7 +124,12 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		if err := removeNFTTable(log); err != nil {
 			log.Warn("removing the nftables mode's table", "err", err)
 		}
-		if p, err = proxy.New(cfg, ipt); err != nil {
+		icfg := cfg
+		icfg.NFAcct = nfacct.Netlink{}
+		if nc.Agent != nil {
+			icfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
+		}
+		if p, err = proxy.New(icfg, ipt); err != nil {
 			return err
 		}
 	}

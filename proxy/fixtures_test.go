@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/proxy/nfacct"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -178,6 +179,7 @@ func testProxier(t *testing.T, ipt *iptables.Fake) (*Proxier, *fakeConntrack) {
 			return net.Listen("tcp", "127.0.0.1:0")
 		},
 		TCPBeLiberal: &liberal,
+		NFAcct:       nfacct.NewFake(),
 	}, ipt)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/proxy/nfacct"
 	"github.com/minikit/minikit/proxy/tracer"
 )
 
@@ -52,6 +53,8 @@ func TestFlows(t *testing.T) {
 		{shape: "nodeport-local", name: "client to NodePort, Local, endpoint here", src: client, dst: nodeIP + ":30003", want: local},
 		{shape: "nodeport-local", name: "pod to NodePort, Local: short-circuit to all", src: pod, dst: nodeIP + ":30003", want: all},
 		{shape: "nodeport-local", name: "node to its NodePort, Local", src: nodeIP, local: true, dst: nodeIP + ":30003", want: all, masq: true},
+		{shape: "nodeport", name: "curl localhost:NODEPORT on the node, Cluster", src: "127.0.0.1", local: true, dst: "127.0.0.1:30003", want: all, masq: true},
+		{shape: "nodeport-local", name: "curl localhost:NODEPORT on the node, Local", src: "127.0.0.1", local: true, dst: "127.0.0.1:30003", want: all, masq: true},
 		{shape: "nodeport-local-none-here", name: "client to NodePort, Local, no endpoint here", src: client, dst: nodeIP + ":30003", block: "DROP"},
 		{shape: "nodeport-local-none-here", name: "pod to NodePort, Local, no endpoint here", src: pod, dst: nodeIP + ":30003",
 			want: []string{"10.244.2.5:80", "10.244.2.6:80"}},
@@ -122,6 +125,93 @@ func TestFlows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLocalhostNodePorts follows a student's `curl localhost:NODEPORT` on a
+// node through the rules, as kube-proxy writes them by default: KUBE-SERVICES
+// hands 127.0.0.1 to KUBE-NODEPORTS, whose first rule for the port counts the
+// packet into localhost_nps_accepted_pkts, the service's EXT chain marks it
+// for masquerade (its source, 127.0.0.1, cannot leave the node), and
+// KUBE-FIREWALL lets it through because it was DNATed; a packet from off the
+// node to a loopback address that was not DNATed is dropped there. With
+// localhost NodePorts off, the same curl is never DNATed.
+func TestLocalhostNodePorts(t *testing.T) {
+	trace := func(t *testing.T, p *Proxier, ipt *iptables.Fake, pkt tracer.Packet) []tracer.Outcome {
+		t.Helper()
+		loadShape(p, shapes()[1]) // nodeport: ns3/svc3:p80 on 30003
+		mustSync(t, p)
+		rules, err := tracer.Parse(saved(t, ipt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, err := rules.Trace(tracer.Node{Addrs: []netip.Addr{testNodeIP}}, pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return outs
+	}
+	curl := tracer.Packet{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddrPort("127.0.0.1:30003"), Proto: "tcp", Local: true}
+
+	t.Run("curl localhost:NODEPORT reaches every endpoint, counted and masqueraded", func(t *testing.T) {
+		ipt := iptables.NewFake()
+		p, _ := testProxier(t, ipt)
+		outs := trace(t, p, ipt, curl)
+		if len(outs) != 3 {
+			t.Fatalf("outcomes %v, want the 3 endpoints", outs)
+		}
+		for _, o := range outs {
+			if o.Verdict != "ACCEPT" || !o.DNAT || !o.Masquerade {
+				t.Errorf("%v: want ACCEPT, DNATed and masqueraded", o)
+			}
+			var counted, firewall bool
+			for _, s := range o.Steps {
+				counted = counted || (s.Chain == chainNodePorts && strings.Contains(s.Text, "--nfacct-name "+CounterLocalhostNodePorts))
+				firewall = firewall || s.Chain == chainFirewall
+			}
+			if !counted {
+				t.Errorf("%v: did not pass the counted 127.0.0.0/8 rule of KUBE-NODEPORTS", o)
+			}
+			if !firewall {
+				t.Errorf("%v: never walked KUBE-FIREWALL from filter OUTPUT", o)
+			}
+		}
+	})
+	t.Run("from off the node to a loopback port: dropped by KUBE-FIREWALL", func(t *testing.T) {
+		ipt := iptables.NewFake()
+		p, _ := testProxier(t, ipt)
+		outs := trace(t, p, ipt, tracer.Packet{Src: netip.MustParseAddr("192.168.56.100"), Dst: netip.MustParseAddrPort("127.0.0.1:22"), Proto: "tcp"})
+		if len(outs) != 1 || outs[0].Verdict != "DROP" {
+			t.Fatalf("outcomes %v, want one DROP", outs)
+		}
+		last := outs[0].Steps[len(outs[0].Steps)-1]
+		if last.Chain != chainFirewall || last.Comment != "block incoming localnet connections" {
+			t.Errorf("dropped by %s %q, want KUBE-FIREWALL", last.Chain, last.Text)
+		}
+	})
+	t.Run("with localhost NodePorts off the curl is not DNATed", func(t *testing.T) {
+		ipt := iptables.NewFake()
+		p, _ := testProxier(t, ipt)
+		p.cfg.NoLocalhostNodePorts = true
+		outs := trace(t, p, ipt, curl)
+		if len(outs) != 1 || outs[0].DNAT {
+			t.Fatalf("outcomes %v, want one, not DNATed", outs)
+		}
+		if strings.Contains(saved(t, ipt), "127.0.0.0/8 --dport") {
+			t.Errorf("a localhost NodePort rule was written")
+		}
+	})
+	t.Run("without nfacct the rules do not count, as kube-proxy's", func(t *testing.T) {
+		ipt := iptables.NewFake()
+		p, _ := testProxier(t, ipt)
+		p.acct.(*nfacct.Fake).Unavailable = true
+		outs := trace(t, p, ipt, curl)
+		if len(outs) != 3 || !outs[0].DNAT {
+			t.Fatalf("outcomes %v, want the 3 endpoints", outs)
+		}
+		if s := saved(t, ipt); strings.Contains(s, "nfacct") {
+			t.Errorf("rules count with a counter that does not exist:\n%s", s)
+		}
+	})
 }
 
 // Hairpin: a pod reaching its own service is masqueraded exactly when the

@@ -19,6 +19,8 @@ const (
 	chainForward          = "KUBE-FORWARD"
 	chainProxyFirewall    = "KUBE-PROXY-FIREWALL"
 	chainCanary           = "KUBE-PROXY-CANARY"
+	// chainFirewall is kubelet's KUBE-FIREWALL, which kube-proxy also writes.
+	chainFirewall = "KUBE-FIREWALL"
 
 	prefixSVC = "KUBE-SVC-"
 	prefixSVL = "KUBE-SVL-"

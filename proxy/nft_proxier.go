@@ -113,6 +113,11 @@ type NFTProxier struct {
 	statsMu sync.Mutex
 	stats   Stats
 	metrics nftMetrics
+	// programming is kube-proxy's network programming latency (metrics.go);
+	// triggers (under mu) are the pending EndpointSlice trigger times.
+	programming *syncMetrics
+	triggers    []time.Time
+	created     time.Time
 }
 
 // NewNFT returns an NFTProxier that writes through backend. Call Run to
@@ -146,6 +151,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 	log := c.Logger.With("component", "proxy", "mode", "nftables")
 	p := &NFTProxier{
 		cfg: cfg, nft: backend, ct: c.Conntrack, log: log, clock: c.Clock,
+		programming: newSyncMetrics(), created: c.Clock.Now(),
 		health:        newHealthServers(c.HealthCheckListen, log),
 		services:      map[types.NamespacedName]*corev1.Service{},
 		slices:        map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
@@ -226,6 +232,9 @@ func (p *NFTProxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
 	}
 	p.slices[key][s.Name] = s
 	p.dirty[key] = true
+	if t, ok := triggerTime(s, p.created); ok {
+		p.triggers = append(p.triggers, t)
+	}
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -320,6 +329,8 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 			collect(key)
 		}
 	}
+	triggers := p.triggers
+	p.triggers = nil
 	p.mu.Unlock()
 
 	defer func() {
@@ -331,6 +342,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 			for key := range dirty {
 				p.dirty[key] = true
 			}
+			p.triggers = append(triggers, p.triggers...)
 			p.mu.Unlock()
 		}
 	}()
@@ -412,6 +424,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 		return err
 	}
 	p.synced = true
+	p.programming.observeProgramming(p.clock.Now(), triggers)
 	p.log.Debug("synced nftables rules", "full", full, "took", took, "servicePorts", p.servicePortsN,
 		"endpoints", p.endpointsN, "chains", len(p.chains), "rules", p.rulesN, "operations", ops)
 	if full {
@@ -998,6 +1011,7 @@ func (p *NFTProxier) WriteMetrics(w io.Writer) {
 	m.all.write(w, "kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds")
 	m.full.write(w, "kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs")
 	m.partial.write(w, "kubeproxy_sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs")
+	p.programming.writeProgramming(w)
 	fmt.Fprintf(w, "# HELP kubeproxy_sync_proxy_rules_nftables_sync_failures_total Number of failed nftables syncs\n# TYPE kubeproxy_sync_proxy_rules_nftables_sync_failures_total counter\nkubeproxy_sync_proxy_rules_nftables_sync_failures_total %d\n", m.failures)
 	if !m.lastSync.IsZero() {
 		fmt.Fprintf(w, "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds %d\n", m.lastSync.Unix())

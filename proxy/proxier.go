@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/proxy/nfacct"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -72,6 +73,24 @@ type Config struct {
 	// TCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal; when nil it
 	// is read from /proc. When set, the INVALID drop rule is left out.
 	TCPBeLiberal *bool
+
+	// NoLocalhostNodePorts is kube-proxy's --iptables-localhost-nodeports=false:
+	// NodePorts do not answer on 127.0.0.0/8. By default they do, as with
+	// kube-proxy: nat KUBE-SERVICES sends 127.0.0.0/8 on to KUBE-NODEPORTS,
+	// RouteLocalnet is called, and KUBE-FIREWALL drops packets to 127.0.0.0/8
+	// that come from elsewhere and were not NATed (CVE-2020-8558).
+	NoLocalhostNodePorts bool
+	// RouteLocalnet sets net.ipv4.conf.all.route_localnet=1 in the proxy's
+	// namespace (the node agent does it, recording the old value for minikit
+	// down); called after every full sync while localhost NodePorts are on.
+	// Without it the 127.0.0.0/8 rules are written but the kernel drops the
+	// DNATed packets as martians.
+	RouteLocalnet func() error
+	// NFAcct holds the accounting objects kube-proxy counts with
+	// (localhost_nps_accepted_pkts, ct_state_invalid_dropped_pkts); they are
+	// created before every full sync, and the rules count with a counter only
+	// while it exists, as kube-proxy's do. nil: no counters.
+	NFAcct nfacct.Interface
 }
 
 // Proxier programs kube-proxy's rules for the services it is told about.
@@ -86,6 +105,8 @@ type Proxier struct {
 
 	randomFully  bool
 	tcpBeLiberal bool
+	acct         nfacct.Interface
+	metrics      *syncMetrics
 
 	mu          sync.Mutex
 	services    map[types.NamespacedName]*corev1.Service
@@ -94,6 +115,10 @@ type Proxier struct {
 	needFull    bool
 	nodeIP      netip.Addr
 	initialized bool
+	// triggers are the last-change-trigger-times of the EndpointSlice
+	// changes not yet synced; created is when the proxier was made.
+	triggers []time.Time
+	created  time.Time
 
 	// Owned by the sync goroutine.
 	rendered     map[types.NamespacedName][]*serviceRules
@@ -103,9 +128,14 @@ type Proxier struct {
 	totals       renderTotals      // sizes of what rendered holds
 	// healthChecked are the services with a healthCheckNodePort.
 	healthChecked map[types.NamespacedName]bool
-	lastFull      time.Time
-	udpFrontends  map[types.NamespacedName][]netip.AddrPort
-	udpNodePorts  map[types.NamespacedName][]uint16
+	// fixed and countLocalhost are decided at each full sync (counters
+	// available or not) and hold until the next.
+	fixed          fixedOptions
+	countLocalhost bool
+	acctErr        map[string]string // the last error per counter, logged once
+	lastFull       time.Time
+	udpFrontends   map[types.NamespacedName][]netip.AddrPort
+	udpNodePorts   map[types.NamespacedName][]uint16
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -185,6 +215,11 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 		p.tcpBeLiberal = strings.TrimSpace(string(b)) != "0"
 	}
 	p.stats.Backend = string(ipt.Backend())
+	p.acct = cfg.NFAcct
+	p.created = cfg.Clock.Now()
+	p.metrics = newSyncMetrics()
+	p.acctErr = map[string]string{}
+	p.fixed = fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal, localhostNodePorts: !cfg.NoLocalhostNodePorts}
 	p.runner = newBoundedRunner(p.syncProxyRules, cfg.MinSyncPeriod, cfg.FullSyncPeriod, cfg.SyncPeriod, 2, cfg.Clock)
 	return p, nil
 }
@@ -251,6 +286,12 @@ func (p *Proxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
 	}
 	p.slices[key][s.Name] = s
 	p.dirty[key] = true
+	// kube-proxy's network programming latency starts at the time the
+	// EndpointSlice controller saw the change (the annotation), if it is
+	// newer than the proxy itself.
+	if t, ok := triggerTime(s, p.created); ok {
+		p.triggers = append(p.triggers, t)
+	}
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -292,6 +333,55 @@ func (p *Proxier) forceFullSync() {
 	p.runner.Run()
 }
 
+// prepareFull runs before a full sync, as kube-proxy's does: it ensures the
+// nfacct counters, whose availability decides whether the rules count with
+// them until the next full sync. (route_localnet comes after the sync, see
+// routeLocalnet.)
+func (p *Proxier) prepareFull() error {
+	fx := fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal, localhostNodePorts: !p.cfg.NoLocalhostNodePorts}
+	ok := map[string]bool{}
+	if p.acct != nil {
+		for _, name := range []string{CounterLocalhostNodePorts, CounterInvalidDropped} {
+			err := p.acct.Ensure(name)
+			ok[name] = err == nil
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			}
+			if msg != p.acctErr[name] {
+				if err != nil {
+					p.log.Warn("no nfacct counter: its rules do not count and its metric is not exported", "counter", name, "err", err)
+				}
+				p.acctErr[name] = msg
+			}
+		}
+	}
+	fx.countInvalid = ok[CounterInvalidDropped]
+	p.countLocalhost = fx.localhostNodePorts && ok[CounterLocalhostNodePorts]
+	p.fixed = fx
+	return nil
+}
+
+// routeLocalnet sets route_localnet=1 after a full sync wrote KUBE-FIREWALL,
+// not before as kube-proxy does: 127.0.0.0/8 becomes routable only once the
+// rule that drops packets to it from elsewhere is in the kernel (the node's
+// API server answers plain HTTP on 127.0.0.1).
+func (p *Proxier) routeLocalnet() error {
+	if !p.fixed.localhostNodePorts || p.cfg.RouteLocalnet == nil {
+		return nil
+	}
+	if err := p.cfg.RouteLocalnet(); err != nil {
+		return fmt.Errorf("setting route_localnet for NodePorts on localhost: %w", err)
+	}
+	return nil
+}
+
+func (p *Proxier) putBackTriggers(t []time.Time) {
+	p.mu.Lock()
+	p.triggers = append(t, p.triggers...)
+	p.mu.Unlock()
+}
+
 // syncProxyRules is one sync; see the package comment.
 func (p *Proxier) syncProxyRules() (err error) {
 	p.syncMu.Lock()
@@ -306,6 +396,10 @@ func (p *Proxier) syncProxyRules() (err error) {
 	dirty := p.dirty
 	p.dirty = map[types.NamespacedName]bool{}
 	p.needFull = false
+	// Every service these belong to is rendered by this sync (dirty, or
+	// everything in a full one).
+	triggers := p.triggers
+	p.triggers = nil
 	nodeIP := p.nodeIP
 	// Snapshot the objects of the services to render.
 	type input struct {
@@ -346,7 +440,18 @@ func (p *Proxier) syncProxyRules() (err error) {
 		}
 	}()
 
-	cfg := &renderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll, largeCluster: p.largeCluster}
+	defer func() {
+		if err != nil {
+			p.putBackTriggers(triggers)
+		}
+	}()
+	if full {
+		if err := p.prepareFull(); err != nil {
+			return err
+		}
+	}
+
+	cfg := &renderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll, largeCluster: p.largeCluster, countLocalhost: p.countLocalhost}
 	if p.cfg.ClusterCIDR.IsValid() {
 		cfg.clusterCIDR = p.cfg.ClusterCIDR.Masked().String()
 	}
@@ -410,12 +515,19 @@ func (p *Proxier) syncProxyRules() (err error) {
 	var written, bytesOut int
 	var rs *ruleSet
 	if full {
-		rs = buildRuleSet(p.renderedInOrder(), p.randomFully, p.tcpBeLiberal)
+		rs = buildRuleSet(p.renderedInOrder(), p.fixed)
 		written, bytesOut, err = p.fullSync(rs)
+		if err == nil {
+			err = p.routeLocalnet()
+		}
 	} else {
 		written, bytesOut, err = p.partialSync(before)
 	}
 	took := p.clock.Now().Sub(start)
+	p.metrics.observeSync(full, took, err == nil, start)
+	if err == nil {
+		p.metrics.observeProgramming(p.clock.Now(), triggers)
+	}
 	p.statsMu.Lock()
 	p.stats.Syncs++
 	p.stats.LastSync, p.stats.LastFull, p.stats.LastDuration = start, full, took
@@ -553,7 +665,7 @@ func (p *Proxier) partialSync(before map[types.NamespacedName][]*serviceRules) (
 		}
 	}
 	if shared {
-		top := buildRuleSet(p.sharedInOrder(), p.randomFully, p.tcpBeLiberal)
+		top := buildRuleSet(p.sharedInOrder(), p.fixed)
 		for _, t := range []string{iptables.TableFilter, iptables.TableNAT} {
 			for _, c := range top.chains(t) {
 				if text, ok := p.written[t+"/"+c.name]; !ok || text != joinRules(c) {
@@ -785,7 +897,7 @@ func (p *Proxier) cleanupConntrack(nodeIP netip.Addr) {
 // checking one per table catches it within one period. Any miss forces a full
 // sync.
 func (p *Proxier) monitor(ctx context.Context) {
-	natJump, filterJump := jumpRules[len(jumpRules)-2], jumpRules[5] // nat PREROUTING, filter FORWARD -> KUBE-FORWARD
+	natJump, filterJump := monitoredJumps()
 	for {
 		select {
 		case <-ctx.Done():
@@ -803,6 +915,20 @@ func (p *Proxier) monitor(ctx context.Context) {
 			p.forceFullSync()
 		}
 	}
+}
+
+// monitoredJumps are the jumps the monitor checks: nat PREROUTING ->
+// KUBE-SERVICES and filter FORWARD -> KUBE-FORWARD.
+func monitoredJumps() (nat, filter jumpRule) {
+	for _, j := range jumpRules {
+		switch {
+		case j.table == iptables.TableNAT && j.from == "PREROUTING" && j.to == chainServices:
+			nat = j
+		case j.table == iptables.TableFilter && j.from == "FORWARD" && j.to == chainForward:
+			filter = j
+		}
+	}
+	return nat, filter
 }
 
 func (p *Proxier) missingRules(jumps ...jumpRule) string {
@@ -835,7 +961,7 @@ func (p *Proxier) Rules() []byte {
 		return nil
 	}
 	if p.lastSet == nil {
-		p.lastSet = buildRuleSet(p.renderedInOrder(), p.randomFully, p.tcpBeLiberal)
+		p.lastSet = buildRuleSet(p.renderedInOrder(), p.fixed)
 	}
 	return ruleText(p.lastSet)
 }

@@ -3,15 +3,22 @@ package proxy
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/proxy/nfacct"
+	"github.com/minikit/minikit/sandbox"
 
 	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -175,7 +182,7 @@ func TestFlushIsRepaired(t *testing.T) {
 			}
 			mustSync(t, p)
 			want := saved(t, ipt)
-			if m := p.missingRules(jumpRules[len(jumpRules)-2], jumpRules[5]); m != "" {
+			if m := p.missingRules(monitoredJumps()); m != "" {
 				t.Fatalf("monitor reports %q missing right after a sync", m)
 			}
 			tc.flush(ipt)
@@ -376,3 +383,143 @@ func TestRunnerBoundsFrequency(t *testing.T) {
 }
 
 var _ = corev1.ProtocolTCP
+
+// TestMetrics: the metrics endpoint speaks kube-proxy's names: sync
+// histograms, network programming latency from the EndpointSlice's
+// last-change-trigger-time, and the nfacct counters read at each scrape.
+func TestMetrics(t *testing.T) {
+	ipt := iptables.NewFake()
+	p, _ := testProxier(t, ipt)
+	clock := p.clock.(*fakeClock)
+	s := shapes()[1]
+	p.OnServiceUpdate(s.svc)
+	mustSync(t, p)
+	clock.Step(time.Millisecond) // the trigger must be newer than the proxier
+	sl := s.slices[0].DeepCopy()
+	sl.Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: clock.Now().Format(time.RFC3339Nano)}
+	clock.Step(1500 * time.Millisecond)
+	p.OnEndpointSliceUpdate(sl)
+	mustSync(t, p)
+	p.acct.(*nfacct.Fake).Counters[CounterLocalhostNodePorts].Packets = 7
+	var b strings.Builder
+	p.WriteMetrics(&b)
+	out := b.String()
+	for _, want := range []string{
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 2`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="1"} 0`,
+		`kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="2"} 1`,
+		`kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv4"} 1.5`,
+		"kubeproxy_iptables_localhost_nodeports_accepted_packets_total 7",
+		"kubeproxy_iptables_ct_state_invalid_dropped_packets_total 0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestLocalhostNodePortInNetns is a student's `curl 127.0.0.1:NODEPORT` on a
+// node, with real packets: a node namespace (mkt-parity-lh-node) with the
+// proxier's rules in its kernel, route_localnet set as the node agent sets
+// it, and a backend "pod" namespace behind a veth serving HTTP. The curl
+// reaches the backend, and the localhost NodePort counter counted it.
+func TestLocalhostNodePortInNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (CI runs as root)")
+	}
+	node, pod := "mkt-parity-lh-node", "mkt-parity-lh-pod"
+	sh := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{node, pod} {
+		exec.Command("ip", "netns", "del", ns).Run()
+		sh("ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	in := func(ns string, args ...string) {
+		t.Helper()
+		sh(append([]string{"ip", "netns", "exec", ns}, args...)...)
+	}
+	in(node, "ip", "link", "set", "lo", "up")
+	in(pod, "ip", "link", "set", "lo", "up")
+	in(node, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer") // no dummy links in this kernel
+	in(node, "ip", "addr", "add", "192.168.56.10/24", "dev", "eth0")
+	in(node, "ip", "link", "set", "eth0", "up")
+	in(node, "ip", "link", "add", "vpod", "type", "veth", "peer", "name", "eth0", "netns", pod)
+	in(node, "ip", "addr", "add", "10.244.0.1/24", "dev", "vpod")
+	in(node, "ip", "link", "set", "vpod", "up")
+	in(pod, "ip", "addr", "add", "10.244.0.5/24", "dev", "eth0")
+	in(pod, "ip", "link", "set", "eth0", "up")
+	in(pod, "ip", "route", "add", "default", "via", "10.244.0.1")
+
+	var ln net.Listener
+	if err := sandbox.DoPath(sandbox.NetNSPath(pod), func() (err error) {
+		ln, err = net.Listen("tcp", "10.244.0.5:8080")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "pod=backend client="+r.RemoteAddr)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	s := makeService("default", "web", "10.96.0.20", withNodePort(30080))
+	port := p80[0] // a copy: p80 is shared with every other test
+	port.Port = ptrInt32(8080)
+	sl := makeSlice("default", "web", []discovery.EndpointPort{port}, ep{ip: "10.244.0.5", node: testNode})
+	acct := nfacct.Netlink{}
+	err := sandbox.DoPath(sandbox.NetNSPath(node), func() error {
+		ipt, err := iptables.New()
+		if err != nil {
+			return err
+		}
+		liberal := false
+		p, err := New(Config{
+			NodeName: testNode, NodeIP: testNodeIP, ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16"),
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), TCPBeLiberal: &liberal, NFAcct: acct,
+			RouteLocalnet: func() error {
+				return os.WriteFile("/proc/sys/net/ipv4/conf/all/route_localnet", []byte("1"), 0o644)
+			},
+			HealthCheckListen: func(port int) (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
+		}, ipt)
+		if err != nil {
+			return err
+		}
+		t.Cleanup(p.health.close)
+		p.initialized = true
+		p.OnServiceUpdate(s)
+		p.OnEndpointSliceUpdate(sl)
+		return p.syncProxyRules()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ip", "netns", "exec", node, "curl", "-sS", "--max-time", "5", "http://127.0.0.1:30080/").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "pod=backend client=10.244.0.1:") {
+		t.Fatalf("curl 127.0.0.1:30080 in the node namespace: %v: %s (want the backend, seeing the node's bridge-side address after masquerade)", err, out)
+	}
+	var c nfacct.Counter
+	if err := sandbox.DoPath(sandbox.NetNSPath(node), func() (err error) {
+		c, err = acct.Get(CounterLocalhostNodePorts)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Packets == 0 {
+		t.Errorf("%s counted no packets", CounterLocalhostNodePorts)
+	}
+	// The same port on the node's own address works as before.
+	out, err = exec.Command("ip", "netns", "exec", node, "curl", "-sS", "--max-time", "5", "http://192.168.56.10:30080/").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "pod=backend") {
+		t.Errorf("curl 192.168.56.10:30080: %v: %s", err, out)
+	}
+}
+
+func ptrInt32(v int32) *int32 { return &v }

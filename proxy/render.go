@@ -26,6 +26,9 @@ type chain struct {
 type targeted struct {
 	target string
 	rule   string
+	// seq orders rules of one service port with the same target: the
+	// counted localhost NodePort rule must precede the general one.
+	seq int
 }
 
 // serviceRules is everything one service port contributes to the rule set.
@@ -53,6 +56,9 @@ type renderConfig struct {
 	// largeCluster drops per-endpoint comments, as kube-proxy does above
 	// 1000 endpoints in total.
 	largeCluster bool
+	// countLocalhost adds kube-proxy's counted NodePort rule for
+	// 127.0.0.0/8 (localhost NodePorts on, and the nfacct counter exists).
+	countLocalhost bool
 }
 
 // largeClusterEndpointsThreshold is kube-proxy's.
@@ -175,7 +181,7 @@ func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *service
 
 	// Capture the cluster IP.
 	if hasInternal {
-		out.natServices = append(out.natServices, targeted{internalChain, rule("-A", chainServices,
+		out.natServices = append(out.natServices, targeted{target: internalChain, rule: rule("-A", chainServices,
 			"-m", "comment", "--comment", quote(sp.name+" cluster IP"),
 			"-m", proto, "-p", proto, "-d", cip, "--dport", port, "-j", internalChain)})
 	} else {
@@ -187,7 +193,7 @@ func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *service
 	// Capture externalIPs.
 	for _, ip := range sp.externalIPs {
 		if hasEndpoints {
-			out.natServices = append(out.natServices, targeted{sp.extChain, rule("-A", chainServices,
+			out.natServices = append(out.natServices, targeted{target: sp.extChain, rule: rule("-A", chainServices,
 				"-m", "comment", "--comment", quote(sp.name+" external IP"),
 				"-m", proto, "-p", proto, "-d", ip.String(), "--dport", port, "-j", sp.extChain)})
 		}
@@ -201,7 +207,7 @@ func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *service
 	// Capture load-balancer ingress IPs.
 	for _, ip := range sp.lbIPs {
 		if hasEndpoints {
-			out.natServices = append(out.natServices, targeted{lbChain, rule("-A", chainServices,
+			out.natServices = append(out.natServices, targeted{target: lbChain, rule: rule("-A", chainServices,
 				"-m", "comment", "--comment", quote(sp.name+" loadbalancer IP"),
 				"-m", proto, "-p", proto, "-d", ip.String(), "--dport", port, "-j", lbChain)})
 		}
@@ -223,9 +229,16 @@ func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *service
 	if sp.nodePort != 0 {
 		np := strconv.Itoa(sp.nodePort)
 		if hasEndpoints {
+			if cfg.countLocalhost {
+				// Only counts: the next rule matches these packets too.
+				out.natNodePorts = append(out.natNodePorts, targeted{sp.extChain, rule("-A", chainNodePorts,
+					"-m", "comment", "--comment", commentWord(sp.name),
+					"-m", proto, "-p", proto, "-d", "127.0.0.0/8", "--dport", np,
+					"-m", "nfacct", "--nfacct-name", CounterLocalhostNodePorts, "-j", sp.extChain), 0})
+			}
 			out.natNodePorts = append(out.natNodePorts, targeted{sp.extChain, rule("-A", chainNodePorts,
 				"-m", "comment", "--comment", commentWord(sp.name),
-				"-m", proto, "-p", proto, "--dport", np, "-j", sp.extChain)})
+				"-m", proto, "-p", proto, "--dport", np, "-j", sp.extChain), 1})
 		}
 		if !hasExternal {
 			out.filterExternal = append(out.filterExternal, rule("-A", chainExternalServices,
@@ -380,6 +393,18 @@ func appendEndpointRules(cfg *renderConfig, rules []string, sp *servicePort, fro
 
 // Fixed rules.
 
+// fixedOptions are the settings the fixed chains depend on, decided at each
+// full sync.
+type fixedOptions struct {
+	randomFully  bool
+	tcpBeLiberal bool
+	// localhostNodePorts: NodePorts answer on 127.0.0.0/8 (route_localnet=1,
+	// guarded by KUBE-FIREWALL), kube-proxy's default.
+	localhostNodePorts bool
+	// countInvalid: the ct_state_invalid_dropped_pkts nfacct counter exists.
+	countInvalid bool
+}
+
 func postroutingRules(randomFully bool) []string {
 	masq := rule("-A", chainPostrouting,
 		"-m", "comment", "--comment", quote("kubernetes service traffic requiring SNAT"), "-j", "MASQUERADE")
@@ -398,11 +423,15 @@ func markMasqRules() []string {
 	return []string{rule("-A", chainMarkMasq, "-j", "MARK", "--or-mark", masqMark)}
 }
 
-func forwardRules(tcpBeLiberal bool) []string {
+func forwardRules(fx fixedOptions) []string {
 	var r []string
-	if !tcpBeLiberal {
+	if !fx.tcpBeLiberal {
 		// INVALID packets would otherwise cause stray RSTs (kubernetes#74839).
-		r = append(r, rule("-A", chainForward, "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"))
+		args := []string{"-A", chainForward, "-m", "conntrack", "--ctstate", "INVALID"}
+		if fx.countInvalid {
+			args = append(args, "-m", "nfacct", "--nfacct-name", CounterInvalidDropped)
+		}
+		r = append(r, rule(append(args, "-j", "DROP")...))
 	}
 	return append(r,
 		rule("-A", chainForward, "-m", "comment", "--comment", quote("kubernetes forwarding rules"),
@@ -411,13 +440,32 @@ func forwardRules(tcpBeLiberal bool) []string {
 			"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"))
 }
 
-// nodePortsTail is the last rule of nat KUBE-SERVICES. minikit does not
-// support NodePorts on localhost (that needs route_localnet, CVE-2020-8558), so
-// it excludes 127.0.0.0/8 as kube-proxy does with localhostNodePorts=false.
-func nodePortsTail() string {
-	return rule("-A", chainServices,
+// firewallRules is KUBE-FIREWALL, kubelet's chain that kube-proxy writes too
+// when it serves NodePorts on localhost: route_localnet=1 lets packets to
+// 127.0.0.0/8 be routed, so one from off the node to a loopback address
+// (CVE-2020-8558) is dropped unless conntrack knows it (a reply) or nat
+// rewrote it (a NodePort DNAT).
+func firewallRules(fx fixedOptions) []string {
+	if !fx.localhostNodePorts {
+		return nil
+	}
+	return []string{rule("-A", chainFirewall,
+		"-m", "comment", "--comment", quote("block incoming localnet connections"),
+		"-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8",
+		"-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")}
+}
+
+// nodePortsTail is the last rule of nat KUBE-SERVICES: every local
+// destination goes on to KUBE-NODEPORTS, 127.0.0.0/8 included when NodePorts
+// are served on localhost (kube-proxy's default), excluded otherwise.
+func nodePortsTail(fx fixedOptions) string {
+	args := []string{"-A", chainServices,
 		"-m", "comment", "--comment", quote("kubernetes service nodeports; NOTE: this must be the last rule in this chain"),
-		"-m", "addrtype", "--dst-type", "LOCAL", "!", "-d", "127.0.0.0/8", "-j", chainNodePorts)
+		"-m", "addrtype", "--dst-type", "LOCAL"}
+	if !fx.localhostNodePorts {
+		args = append(args, "!", "-d", "127.0.0.0/8")
+	}
+	return rule(append(args, "-j", chainNodePorts)...)
 }
 
 // sortByTarget orders rules of a shared chain by descending jump target.
@@ -435,6 +483,9 @@ func sortByTarget(rs []targeted) []string {
 	sort.Slice(rs, func(i, j int) bool {
 		if rs[i].target != rs[j].target {
 			return rs[i].target > rs[j].target
+		}
+		if rs[i].seq != rs[j].seq {
+			return rs[i].seq < rs[j].seq
 		}
 		return rs[i].rule < rs[j].rule
 	})

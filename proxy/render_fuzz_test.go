@@ -239,11 +239,11 @@ var ruleOptions = map[string]int{
 	"-m": 1, "-p": 1, "-d": 1, "-s": 1, "-j": 1, "!": 0, "--comment": 1, "--dport": 1, "--to-destination": 1,
 	"--name": 1, "--set": 0, "--rcheck": 0, "--seconds": 1, "--reap": 0, "--mode": 1, "--probability": 1,
 	"--dst-type": 1, "--src-type": 1, "--mark": 1, "--xor-mark": 1, "--or-mark": 1, "--random-fully": 0, "--ctstate": 1,
-	"-i": 1, "-o": 1,
+	"-i": 1, "-o": 1, "--nfacct-name": 1,
 }
 
 var matchModules = map[string]bool{"comment": true, "tcp": true, "udp": true, "sctp": true, "statistic": true, "recent": true,
-	"addrtype": true, "mark": true, "conntrack": true}
+	"addrtype": true, "mark": true, "conntrack": true, "nfacct": true}
 
 // checkRestoreText parses an iptables-restore input line by line and each rule
 // with a shell-like tokenizer (iptables-restore's own quoting: double quotes

@@ -32,11 +32,18 @@ var jumpRules = []jumpRule{
 	{iptables.TableNAT, "OUTPUT", chainServices, "kubernetes service portals", nil},
 	{iptables.TableNAT, "PREROUTING", chainServices, "kubernetes service portals", nil},
 	{iptables.TableNAT, "POSTROUTING", chainPostrouting, "kubernetes postrouting rules", nil},
+	// kubelet's KUBE-FIREWALL, which kube-proxy ensures as well (without a
+	// comment, as kubelet writes it), after its own jumps: so it ends up first.
+	{iptables.TableFilter, "INPUT", chainFirewall, "", nil},
+	{iptables.TableFilter, "OUTPUT", chainFirewall, "", nil},
 }
 
 func (j jumpRule) args() []string {
-	a := append(slices.Clone(j.extra), "-m", "comment", "--comment", j.comment, "-j", j.to)
-	return a
+	a := slices.Clone(j.extra)
+	if j.comment != "" {
+		a = append(a, "-m", "comment", "--comment", j.comment)
+	}
+	return append(a, "-j", j.to)
 }
 
 // line is the rule in restore syntax, "-A FROM ...".
@@ -80,7 +87,7 @@ func (rs *ruleSet) countRules() (filter, nat int) {
 
 // buildRuleSet puts per-service results (in a stable order) together with the
 // fixed chains.
-func buildRuleSet(services []*serviceRules, randomFully, tcpBeLiberal bool) *ruleSet {
+func buildRuleSet(services []*serviceRules, fx fixedOptions) *ruleSet {
 	var natServices, natNodePorts []targeted
 	var fNodePorts, fServices, fExternal, fFirewall []string
 	var svcChains []chain
@@ -98,15 +105,16 @@ func buildRuleSet(services []*serviceRules, randomFully, tcpBeLiberal bool) *rul
 			{name: chainNodePorts, rules: fNodePorts},
 			{name: chainServices, rules: fServices},
 			{name: chainExternalServices, rules: fExternal},
-			{name: chainForward, rules: forwardRules(tcpBeLiberal)},
+			{name: chainForward, rules: forwardRules(fx)},
 			{name: chainProxyFirewall, rules: fFirewall},
+			{name: chainFirewall, rules: firewallRules(fx)},
 			{name: chainCanary, rules: nil},
 		},
 	}
 	rs.nat = append([]chain{
-		{name: chainServices, rules: append(sortByTarget(natServices), nodePortsTail())},
+		{name: chainServices, rules: append(sortByTarget(natServices), nodePortsTail(fx))},
 		{name: chainNodePorts, rules: sortByTarget(natNodePorts)},
-		{name: chainPostrouting, rules: postroutingRules(randomFully)},
+		{name: chainPostrouting, rules: postroutingRules(fx.randomFully)},
 		{name: chainMarkMasq, rules: markMasqRules()},
 		{name: chainCanary, rules: nil},
 	}, svcChains...)

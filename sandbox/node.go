@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -222,9 +223,33 @@ func (n *Node) ensureBridge(hs *host) (netlink.Link, error) {
 }
 
 const (
-	sysctlIPForward = "net/ipv4/ip_forward"
-	sysctlBridgeNF  = "net/bridge/bridge-nf-call-iptables"
+	sysctlIPForward     = "net/ipv4/ip_forward"
+	sysctlBridgeNF      = "net/bridge/bridge-nf-call-iptables"
+	sysctlRouteLocalnet = "net/ipv4/conf/all/route_localnet"
 )
+
+// sysctlRecordMu serializes writeSysctl's read-modify-write of SysctlRecord:
+// the service proxy sets route_localnet while the agent sets up the bridge.
+var sysctlRecordMu sync.Mutex
+
+// EnsureRouteLocalnet sets net.ipv4.conf.all.route_localnet=1 in the node's
+// namespace, recording the old value for RestoreSysctls, as kube-proxy's
+// iptables mode does for NodePorts on 127.0.0.1 (its KUBE-FIREWALL chain
+// then drops packets to 127.0.0.0/8 from elsewhere, CVE-2020-8558). Only
+// the service proxy calls it, and only in iptables mode.
+func (n *Node) EnsureRouteLocalnet() error {
+	set := func() error { return n.writeSysctl(sysctlRouteLocalnet, "1") }
+	var err error
+	if n.HostNS == "" {
+		err = set()
+	} else {
+		err = DoPath(NetNSPath(n.HostNS), set)
+	}
+	if err != nil {
+		return fmt.Errorf("setting net.ipv4.conf.all.route_localnet: %w", err)
+	}
+	return nil
+}
 
 // ensureSysctls writes the node namespace's sysctls. /proc/sys/net shows
 // the network namespace of the thread that opens it, hence Do.
@@ -250,6 +275,40 @@ func (n *Node) ensureSysctls(ns netns.NsHandle) error {
 	return err
 }
 
+// ResetRouteLocalnet puts net.ipv4.conf.all.route_localnet back to the value
+// SysctlRecord holds for it (what it was before EnsureRouteLocalnet) and
+// forgets it; without a record it does nothing.
+func (n *Node) ResetRouteLocalnet() error {
+	if n.SysctlRecord == "" {
+		return nil
+	}
+	sysctlRecordMu.Lock()
+	defer sysctlRecordMu.Unlock()
+	rec, err := readSysctlRecord(n.SysctlRecord)
+	if err != nil {
+		return err
+	}
+	old, ok := rec[sysctlRouteLocalnet]
+	if !ok {
+		return nil
+	}
+	set := func() error { return os.WriteFile("/proc/sys/"+sysctlRouteLocalnet, []byte(old), 0o644) }
+	if n.HostNS == "" {
+		err = set()
+	} else {
+		err = DoPath(NetNSPath(n.HostNS), set)
+	}
+	if err != nil {
+		return fmt.Errorf("resetting net.ipv4.conf.all.route_localnet to %s: %w", old, err)
+	}
+	delete(rec, sysctlRouteLocalnet)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return writeFileDurably(n.SysctlRecord, b)
+}
+
 // writeSysctl sets a sysctl of the calling thread's network namespace,
 // recording its previous value first (SysctlRecord) when it changes it.
 func (n *Node) writeSysctl(name, value string) error {
@@ -263,6 +322,8 @@ func (n *Node) writeSysctl(name, value string) error {
 		return nil
 	}
 	if n.SysctlRecord != "" {
+		sysctlRecordMu.Lock()
+		defer sysctlRecordMu.Unlock()
 		rec, err := readSysctlRecord(n.SysctlRecord)
 		if err != nil {
 			return err

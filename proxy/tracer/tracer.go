@@ -618,11 +618,16 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, []s
 			return p, next(), args[i+1:], set, nil
 		case "-m":
 			switch m := next(); m {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport", "set":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport", "set", "nfacct":
 			default:
 				return 0, "", nil, nil, fmt.Errorf("unsupported match -m %s", m)
 			}
 		case "--comment":
+			next()
+		case "--nfacct-name":
+			// Accounting only: the match always succeeds and counts the
+			// packet into the named object (kube-proxy's localhost NodePort
+			// and INVALID drop counters).
 			next()
 		case "--match-set":
 			name, dirs := next(), next()
