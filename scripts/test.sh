@@ -18,6 +18,12 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 go vet ./...
+# The upstream binaries, built before the tests (cached in /var/cache/minikit/e2e; cold,
+# about 20-30 minutes on 2 cores for e2e.test, then about 3 for kube-proxy in the same
+# tree): test/upstreamproxy runs upstream kube-proxy next to minikit's proxy, the
+# conformance runs below run e2e.test.
+./scripts/build-e2e.sh >/dev/null
+./scripts/build-upstream-proxy.sh >/dev/null
 go test -race -count=1 -timeout 40m -v ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 status=${PIPESTATUS[0]}
 passed=$(grep -cE '^\s*--- PASS' "$log" || true)
