@@ -100,8 +100,7 @@ type NFTProxier struct {
 	flushed       bool // the table was recreated by this process
 	lastFull      time.Time
 	healthChecked map[types.NamespacedName]bool
-	udpFrontends  map[types.NamespacedName][]netip.AddrPort
-	udpNodePorts  map[types.NamespacedName][]uint16
+	udp           udpFrontends // UDP ports at the last conntrack cleanup
 	servicePortsN int
 	endpointsN    int
 	rulesN        int
@@ -165,8 +164,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 		sets:          map[string]nft.Set{},
 		stale:         map[string]time.Time{},
 		healthChecked: map[types.NamespacedName]bool{},
-		udpFrontends:  map[types.NamespacedName][]netip.AddrPort{},
-		udpNodePorts:  map[types.NamespacedName][]uint16{},
+		udp:           newUDPFrontends(),
 	}
 	p.stats.Backend = "nftables"
 	if cfg.Backend != "" {
@@ -863,66 +861,16 @@ func (p *NFTProxier) syncHealth() {
 // cleanupConntrack deletes stale UDP flows after a sync changed UDP
 // services, as the iptables mode does (staleUDPFlows decides which).
 func (p *NFTProxier) cleanupConntrack(nodeIP netip.Addr) {
-	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
-	nodePorts := map[uint16]map[netip.Addr]bool{}
-	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
-	newNodePorts := map[types.NamespacedName][]uint16{}
+	ports := make(map[types.NamespacedName][]renderedPort, len(p.rendered))
 	for key, rs := range p.rendered {
 		for _, r := range rs {
-			sp := r.sp
-			if sp.protocol != "udp" {
-				continue
-			}
-			serving := map[netip.Addr]bool{}
-			for _, ip := range r.serving {
-				if a, err := netip.ParseAddr(ip); err == nil {
-					serving[a] = true
-				}
-			}
-			port := uint16(sp.port)
-			for _, ip := range append(append([]netip.Addr{sp.clusterIP}, sp.externalIPs...), sp.lbIPs...) {
-				ap := netip.AddrPortFrom(ip, port)
-				frontends[ap] = serving
-				newFrontends[key] = append(newFrontends[key], ap)
-			}
-			if sp.nodePort != 0 {
-				nodePorts[uint16(sp.nodePort)] = serving
-				newNodePorts[key] = append(newNodePorts[key], uint16(sp.nodePort))
-			}
+			ports[key] = append(ports[key], renderedPort{r.sp, r.serving})
 		}
 	}
-	for key, aps := range p.udpFrontends {
-		for _, ap := range aps {
-			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
-				frontends[ap] = map[netip.Addr]bool{}
-			}
-		}
-	}
-	for key, nps := range p.udpNodePorts {
-		for _, np := range nps {
-			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
-				nodePorts[np] = map[netip.Addr]bool{}
-			}
-		}
-	}
-	p.udpFrontends, p.udpNodePorts = newFrontends, newNodePorts
-	flows, err := p.ct.ListUDP()
-	if err != nil {
-		p.log.Error("listing conntrack flows", "err", err)
-		return
-	}
-	stale := staleUDPFlows(flows, frontends, nodePorts, nodeIP)
-	if len(stale) == 0 {
-		return
-	}
-	n, err := p.ct.Delete(stale)
-	if err != nil {
-		p.log.Error("deleting stale UDP conntrack flows", "err", err)
-	}
+	n := p.udp.cleanup(p.ct, p.log, ports, nodeIP)
 	p.statsMu.Lock()
 	p.stats.ConntrackPurged += n
 	p.statsMu.Unlock()
-	p.log.Info("deleted stale UDP conntrack flows", "flows", n)
 }
 
 // Stats returns the sync statistics. NATChains and NATRules count the

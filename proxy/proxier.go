@@ -134,8 +134,7 @@ type Proxier struct {
 	countLocalhost bool
 	acctErr        map[string]string // the last error per counter, logged once
 	lastFull       time.Time
-	udpFrontends   map[types.NamespacedName][]netip.AddrPort
-	udpNodePorts   map[types.NamespacedName][]uint16
+	udp            udpFrontends // UDP ports at the last conntrack cleanup
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -206,8 +205,7 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 		rendered:      map[types.NamespacedName][]*serviceRules{},
 		written:       map[string]string{},
 		healthChecked: map[types.NamespacedName]bool{},
-		udpFrontends:  map[types.NamespacedName][]netip.AddrPort{},
-		udpNodePorts:  map[types.NamespacedName][]uint16{},
+		udp:           newUDPFrontends(),
 	}
 	if cfg.TCPBeLiberal != nil {
 		p.tcpBeLiberal = *cfg.TCPBeLiberal
@@ -461,7 +459,7 @@ func (p *Proxier) syncProxyRules() (err error) {
 	// cluster's size).
 	before := make(map[types.NamespacedName][]*serviceRules, len(inputs))
 	render := func(key types.NamespacedName, in input) {
-		if len(p.udpFrontends[key]) > 0 || len(p.udpNodePorts[key]) > 0 {
+		if p.udp.had(key) {
 			udpChanged = true
 		}
 		old, seen := p.rendered[key]
@@ -827,67 +825,16 @@ func (p *Proxier) syncHealth() {
 
 // cleanupConntrack deletes stale UDP flows after a sync changed UDP services.
 func (p *Proxier) cleanupConntrack(nodeIP netip.Addr) {
-	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
-	nodePorts := map[uint16]map[netip.Addr]bool{}
-	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
-	newNodePorts := map[types.NamespacedName][]uint16{}
+	ports := make(map[types.NamespacedName][]renderedPort, len(p.rendered))
 	for key, rs := range p.rendered {
 		for _, r := range rs {
-			sp := r.sp
-			if sp.protocol != "udp" {
-				continue
-			}
-			serving := map[netip.Addr]bool{}
-			for _, ip := range r.serving {
-				if a, err := netip.ParseAddr(ip); err == nil {
-					serving[a] = true
-				}
-			}
-			port := uint16(sp.port)
-			for _, ip := range append(append([]netip.Addr{sp.clusterIP}, sp.externalIPs...), sp.lbIPs...) {
-				ap := netip.AddrPortFrom(ip, port)
-				frontends[ap] = serving
-				newFrontends[key] = append(newFrontends[key], ap)
-			}
-			if sp.nodePort != 0 {
-				nodePorts[uint16(sp.nodePort)] = serving
-				newNodePorts[key] = append(newNodePorts[key], uint16(sp.nodePort))
-			}
+			ports[key] = append(ports[key], renderedPort{r.sp, r.serving})
 		}
 	}
-	// Frontends of UDP services deleted since: no endpoint serves them now.
-	for key, aps := range p.udpFrontends {
-		for _, ap := range aps {
-			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
-				frontends[ap] = map[netip.Addr]bool{}
-			}
-		}
-	}
-	for key, nps := range p.udpNodePorts {
-		for _, np := range nps {
-			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
-				nodePorts[np] = map[netip.Addr]bool{}
-			}
-		}
-	}
-	p.udpFrontends, p.udpNodePorts = newFrontends, newNodePorts
-	flows, err := p.ct.ListUDP()
-	if err != nil {
-		p.log.Error("listing conntrack flows", "err", err)
-		return
-	}
-	stale := staleUDPFlows(flows, frontends, nodePorts, nodeIP)
-	if len(stale) == 0 {
-		return
-	}
-	n, err := p.ct.Delete(stale)
-	if err != nil {
-		p.log.Error("deleting stale UDP conntrack flows", "err", err)
-	}
+	n := p.udp.cleanup(p.ct, p.log, ports, nodeIP)
 	p.statsMu.Lock()
 	p.stats.ConntrackPurged += n
 	p.statsMu.Unlock()
-	p.log.Info("deleted stale UDP conntrack flows", "flows", n)
 }
 
 // monitor is kube-proxy's iptables.Monitor, extended: every SyncPeriod it
