@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -332,5 +333,46 @@ func TestNetlinkFailureIsAtomicAndNamed(t *testing.T) {
 	}
 	if chains, err := p.nl.ListChains(ctx); err != nil || len(chains) != 0 {
 		t.Errorf("ListChains after DeleteTable = %v, %v", chains, err)
+	}
+}
+
+// TestOracleDumps replays Fake dumps (what the renderer's golden files
+// hold) through both backends: the Fake of the rule-shape corpus, and any
+// files named by NFT_ORACLE_DUMPS (a glob, e.g. ../testdata/nft/*.nft).
+func TestOracleDumps(t *testing.T) {
+	f := NewFake()
+	if err := f.Run(context.Background(), fullTx(shapesServices(), true)); err != nil {
+		t.Fatal(err)
+	}
+	dumps := map[string]string{"shapes corpus": f.Dump()}
+	if glob := os.Getenv("NFT_ORACLE_DUMPS"); glob != "" {
+		files, err := filepath.Glob(glob)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("NFT_ORACLE_DUMPS=%q matches no files (%v)", glob, err)
+		}
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dumps[file] = string(b)
+		}
+	}
+	for name, text := range dumps {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			tx, err := ParseDump(text)
+			if err != nil {
+				t.Fatalf("parsing dump: %v", err)
+			}
+			// The parsed transaction dumps back to the same text.
+			g := NewFake()
+			if err := g.Run(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			if text == f.Dump() && g.Dump() != text {
+				t.Fatalf("ParseDump round trip:\n%s", lineDiff(text, g.Dump()))
+			}
+			newPair(t).run(t, name, tx)
+		})
 	}
 }
