@@ -180,3 +180,35 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+func TestElide(t *testing.T) {
+	m := &chainMemory{valid: true, rules: map[string][]ruleKey{
+		"svc-a": {{"meta l4proto tcp dnat to 10.0.0.1:80", ""}},
+		"svc-b": {{"ip saddr @aff-b goto ep-b", ""}},
+		"svc-c": {{"meta l4proto tcp dnat to 10.0.0.3:80", ""}},
+	}}
+	tx := &Transaction{}
+	for _, c := range []string{"svc-a", "svc-b", "svc-c"} {
+		tx.Add(&Chain{Name: c})
+		tx.Flush(&Chain{Name: c})
+	}
+	tx.Add(&Rule{Chain: "svc-a", Rule: "meta l4proto tcp dnat to 10.0.0.1:80"}) // unchanged
+	tx.Add(&Rule{Chain: "svc-b", Rule: "ip saddr @aff-b goto ep-b"})            // unchanged, but its set is deleted below
+	tx.Add(&Rule{Chain: "svc-c", Rule: "meta l4proto tcp dnat to 10.0.0.9:80"}) // changed
+	tx.Delete(&Set{Name: "aff-b"})
+	var kept []string
+	for _, i := range m.elide(tx) {
+		line, _ := renderOp(IPv4Family, "kube-proxy", &tx.Ops[i])
+		kept = append(kept, line)
+	}
+	want := []string{
+		"add chain ip kube-proxy svc-b", "flush chain ip kube-proxy svc-b",
+		"add chain ip kube-proxy svc-c", "flush chain ip kube-proxy svc-c",
+		"add rule ip kube-proxy svc-b ip saddr @aff-b goto ep-b",
+		"add rule ip kube-proxy svc-c meta l4proto tcp dnat to 10.0.0.9:80",
+		"delete set ip kube-proxy aff-b",
+	}
+	if strings.Join(kept, "\n") != strings.Join(want, "\n") {
+		t.Errorf("elide kept:\n%s\nwant:\n%s", strings.Join(kept, "\n"), strings.Join(want, "\n"))
+	}
+}

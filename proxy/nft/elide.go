@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -84,9 +85,33 @@ func (m *chainMemory) elide(tx *Transaction) []int {
 		}
 	}
 	simulateChains(final, tx)
+	// A chain or set the transaction deletes may be deletable only because
+	// a flush removed the rules using it; such chains are always sent.
+	var gone []string
+	for i := range tx.Ops {
+		o := &tx.Ops[i]
+		if o.Kind == OpDelete {
+			switch {
+			case o.Chain != nil:
+				gone = append(gone, o.Chain.Name)
+			case o.Set != nil || o.Map != nil:
+				gone = append(gone, setName(o))
+			}
+		}
+	}
+	uses := func(rules []ruleKey) bool {
+		for _, r := range rules {
+			for _, g := range gone {
+				if strings.Contains(r.rule, g) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	skip := map[string]bool{}
 	for c, r := range final {
-		if flushed[c] && slices.Equal(r, m.rules[c]) {
+		if flushed[c] && slices.Equal(r, m.rules[c]) && !uses(r) {
 			skip[c] = true
 		}
 	}
