@@ -2,10 +2,13 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -234,5 +237,142 @@ func TestOracleExtraShapes(t *testing.T) {
 	p.run(t, "extra shapes", tx)
 	if os.Getenv("NFT_SHOW") != "" {
 		t.Log(nftList(t, p.nlNS))
+	}
+}
+
+// TestOracleRepairsOutsideChanges: a rule added behind the backends' back
+// (by `nft` itself) is gone after the next full sync in both namespaces;
+// the Netlink backend must not trust its memory of the chain then.
+func TestOracleRepairsOutsideChanges(t *testing.T) {
+	p := newPair(t)
+	svcs := shapesServices()
+	p.run(t, "first full sync", fullTx(svcs, true))
+	chain := hashed("service-", svcs[0].portName())
+	for _, ns := range []string{p.execNS, p.nlNS} {
+		inNS(t, ns, func() error {
+			out, err := exec.Command("nft", "add", "rule", "ip", "kube-proxy", chain, "drop").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("nft add rule: %v: %s", err, out)
+			}
+			return nil
+		})
+	}
+	p.run(t, "full sync after an outside change", fullTx(svcs, false))
+	if got := nftList(t, p.nlNS); strings.Contains(got, "\t\tdrop\n") {
+		t.Errorf("the outside rule survived the full sync:\n%s", got)
+	}
+	n, err := p.nl.CountRules(context.Background(), chain)
+	if err != nil || n != 1 {
+		t.Errorf("CountRules(%s) = %d, %v; want 1", chain, n, err)
+	}
+}
+
+// TestNetlinkFailureIsAtomicAndNamed: a transaction whose last operation
+// fails changes nothing, and the error names the operation.
+func TestNetlinkFailureIsAtomicAndNamed(t *testing.T) {
+	p := newPair(t)
+	ctx := context.Background()
+	p.run(t, "full sync", fullTx(shapesServices(), true))
+	before := nftList(t, p.nlNS)
+	tx := &Transaction{}
+	tx.Add(&Element{Set: "cluster-ips", Key: []string{"10.96.9.9"}})
+	tx.Flush(&Chain{Name: "services"})
+	tx.Delete(&Chain{Name: "no-such-chain"})
+	err := p.nl.Run(ctx, tx)
+	if err == nil || !strings.Contains(err.Error(), `operation 2 (delete chain ip kube-proxy no-such-chain)`) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Run error = %v; want one naming operation 2 and wrapping ErrNotFound", err)
+	}
+	if after := nftList(t, p.nlNS); after != before {
+		t.Fatalf("failed transaction changed the table:\n%s", lineDiff(before, after))
+	}
+	// Unknown rule text fails before anything is sent.
+	tx = &Transaction{}
+	tx.Add(&Rule{Chain: "services", Rule: "tcp dport 22 counter accept"})
+	if err := p.nl.Run(ctx, tx); err == nil || !strings.Contains(err.Error(), `"tcp dport 22 counter accept"`) {
+		t.Fatalf("Run with unknown rule text: %v", err)
+	}
+	// Reads.
+	chains, err := p.nl.ListChains(ctx)
+	if err != nil || !slices.Contains(chains, "services") {
+		t.Errorf("ListChains = %v, %v", chains, err)
+	}
+	els, err := p.nl.ListElements(ctx, "no-endpoint-services")
+	if err != nil || len(els) != 1 || strings.Join(els[0].Key, " . ") != "10.96.1.3 . tcp . 80" || els[0].Value != "goto reject-chain" || els[0].Comment != "web/empty/tcp/http" {
+		t.Errorf("ListElements(no-endpoint-services) = %+v, %v", els, err)
+	}
+	var execEls []*Element
+	inNS(t, p.execNS, func() (err error) { execEls, err = p.exec.ListElements(ctx, "no-endpoint-services"); return })
+	if len(execEls) != 1 || len(els) != 1 || strings.Join(execEls[0].Key, " . ") != strings.Join(els[0].Key, " . ") ||
+		execEls[0].Value != els[0].Value || execEls[0].Comment != els[0].Comment {
+		t.Errorf("Exec.ListElements = %+v", execEls)
+	}
+	// A backend started later (as after a restart) learns set types from
+	// the kernel.
+	var nl2 *Netlink
+	inNS(t, p.nlNS, func() (err error) { nl2, err = NewNetlink(IPv4Family, "kube-proxy"); return })
+	defer nl2.Close()
+	tx = &Transaction{}
+	tx.Add(&Element{Set: "no-endpoint-services", Key: []string{"10.96.1.7", "udp", "53"}, Value: "drop"})
+	if err := nl2.Run(ctx, tx); err != nil {
+		t.Fatalf("second backend: %v", err)
+	}
+	if els, err := nl2.ListElements(ctx, "no-endpoint-services"); err != nil || len(els) != 2 {
+		t.Errorf("second backend ListElements = %v, %v", els, err)
+	}
+	if n, err := p.nl.CountRules(ctx, "services"); err != nil || n != 3 {
+		t.Errorf("CountRules(services) = %d, %v; want 3", n, err)
+	}
+	if _, err := p.nl.CountRules(ctx, "no-such-chain"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("CountRules(no-such-chain) error %v, want ErrNotFound", err)
+	}
+	if err := p.nl.DeleteTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.nl.DeleteTable(ctx); err != nil {
+		t.Fatalf("DeleteTable of a missing table: %v", err)
+	}
+	if chains, err := p.nl.ListChains(ctx); err != nil || len(chains) != 0 {
+		t.Errorf("ListChains after DeleteTable = %v, %v", chains, err)
+	}
+}
+
+// TestOracleDumps replays Fake dumps (what the renderer's golden files
+// hold) through both backends: the Fake of the rule-shape corpus, and any
+// files named by NFT_ORACLE_DUMPS (a glob, e.g. ../testdata/nft/*.nft).
+func TestOracleDumps(t *testing.T) {
+	f := NewFake()
+	if err := f.Run(context.Background(), fullTx(shapesServices(), true)); err != nil {
+		t.Fatal(err)
+	}
+	dumps := map[string]string{"shapes corpus": f.Dump()}
+	if glob := os.Getenv("NFT_ORACLE_DUMPS"); glob != "" {
+		files, err := filepath.Glob(glob)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("NFT_ORACLE_DUMPS=%q matches no files (%v)", glob, err)
+		}
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dumps[file] = string(b)
+		}
+	}
+	for name, text := range dumps {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			tx, err := ParseDump(text)
+			if err != nil {
+				t.Fatalf("parsing dump: %v", err)
+			}
+			// The parsed transaction dumps back to the same text.
+			g := NewFake()
+			if err := g.Run(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			if text == f.Dump() && g.Dump() != text {
+				t.Fatalf("ParseDump round trip:\n%s", lineDiff(text, g.Dump()))
+			}
+			newPair(t).run(t, name, tx)
+		})
 	}
 }
