@@ -32,6 +32,11 @@ func (e nsExec) ListChains(ctx context.Context) (out []string, err error) {
 	return out, err
 }
 
+func (e nsExec) ListSets(ctx context.Context) (out []string, err error) {
+	err = e.do(func() error { out, err = e.ex.ListSets(ctx); return err })
+	return out, err
+}
+
 func (e nsExec) ListElements(ctx context.Context, set string) (out []*nft.Element, err error) {
 	err = e.do(func() error { out, err = e.ex.ListElements(ctx, set); return err })
 	return out, err

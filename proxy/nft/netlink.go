@@ -800,6 +800,26 @@ func (n *Netlink) ListChains(context.Context) ([]string, error) {
 	return names, nil
 }
 
+// ListSets returns the names of the table's named sets and maps.
+func (n *Netlink) ListSets(context.Context) ([]string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sets, err := n.conn.GetSets(n.nftTable())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing sets: %w", err)
+	}
+	var names []string
+	for _, s := range sets {
+		if !s.Anonymous && !strings.HasPrefix(s.Name, "__") {
+			names = append(names, s.Name)
+		}
+	}
+	return names, nil
+}
+
 // CountRules counts a chain's rules.
 func (n *Netlink) CountRules(_ context.Context, chain string) (int, error) {
 	n.mu.Lock()

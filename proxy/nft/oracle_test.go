@@ -376,3 +376,85 @@ func TestOracleDumps(t *testing.T) {
 		})
 	}
 }
+
+// TestListingsMatchExec: ListSets and ListElements of the Netlink backend
+// (the one that wrote the table, one started later, and one reading a table
+// nft -f wrote) return what Exec's parse of `nft list` returns, for every
+// set and map: concatenated keys field by field, verdicts, data values,
+// intervals and comments.
+func TestListingsMatchExec(t *testing.T) {
+	p := newPair(t)
+	ctx := context.Background()
+	tx := fullTx(shapesServices(), true)
+	tx.Add(&Element{Set: "no-endpoint-services", Key: []string{"10.96.5.5", "udp", "5353"}, Value: "drop", Comment: "ns/new/udp/dns"})
+	tx.Add(&Element{Set: "no-endpoint-nodeports", Key: []string{"udp", "30053"}, Value: "drop"})
+	tx.Add(&Element{Set: "service-nodeports", Key: []string{"sctp", "30999"}, Value: "jump reject-chain", Comment: "a jump"})
+	tx.Add(&Map{Name: "dnat-targets", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service", Comment: "data map"})
+	tx.Add(&Element{Set: "dnat-targets", Key: []string{"10.96.0.1", "tcp", "80"}, Value: "10.244.0.1 . 8080"})
+	tx.Add(&Element{Set: "dnat-targets", Key: []string{"192.168.56.240", "udp", "65535"}, Value: "10.244.255.254 . 1"})
+	tx.Add(&Set{Name: "ranges", Type: "ipv4_addr", Flags: []string{"interval"}})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.1.0.0/16"}, Comment: "a prefix"})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.3.0.7"}})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.4.0.1-10.4.0.9"}})
+	p.run(t, "full sync", tx)
+
+	var execSets []string
+	inNS(t, p.execNS, func() (err error) { execSets, err = p.exec.ListSets(ctx); return })
+	sort.Strings(execSets)
+	for _, want := range []string{"service-ips", "firewall-ips", "no-endpoint-services", "no-endpoint-nodeports", "service-nodeports", "cluster-ips", "hairpin-connections", "dnat-targets", "ranges"} {
+		if !slices.Contains(execSets, want) {
+			t.Fatalf("Exec.ListSets = %v, missing %s", execSets, want)
+		}
+	}
+	if !slices.ContainsFunc(execSets, func(s string) bool { return strings.HasPrefix(s, "affinity-") }) {
+		t.Fatalf("Exec.ListSets = %v, no affinity set", execSets)
+	}
+	var laterNL, execNL *Netlink
+	inNS(t, p.nlNS, func() (err error) { laterNL, err = NewNetlink(IPv4Family, "kube-proxy"); return })
+	defer laterNL.Close()
+	inNS(t, p.execNS, func() (err error) { execNL, err = NewNetlink(IPv4Family, "kube-proxy"); return })
+	defer execNL.Close()
+	text := func(els []*Element) []string {
+		var out []string
+		for _, e := range els {
+			out = append(out, fmt.Sprintf("%s: %s | %q | %q", e.Set, strings.Join(e.Key, " . "), e.Value, e.Comment))
+		}
+		sort.Strings(out)
+		return out
+	}
+	for name, nl := range map[string]*Netlink{"writer": p.nl, "later": laterNL, "reading nft -f's table": execNL} {
+		sets, err := nl.ListSets(ctx)
+		sort.Strings(sets)
+		if err != nil || !slices.Equal(sets, execSets) {
+			t.Fatalf("%s: ListSets = %v, %v; Exec lists %v", name, sets, err, execSets)
+		}
+		for _, set := range sets {
+			var want []*Element
+			inNS(t, p.execNS, func() (err error) { want, err = p.exec.ListElements(ctx, set); return })
+			got, err := nl.ListElements(ctx, set)
+			if err != nil {
+				t.Fatalf("%s: ListElements(%s): %v", name, set, err)
+			}
+			if w, g := text(want), text(got); !slices.Equal(w, g) {
+				t.Errorf("%s: ListElements(%s):\n got  %q\n want %q", name, set, g, w)
+			}
+		}
+	}
+	// The maps with concatenated keys hold what was written.
+	els, _ := p.nl.ListElements(ctx, "service-nodeports")
+	if g := text(els); !slices.Contains(g, `service-nodeports: sctp . 30999 | "jump reject-chain" | "a jump"`) {
+		t.Errorf("service-nodeports lists %q", g)
+	}
+	if err := p.nl.DeleteTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sets, err := p.nl.ListSets(ctx); err != nil || len(sets) != 0 {
+		t.Errorf("ListSets without the table = %v, %v", sets, err)
+	}
+	var none []string
+	inNS(t, p.execNS, func() error { return p.exec.DeleteTable(ctx) })
+	inNS(t, p.execNS, func() (err error) { none, err = p.exec.ListSets(ctx); return })
+	if len(none) != 0 {
+		t.Errorf("Exec.ListSets without the table = %v", none)
+	}
+}

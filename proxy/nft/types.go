@@ -188,6 +188,10 @@ type Interface interface {
 	// ListChains returns the names of the table's chains (no error and no
 	// names when the table does not exist).
 	ListChains(ctx context.Context) ([]string, error)
+	// ListSets returns the names of the table's named sets and maps (no
+	// error and no names when the table does not exist; anonymous sets are
+	// not listed).
+	ListSets(ctx context.Context) ([]string, error)
 	// ListElements returns the elements of a set or map.
 	ListElements(ctx context.Context, set string) ([]*Element, error)
 	// CountRules returns how many rules a chain holds (for the drift check;
