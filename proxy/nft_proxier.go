@@ -8,8 +8,11 @@ package proxy
 // finds the table changed behind our back, and every FullSyncPeriod) re-adds
 // and flushes every chain and rewrites every service's chains, and diffs the
 // elements of the shared sets and maps against what the kernel lists. The
-// first full sync of a process deletes the table in the same transaction, so
-// leftovers of an earlier run (chains, affinity sets) cannot survive. A
+// first full sync of a process keeps the table an earlier run left (deleting
+// it would cost the whole table in one batch, see below): it lists the
+// chains, sets and elements there, rewrites every chain it wants, recreates
+// the wanted affinity sets (their timeout is unknown) and deletes the other
+// affinity sets by name; service chains nothing uses are stale (below). A
 // partial sync re-renders only the services that changed and writes one
 // transaction with their chains whose rules differ and the element changes,
 // diffed against an in-memory copy of the kernel's elements (kube-proxy's
@@ -97,7 +100,7 @@ type NFTProxier struct {
 	fixed map[string]int
 	// stale service chains, flushed, and when they became stale.
 	stale         map[string]time.Time
-	flushed       bool // the table was recreated by this process
+	flushed       bool // a full sync of this process succeeded
 	lastFull      time.Time
 	healthChecked map[types.NamespacedName]bool
 	udpFrontends  map[types.NamespacedName][]netip.AddrPort
@@ -449,48 +452,52 @@ func (p *NFTProxier) deleteStaleChains(ctx context.Context, now time.Time) error
 	return p.nft.Run(ctx, tx)
 }
 
-// fullSync writes the whole table in one transaction.
+// fullSync writes the whole table in one transaction. The first one of a
+// process does not delete the table (that would leave packets an empty
+// table between two commits, or cost one quadratic batch): it lists what
+// an earlier process left, diffs the elements against it, flushes every
+// chain it rewrites and removes the service chains and affinity sets
+// nothing uses now, by name.
 func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start time.Time) (int, error) {
 	tx := &nft.Transaction{}
-	if !p.flushed {
-		// The first sync of this process starts from an empty table.
-		tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
-		tx.Delete(&nft.Table{Family: nft.IPv4Family, Name: nftTableName})
-	}
 	fixed := nftSetup(tx, cfg)
 
-	// What the kernel holds: listed, unless the table was just recreated.
+	// What the kernel holds.
 	kernel := map[string]map[string]*nftElem{}
 	for _, set := range nftManagedSets {
 		kernel[set] = map[string]*nftElem{}
-		if !p.flushed {
-			continue
-		}
 		elems, err := p.nft.ListElements(ctx, set)
 		if err != nil {
 			if !errors.Is(err, nft.ErrNotFound) {
-				p.log.Error("listing nftables elements; flushing them", "set", set, "err", err)
-				tx.Flush(setOrMap(set))
+				return 0, fmt.Errorf("listing the elements of %s: %w", set, err)
 			}
 			continue
 		}
-		if !wellFormed(set, elems) {
-			// A listing we cannot diff against is as good as none: start
-			// the set over, as kube-proxy does when listing fails.
-			p.log.Error("nftables elements listed in an unexpected form; flushing them", "set", set)
-			tx.Flush(setOrMap(set))
-			continue
-		}
 		for _, e := range elems {
+			if err := checkListed(set, e); err != nil {
+				return 0, err
+			}
 			k := strings.Join(e.Key, " . ")
 			kernel[set][k] = &nftElem{set: set, key: e.Key, value: e.Value, comment: e.Comment}
 		}
 	}
-	var existing []string
-	if p.flushed {
-		var err error
-		if existing, err = p.nft.ListChains(ctx); err != nil {
-			return 0, fmt.Errorf("listing nftables chains: %w", err)
+	existing, err := p.nft.ListChains(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing nftables chains: %w", err)
+	}
+	knownSets := p.sets
+	if !p.flushed {
+		// An earlier process's affinity sets, of unknown timeout: the
+		// wanted ones are recreated, the others deleted.
+		names, err := p.nft.ListSets(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("listing nftables sets: %w", err)
+		}
+		knownSets = map[string]nft.Set{}
+		for _, name := range names {
+			if strings.HasPrefix(name, "affinity-") {
+				knownSets[name] = nft.Set{Name: name, Timeout: -1}
+			}
 		}
 	}
 
@@ -524,7 +531,9 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 		}
 	}
 	tx.Ops = append(tx.Ops, svcOps...)
-	setOps, staleSets := p.affinitySetOps(sets, p.sets, true)
+	// Sets listed just now exist: deleting them needs no ensure-add (their
+	// old definition is unknown).
+	setOps, staleSets := p.affinitySetOps(sets, knownSets, p.flushed)
 	tx.Ops = append(tx.Ops, setOps...)
 	tx.Ops = append(tx.Ops, ruleOps...)
 

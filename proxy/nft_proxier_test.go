@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -448,40 +449,146 @@ func TestNFTStaleChainsDeletedLater(t *testing.T) {
 }
 
 // garbledLister lists concatenated keys as one undecoded field and map
-// values as nothing, as a backend that does not know the set's types would:
-// a full sync then starts those sets over instead of diffing against
-// nonsense, and the drift check compares their sizes.
-type garbledLister struct{ *nft.Fake }
+// values as nothing, as a backend that does not know the set's types would.
+type garbledLister struct {
+	*nft.Fake
+	garble bool
+}
 
-func (g garbledLister) ListElements(ctx context.Context, set string) ([]*nft.Element, error) {
+func (g *garbledLister) ListElements(ctx context.Context, set string) ([]*nft.Element, error) {
 	elems, err := g.Fake.ListElements(ctx, set)
 	for _, e := range elems {
-		if len(e.Key) > 1 {
+		if g.garble && len(e.Key) > 1 {
 			e.Key = []string{"0xdeadbeef"}
+			e.Value = ""
 		}
-		e.Value = ""
 	}
 	return elems, err
 }
 
-func TestNFTFullSyncSurvivesUndecodableListing(t *testing.T) {
+// The drift check compares every managed set's and map's elements exactly
+// (keys and verdicts), and a full sync never diffs against a listing it
+// cannot read: it fails, naming the element, and writes nothing.
+func TestNFTListingsComparedExactly(t *testing.T) {
 	f := nft.NewFake()
-	p, _, _ := testNFTProxier(t, garbledLister{f})
+	g := &garbledLister{Fake: f}
+	p, _, _ := testNFTProxier(t, g)
 	loadShapes(p)
 	mustSyncNFT(t, p)
 	want := f.Dump()
 	if d := p.checkDrift(context.Background()); d != "" {
-		t.Fatalf("drift with an undecodable listing: %s", d)
+		t.Fatalf("drift right after a sync: %s", d)
 	}
+	// A verdict changed behind the proxy's back, count unchanged.
 	run(t, f, func(tx *nft.Transaction) {
 		tx.Delete(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}})
+		tx.Add(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}, Value: "goto " + nftRejectChain})
 	})
-	if d := p.checkDrift(context.Background()); d == "" {
-		t.Fatal("a missing element went unnoticed")
+	if d := p.checkDrift(context.Background()); !strings.Contains(d, `element 10.96.2.10 . tcp . 80 of service-ips is "goto reject-chain"`) {
+		t.Fatalf("drift = %q; want the changed verdict named", d)
 	}
 	p.forceFullSync()
 	mustSyncNFT(t, p)
 	if got := f.Dump(); got != want {
 		t.Fatalf("after the full sync:\n%s", lineDiff(want, got))
 	}
+	g.garble = true
+	if d := p.checkDrift(context.Background()); !strings.Contains(d, "unexpected element 0xdeadbeef") {
+		t.Fatalf("drift with a garbled listing = %q", d)
+	}
+	p.forceFullSync()
+	if err := p.syncProxyRules(); err == nil || !strings.Contains(err.Error(), `listed element "0xdeadbeef"`) {
+		t.Fatalf("full sync over a garbled listing: %v", err)
+	}
+	if got := f.Dump(); got != want {
+		t.Fatalf("a failed full sync changed the table:\n%s", lineDiff(want, got))
+	}
+}
+
+// txRecorder keeps every transaction run through it.
+type txRecorder struct {
+	nft.Interface
+	txs []*nft.Transaction
+}
+
+func (r *txRecorder) Run(ctx context.Context, tx *nft.Transaction) error {
+	r.txs = append(r.txs, tx)
+	return r.Interface.Run(ctx, tx)
+}
+
+// The first sync of a new process over the table an earlier one left does
+// not delete the table: it keeps what is still wanted, recreates the wanted
+// affinity sets (their timeout is unknown), deletes the unwanted ones by
+// name, and leaves stale service chains to be deleted a second later; the
+// table then equals a fresh proxier's.
+func TestNFTFirstSyncOverAnEarlierTable(t *testing.T) {
+	f := nft.NewFake()
+	a, _, _ := testNFTProxier(t, f)
+	loadShapes(a)
+	mustSyncNFT(t, a)
+
+	// An affinity set of a service the new process does not have (as an
+	// earlier version would leave), and one new service.
+	run(t, f, func(tx *nft.Transaction) {
+		tx.Add(&nft.Set{Name: "affinity-LEFTOVER-old/svc/tcp/p__10.244.9.9/80", Type: "ipv4_addr", Flags: []string{"dynamic", "timeout"}, Timeout: time.Hour})
+	})
+	load := func(p *NFTProxier) {
+		loadShapes(p)
+		s := shapes()[0]
+		svc := s.svc.DeepCopy()
+		svc.Namespace, svc.Spec.ClusterIP = "new", "10.96.3.3"
+		p.OnServiceUpdate(svc)
+		for _, sl := range s.slices {
+			sl := sl.DeepCopy()
+			sl.Namespace = "new"
+			p.OnEndpointSliceUpdate(sl)
+		}
+		p.OnServiceDelete(shapeService(1))
+	}
+	affinitySets := func() []string {
+		sets, _ := f.ListSets(context.Background())
+		var out []string
+		for _, s := range sets {
+			if strings.HasPrefix(s, "affinity-") {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	before := affinitySets()
+	rec := &txRecorder{Interface: f}
+	b, clock, _ := testNFTProxier(t, rec)
+	load(b)
+	mustSyncNFT(t, b)
+	for _, tx := range rec.txs {
+		for _, op := range tx.Ops {
+			if op.Kind == nft.OpDelete && op.Table != nil {
+				t.Fatalf("the first sync deleted the table")
+			}
+		}
+	}
+	clock.Step(1500 * time.Millisecond)
+	mustSyncNFT(t, b)
+
+	q, _, _ := testNFTProxier(t, nft.NewFake())
+	load(q)
+	mustSyncNFT(t, q)
+	want := q.nft.(*nft.Fake).Dump()
+	if got := f.Dump(); got != want {
+		t.Fatalf("after the new process's syncs:\n%s", lineDiff(want, got))
+	}
+	after := affinitySets()
+	if len(before) < 2 || len(after) != len(before)-1 || slices.Contains(after, "affinity-LEFTOVER-old/svc/tcp/p__10.244.9.9/80") {
+		t.Fatalf("affinity sets before %v, after %v: want some kept and some deleted", before, after)
+	}
+	if d := b.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift after the first sync: %s", d)
+	}
+}
+
+// shapeService is shapes()[i]'s Service as loadShapes loads it.
+func shapeService(i int) *corev1.Service {
+	svc := shapes()[i].svc.DeepCopy()
+	svc.Namespace = fmt.Sprint("c", i)
+	return svc
 }
