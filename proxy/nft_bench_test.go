@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 
@@ -68,7 +69,23 @@ func nftBenchServices(p *NFTProxier, S int) {
 // later full sync of the same objects, and a partial sync after one endpoint
 // change, through the Netlink backend and,
 // in the same run, through Exec (`nft -f`, kube-proxy's way).
+//
+// NFT_PREP_BATCH sets PrepBatchServices (default 500; 1000000 writes every
+// sync as one transaction, as before writeUnreachable).
 func BenchmarkNFTSync(b *testing.B) {
+	prep := 500
+	if v := os.Getenv("NFT_PREP_BATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("NFT_PREP_BATCH=%q: want a positive number", v)
+		}
+		prep = n
+	}
+	newProxier := func(b *testing.B, be nft.Interface) *NFTProxier {
+		p, _, _ := testNFTProxier(b, be)
+		p.cfg.PrepBatchServices = prep
+		return p
+	}
 	for _, backend := range []string{"netlink", "exec"} {
 		for _, S := range []int{1000, 10000} {
 			ns := newNetns(b)
@@ -96,7 +113,7 @@ func BenchmarkNFTSync(b *testing.B) {
 			b.Run(name+"/full", func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					p, _, _ := testNFTProxier(b, open(b))
+					p := newProxier(b, open(b))
 					nftBenchServices(p, S)
 					b.StartTimer()
 					mustSyncNFT(b, p)
@@ -104,7 +121,7 @@ func BenchmarkNFTSync(b *testing.B) {
 			})
 			b.Run(name+"/full-again", func(b *testing.B) {
 				// The hourly (or drift-repair) full sync of a running proxy.
-				p, _, _ := testNFTProxier(b, open(b))
+				p := newProxier(b, open(b))
 				nftBenchServices(p, S)
 				mustSyncNFT(b, p)
 				b.ResetTimer()
@@ -114,7 +131,7 @@ func BenchmarkNFTSync(b *testing.B) {
 				}
 			})
 			b.Run(name+"/partial-one-endpoint", func(b *testing.B) {
-				p, _, _ := testNFTProxier(b, open(b))
+				p := newProxier(b, open(b))
 				nftBenchServices(p, S)
 				mustSyncNFT(b, p)
 				b.ResetTimer()

@@ -64,6 +64,12 @@ type NFTConfig struct {
 	// DriftSampleChains is how many service chains the drift monitor counts
 	// the rules of per check, in rotation (default 256).
 	DriftSampleChains int
+	// PrepBatchServices: when at least this many service ports have chains
+	// that nothing reaches yet (a first sync into an empty table, many new
+	// services at once), their chains are written ahead of the sync's
+	// transaction in transactions of at most this many (default 500; see
+	// writeUnreachable).
+	PrepBatchServices int
 }
 
 // NFTProxier programs kube-proxy's nftables rules for the services it is
@@ -145,6 +151,9 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 	}
 	if cfg.DriftSampleChains == 0 {
 		cfg.DriftSampleChains = 256
+	}
+	if cfg.PrepBatchServices <= 0 {
+		cfg.PrepBatchServices = 500
 	}
 	log := c.Logger.With("component", "proxy", "mode", "nftables")
 	p := &NFTProxier{
@@ -506,34 +515,52 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 	chains := map[string]*nftChain{}
 	sets := map[string]nft.Set{}
 	keys := p.renderedKeys()
-	var svcOps []nft.Op
-	var ruleOps []nft.Op
+	inKernel := make(map[string]bool, len(existing))
+	for _, name := range existing {
+		inKernel[name] = true
+	}
+	var prep []*nftServiceRules
+	var final []*nftServiceRules
 	p.servicePortsN, p.endpointsN, p.rulesN = 0, 0, 0
 	for _, key := range keys {
 		for _, r := range p.rendered[key] {
 			p.countService(r, 1)
 			for i := range r.chains {
-				c := &r.chains[i]
-				chains[c.name] = c
-				svcOps = append(svcOps, nft.Op{Kind: nft.OpAdd, Chain: &nft.Chain{Name: c.name}},
-					nft.Op{Kind: nft.OpFlush, Chain: &nft.Chain{Name: c.name}})
-				for j := range c.rules {
-					ruleOps = append(ruleOps, nft.Op{Kind: nft.OpAdd, Rule: &c.rules[j]})
-				}
+				chains[r.chains[i].name] = &r.chains[i]
 			}
 			for i := range r.sets {
-				s := r.sets[i]
-				sets[s.Name] = s
+				sets[r.sets[i].Name] = r.sets[i]
 			}
 			for i := range r.elems {
 				addOwner(owners, key, &r.elems[i])
 			}
+			if unreachable(r, inKernel, knownSets) {
+				prep = append(prep, r)
+			} else {
+				final = append(final, r)
+			}
 		}
 	}
+	if len(prep) < p.cfg.PrepBatchServices {
+		final, prep = append(final, prep...), nil
+	}
+	if err := p.writeUnreachable(ctx, prep); err != nil {
+		return 0, err
+	}
+	finalSets := sets
+	if len(prep) > 0 {
+		finalSets = map[string]nft.Set{}
+		for _, r := range final {
+			for _, s := range r.sets {
+				finalSets[s.Name] = s
+			}
+		}
+	}
+	svcOps, ruleOps := serviceChainOps(final, true)
 	tx.Ops = append(tx.Ops, svcOps...)
 	// Sets listed just now exist: deleting them needs no ensure-add (their
 	// old definition is unknown).
-	setOps, staleSets := p.affinitySetOps(sets, knownSets, p.flushed)
+	setOps, staleSets := p.affinitySetOps(finalSets, knownSets, p.flushed)
 	tx.Ops = append(tx.Ops, setOps...)
 	tx.Ops = append(tx.Ops, ruleOps...)
 
@@ -580,7 +607,103 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 			p.stale[name] = start
 		}
 	}
-	return tx.Len(), nil
+	return tx.Len() + prepOps(prep), nil
+}
+
+// unreachable says whether nothing can send a packet into r's chains yet:
+// none of them is in the kernel (so no map element, rule or verdict names
+// them) and none of its affinity sets is, so writing them changes nothing
+// a packet can see until a later transaction points an element at them.
+func unreachable(r *nftServiceRules, inKernel map[string]bool, sets map[string]nft.Set) bool {
+	for i := range r.chains {
+		if inKernel[r.chains[i].name] {
+			return false
+		}
+	}
+	for _, s := range r.sets {
+		if _, ok := sets[s.Name]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+// serviceChainOps returns the operations that write the chains of rs: each chain
+// added (and flushed, with flush), then their rules.
+func serviceChainOps(rs []*nftServiceRules, flush bool) (chainOps, ruleOps []nft.Op) {
+	for _, r := range rs {
+		for i := range r.chains {
+			c := &r.chains[i]
+			chainOps = append(chainOps, nft.Op{Kind: nft.OpAdd, Chain: &nft.Chain{Name: c.name}})
+			if flush {
+				chainOps = append(chainOps, nft.Op{Kind: nft.OpFlush, Chain: &nft.Chain{Name: c.name}})
+			}
+			for j := range c.rules {
+				ruleOps = append(ruleOps, nft.Op{Kind: nft.OpAdd, Rule: &c.rules[j]})
+			}
+		}
+	}
+	return chainOps, ruleOps
+}
+
+// writeUnreachable writes the chains and affinity sets of service ports
+// that nothing reaches yet (unreachable) in transactions of at most
+// PrepBatchServices service ports each, before the transaction that points
+// the maps at them. Each of these commits is invisible to packets, so the
+// sync stays atomic to them; splitting it keeps the kernel's cost linear:
+// binding a rule's anonymous set (the numgen maps of every service chain)
+// walks the transaction's whole list of changes, so one transaction of N
+// service chains costs O(N^2) (see the package doc for the numbers).
+func (p *NFTProxier) writeUnreachable(ctx context.Context, rs []*nftServiceRules) error {
+	for len(rs) > 0 {
+		n := min(len(rs), p.cfg.PrepBatchServices)
+		tx := &nft.Transaction{}
+		tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+		chains, rules := serviceChainOps(rs[:n], false)
+		tx.Ops = append(tx.Ops, chains...)
+		for _, r := range rs[:n] {
+			for i := range r.sets {
+				tx.Add(&r.sets[i])
+			}
+		}
+		tx.Ops = append(tx.Ops, rules...)
+		if err := p.nft.Run(ctx, tx); err != nil {
+			return fmt.Errorf("writing the chains of %d new service ports (%d operations): %w", n, tx.Len(), err)
+		}
+		rs = rs[n:]
+	}
+	return nil
+}
+
+// partialUnreachable is unreachable for a partial sync: the kernel holds
+// the chains and sets this process wrote and the stale chains.
+func (p *NFTProxier) partialUnreachable(r *nftServiceRules) bool {
+	for i := range r.chains {
+		name := r.chains[i].name
+		if p.chains[name] != nil {
+			return false
+		}
+		if _, ok := p.stale[name]; ok {
+			return false
+		}
+	}
+	for _, s := range r.sets {
+		if _, ok := p.sets[s.Name]; ok {
+			return false
+		}
+	}
+	return true
+}
+
+func prepOps(rs []*nftServiceRules) int {
+	n := 0
+	for _, r := range rs {
+		n += len(r.sets)
+		for i := range r.chains {
+			n += 1 + len(r.chains[i].rules)
+		}
+	}
+	return n
 }
 
 // partialSync writes the changed services' chains, sets and elements.
@@ -591,6 +714,7 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 	newSets := map[string]nft.Set{}
 	oldSets := map[string]nft.Set{}
 	var goneChains []string
+	var prep []*nftServiceRules
 	for _, key := range keys {
 		old, cur := before[key], p.rendered[key]
 		for _, r := range old {
@@ -617,10 +741,19 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 		curChains := map[string]bool{}
 		for _, r := range cur {
 			p.countService(r, 1)
+			if p.partialUnreachable(r) {
+				// Written below, ahead of the transaction when there are
+				// many (writeUnreachable).
+				prep = append(prep, r)
+			}
 			for i := range r.chains {
 				c := &r.chains[i]
 				curChains[c.name] = true
 				if k := p.chains[c.name]; k != nil && k.text == c.text && !rewriteAll {
+					continue
+				}
+				if len(prep) > 0 && prep[len(prep)-1] == r {
+					newChains[c.name] = c
 					continue
 				}
 				newChains[c.name] = c
@@ -660,7 +793,30 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 			known[name] = s
 		}
 	}
-	setOps, staleSetOps := p.affinitySetOps(newSets, known, false)
+	setsToAdd := newSets
+	if len(prep) >= p.cfg.PrepBatchServices {
+		if err := p.writeUnreachable(ctx, prep); err != nil {
+			return 0, err
+		}
+		setsToAdd = map[string]nft.Set{}
+		prepped := map[string]bool{}
+		for _, r := range prep {
+			for _, s := range r.sets {
+				prepped[s.Name] = true
+			}
+		}
+		for name, s := range newSets {
+			if !prepped[name] {
+				setsToAdd[name] = s
+			}
+		}
+	} else {
+		c, r := serviceChainOps(prep, true)
+		chainOps = append(chainOps, c...)
+		ruleOps = append(ruleOps, r...)
+		prep = nil
+	}
+	setOps, staleSetOps := p.affinitySetOps(setsToAdd, known, false)
 	elemOps := elementOps(touched, p.owners, p.kernel)
 
 	tx := &nft.Transaction{}
@@ -670,7 +826,7 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 	tx.Ops = append(tx.Ops, elemOps...)
 	tx.Ops = append(tx.Ops, staleOps...)
 	tx.Ops = append(tx.Ops, staleSetOps...)
-	if tx.Len() == 0 {
+	if tx.Len() == 0 && len(prep) == 0 {
 		return 0, nil
 	}
 	if err := p.nft.Run(ctx, tx); err != nil {
@@ -691,7 +847,7 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 	for name, s := range newSets {
 		p.sets[name] = s
 	}
-	return tx.Len(), nil
+	return tx.Len() + prepOps(prep), nil
 }
 
 // affinitySetOps adds the wanted affinity sets (deleting and re-adding one

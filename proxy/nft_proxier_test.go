@@ -20,6 +20,12 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 )
 
+// testPrepBatch is the tests' PrepBatchServices: small, so that first syncs
+// and partial syncs adding two or more service ports write their chains
+// ahead in transactions of two service ports (writeUnreachable), and the
+// rest in the sync's one transaction.
+var testPrepBatch = 2
+
 // testNFTProxier is an NFTProxier on a Fake, never started: tests call
 // syncProxyRules themselves.
 func testNFTProxier(t testing.TB, backend nft.Interface) (*NFTProxier, *fakeClock, *fakeConntrack) {
@@ -34,7 +40,7 @@ func testNFTProxier(t testing.TB, backend nft.Interface) (*NFTProxier, *fakeCloc
 		HealthCheckListen: func(port int) (net.Listener, error) {
 			return net.Listen("tcp", "127.0.0.1:0")
 		},
-	}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}, backend)
+	}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}, PrepBatchServices: testPrepBatch}, backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -591,4 +597,110 @@ func shapeService(i int) *corev1.Service {
 	svc := shapes()[i].svc.DeepCopy()
 	svc.Namespace = fmt.Sprint("c", i)
 	return svc
+}
+
+// prepChecker checks every transaction that only adds (a preparatory one of
+// writeUnreachable): its rules go into chains it creates, and once it is
+// applied nothing outside those chains names them, so packets cannot reach
+// what it wrote.
+type prepChecker struct {
+	*nft.Fake
+	t     *testing.T
+	preps int
+}
+
+func (c *prepChecker) Run(ctx context.Context, tx *nft.Transaction) error {
+	before, _ := c.Fake.ListChains(ctx)
+	existed := map[string]bool{}
+	for _, n := range before {
+		existed[n] = true
+	}
+	added := map[string]bool{}
+	prep := true
+	for _, op := range tx.Ops {
+		if op.Kind != nft.OpAdd || op.Element != nil || op.Map != nil || op.Chain != nil && op.Chain.Hook != "" {
+			prep = false
+		}
+		if op.Chain != nil && !existed[op.Chain.Name] {
+			added[op.Chain.Name] = true
+		}
+	}
+	if err := c.Fake.Run(ctx, tx); err != nil || !prep {
+		return err
+	}
+	c.preps++
+	for _, op := range tx.Ops {
+		if op.Rule != nil && !added[op.Rule.Chain] {
+			c.t.Errorf("preparatory transaction adds a rule to %s, which existed before", op.Rule.Chain)
+		}
+	}
+	names := func(text string) {
+		for n := range added {
+			if strings.Contains(text, n) {
+				c.t.Errorf("after a preparatory transaction %q names its chain %s", text, n)
+			}
+		}
+	}
+	for _, set := range nftManagedSets {
+		els, _ := c.Fake.ListElements(ctx, set)
+		for _, e := range els {
+			names(e.Value)
+		}
+	}
+	after, _ := c.Fake.ListChains(ctx)
+	for _, ch := range after {
+		if !added[ch] {
+			for _, r := range c.Fake.Rules(ch) {
+				names(r.Rule)
+			}
+		}
+	}
+	return nil
+}
+
+// A first sync of many service ports, and a partial sync adding many,
+// write the new chains ahead in transactions nothing reaches, of at most
+// PrepBatchServices service ports each; the table equals the one a single
+// transaction writes.
+func TestNFTUnreachableChainsWrittenAhead(t *testing.T) {
+	c := &prepChecker{Fake: nft.NewFake(), t: t}
+	p, clock, _ := testNFTProxier(t, c)
+	loadShapes(p)
+	mustSyncNFT(t, p)
+	ports := p.Stats().Services
+	if want := ports / testPrepBatch; c.preps < want {
+		t.Fatalf("%d preparatory transactions for %d service ports, want at least %d", c.preps, ports, want)
+	}
+	single := func(load func(*NFTProxier)) string {
+		f := nft.NewFake()
+		q, _, _ := testNFTProxier(t, f)
+		q.cfg.PrepBatchServices = 1 << 30
+		load(q)
+		mustSyncNFT(t, q)
+		return f.Dump()
+	}
+	if got, want := c.Dump(), single(loadShapes); got != want {
+		t.Fatalf("first sync:\n%s", lineDiff(want, got))
+	}
+	// Many new services in one partial sync.
+	n := c.preps
+	more := func(q *NFTProxier) {
+		for i := 0; i < 6; i++ {
+			name := fmt.Sprint("s", i)
+			q.OnServiceUpdate(makeService("ns", name, clusterIPOf(name), withAffinity(60)))
+			q.OnEndpointSliceUpdate(makeSlice("ns", name, p80, ep{ip: fmt.Sprintf("10.244.1.%d", 50+i), node: testNode}))
+		}
+	}
+	more(p)
+	clock.Step(time.Second)
+	mustSyncNFT(t, p)
+	if st := p.Stats(); st.FullSyncs != 1 || c.preps < n+3 {
+		t.Fatalf("partial sync of 6 new services: %d more preparatory transactions, stats %+v", c.preps-n, st)
+	}
+	if got, want := c.Dump(), single(func(q *NFTProxier) { loadShapes(q); more(q) }); got != want {
+		t.Fatalf("after the partial sync:\n%s", lineDiff(want, got))
+	}
+	if d := p.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift: %s", d)
+	}
 }
