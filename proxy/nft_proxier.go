@@ -544,7 +544,17 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 	if len(prep) < p.cfg.PrepBatchServices {
 		final, prep = append(final, prep...), nil
 	}
-	if err := p.writeUnreachable(ctx, prep); err != nil {
+	// The shared sets and maps go first into a new table: the kernel finds
+	// a set by name by walking the table's list of sets in creation order,
+	// once per element message, and thousands of anonymous sets (one per
+	// numgen map) ahead of them would make every element cost that walk.
+	var shared []nft.Op
+	for _, op := range tx.Ops {
+		if op.Kind == nft.OpAdd && (op.Set != nil || op.Map != nil) {
+			shared = append(shared, op)
+		}
+	}
+	if err := p.writeUnreachable(ctx, shared, prep); err != nil {
 		return 0, err
 	}
 	finalSets := sets
@@ -654,11 +664,16 @@ func serviceChainOps(rs []*nftServiceRules, flush bool) (chainOps, ruleOps []nft
 // binding a rule's anonymous set (the numgen maps of every service chain)
 // walks the transaction's whole list of changes, so one transaction of N
 // service chains costs O(N^2) (see the package doc for the numbers).
-func (p *NFTProxier) writeUnreachable(ctx context.Context, rs []*nftServiceRules) error {
+//
+// first (the shared sets and maps, added empty if missing) goes into the
+// first of these transactions.
+func (p *NFTProxier) writeUnreachable(ctx context.Context, first []nft.Op, rs []*nftServiceRules) error {
 	for len(rs) > 0 {
 		n := min(len(rs), p.cfg.PrepBatchServices)
 		tx := &nft.Transaction{}
 		tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+		tx.Ops = append(tx.Ops, first...)
+		first = nil
 		chains, rules := serviceChainOps(rs[:n], false)
 		tx.Ops = append(tx.Ops, chains...)
 		for _, r := range rs[:n] {
@@ -795,7 +810,7 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 	}
 	setsToAdd := newSets
 	if len(prep) >= p.cfg.PrepBatchServices {
-		if err := p.writeUnreachable(ctx, prep); err != nil {
+		if err := p.writeUnreachable(ctx, nil, prep); err != nil {
 			return 0, err
 		}
 		setsToAdd = map[string]nft.Set{}

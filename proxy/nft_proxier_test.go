@@ -618,7 +618,7 @@ func (c *prepChecker) Run(ctx context.Context, tx *nft.Transaction) error {
 	added := map[string]bool{}
 	prep := true
 	for _, op := range tx.Ops {
-		if op.Kind != nft.OpAdd || op.Element != nil || op.Map != nil || op.Chain != nil && op.Chain.Hook != "" {
+		if op.Kind != nft.OpAdd || op.Element != nil || op.Chain != nil && op.Chain.Hook != "" {
 			prep = false
 		}
 		if op.Chain != nil && !existed[op.Chain.Name] {

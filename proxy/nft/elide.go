@@ -111,7 +111,10 @@ func (m *chainMemory) elide(tx *Transaction) []int {
 	}
 	skip := map[string]bool{}
 	for c, r := range final {
-		if flushed[c] && slices.Equal(r, m.rules[c]) && !uses(r) {
+		// Only a chain whose rules are known: one the memory has no entry
+		// for is not known to be empty.
+		before, known := m.rules[c]
+		if known && flushed[c] && slices.Equal(r, before) && !uses(r) {
 			skip[c] = true
 		}
 	}

@@ -458,3 +458,27 @@ func TestListingsMatchExec(t *testing.T) {
 		t.Errorf("Exec.ListSets without the table = %v", none)
 	}
 }
+
+// TestNetlinkFlushOfUnrememberedChain: a chain the backend wrote without
+// flushing it first (so it never learnt its rules) and flushes in a later
+// transaction, with a set its rules used deleted, is flushed: the elision
+// of unchanged chains must not take "not remembered" for "empty".
+func TestNetlinkFlushOfUnrememberedChain(t *testing.T) {
+	p := newPair(t)
+	tx := &Transaction{}
+	tx.Add(&Table{Family: IPv4Family, Name: "kube-proxy"})
+	tx.Add(&Chain{Name: "c"})
+	tx.Add(&Chain{Name: "e"})
+	tx.Add(&Set{Name: "A", Type: "ipv4_addr", Flags: []string{"dynamic", "timeout"}, Timeout: 60e9})
+	tx.Add(&Rule{Chain: "c", Rule: "ip saddr @A goto e"})
+	tx.Add(&Rule{Chain: "e", Rule: "update @A { ip saddr }"})
+	p.run(t, "chains written without a flush", tx)
+	tx = &Transaction{}
+	tx.Flush(&Chain{Name: "c"})
+	tx.Flush(&Chain{Name: "e"})
+	tx.Delete(&Set{Name: "A"})
+	p.run(t, "chains flushed, their set deleted", tx)
+	if got := nftList(t, p.nlNS); strings.Contains(got, "@A") || strings.Contains(got, "set A") {
+		t.Fatalf("the flush was left out:\n%s", got)
+	}
+}
