@@ -65,7 +65,8 @@ func nftBenchServices(p *NFTProxier, S int) {
 
 // BenchmarkNFTSync times the nftables mode's syncs against a real kernel (a
 // network namespace of its own) at S services x 5 endpoints: the first full
-// sync (render everything, one transaction that recreates the table), a
+// sync into an empty table (render everything; the service chains in
+// transactions of PrepBatchServices, then the one that makes them reachable), a
 // later full sync of the same objects, and a partial sync after one endpoint
 // change, through the Netlink backend and,
 // in the same run, through Exec (`nft -f`, kube-proxy's way).
