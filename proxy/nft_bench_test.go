@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"testing"
 
@@ -29,6 +30,11 @@ func (e nsExec) Run(ctx context.Context, tx *nft.Transaction) error {
 
 func (e nsExec) ListChains(ctx context.Context) (out []string, err error) {
 	err = e.do(func() error { out, err = e.ex.ListChains(ctx); return err })
+	return out, err
+}
+
+func (e nsExec) ListSets(ctx context.Context) (out []string, err error) {
+	err = e.do(func() error { out, err = e.ex.ListSets(ctx); return err })
 	return out, err
 }
 
@@ -59,11 +65,28 @@ func nftBenchServices(p *NFTProxier, S int) {
 
 // BenchmarkNFTSync times the nftables mode's syncs against a real kernel (a
 // network namespace of its own) at S services x 5 endpoints: the first full
-// sync (render everything, one transaction that recreates the table), a
+// sync into an empty table (render everything; the service chains in
+// transactions of PrepBatchServices, then the one that makes them reachable), a
 // later full sync of the same objects, and a partial sync after one endpoint
 // change, through the Netlink backend and,
 // in the same run, through Exec (`nft -f`, kube-proxy's way).
+//
+// NFT_PREP_BATCH sets PrepBatchServices (default 500; 1000000 writes every
+// sync as one transaction, as before writeUnreachable).
 func BenchmarkNFTSync(b *testing.B) {
+	prep := 500
+	if v := os.Getenv("NFT_PREP_BATCH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("NFT_PREP_BATCH=%q: want a positive number", v)
+		}
+		prep = n
+	}
+	newProxier := func(b *testing.B, be nft.Interface) *NFTProxier {
+		p, _, _ := testNFTProxier(b, be)
+		p.cfg.PrepBatchServices = prep
+		return p
+	}
 	for _, backend := range []string{"netlink", "exec"} {
 		for _, S := range []int{1000, 10000} {
 			ns := newNetns(b)
@@ -91,7 +114,7 @@ func BenchmarkNFTSync(b *testing.B) {
 			b.Run(name+"/full", func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
-					p, _, _ := testNFTProxier(b, open(b))
+					p := newProxier(b, open(b))
 					nftBenchServices(p, S)
 					b.StartTimer()
 					mustSyncNFT(b, p)
@@ -99,7 +122,7 @@ func BenchmarkNFTSync(b *testing.B) {
 			})
 			b.Run(name+"/full-again", func(b *testing.B) {
 				// The hourly (or drift-repair) full sync of a running proxy.
-				p, _, _ := testNFTProxier(b, open(b))
+				p := newProxier(b, open(b))
 				nftBenchServices(p, S)
 				mustSyncNFT(b, p)
 				b.ResetTimer()
@@ -109,7 +132,7 @@ func BenchmarkNFTSync(b *testing.B) {
 				}
 			})
 			b.Run(name+"/partial-one-endpoint", func(b *testing.B) {
-				p, _, _ := testNFTProxier(b, open(b))
+				p := newProxier(b, open(b))
 				nftBenchServices(p, S)
 				mustSyncNFT(b, p)
 				b.ResetTimer()

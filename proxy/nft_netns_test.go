@@ -278,4 +278,48 @@ func TestNFTNetlinkMatchesExec(t *testing.T) {
 	if st := p.Stats(); st.FullSyncs != 3 || st.PartialSyncs < 20 {
 		t.Fatalf("want three full syncs and partial ones, got %+v", st)
 	}
+
+	// A restarted process (a new backend) that has the shapes but not the
+	// random services: its first sync keeps the table, recreates the wanted
+	// affinity sets, deletes the others and flushes the stale chains, which
+	// the next sync a second later deletes.
+	for step := 0; step < 8; step++ {
+		name := fmt.Sprint("s", step)
+		svcs[name] = randomNFTService(rng, name)
+		svcs[name].Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		p.OnServiceUpdate(svcs[name])
+		p.OnEndpointSliceUpdate(randomSlice(rng, name))
+	}
+	mustSyncNFT(t, p)
+	var nl2 *nft.Netlink
+	if err := sandbox.DoPath(sandbox.NetNSPath(nsA), func() error {
+		var err error
+		nl2, err = nft.NewNetlink(nft.IPv4Family, nftTableName)
+		return err
+	}); err != nil {
+		t.Fatalf("netlink backend in %s: %v", nsA, err)
+	}
+	t.Cleanup(func() { nl2.Close() })
+	q, clock2, _ := testNFTProxier(t, &execTee{Interface: nl2, ns: nsB})
+	loadShapes(q)
+	mustSyncNFT(t, q)
+	if got, want := listTable(t, nsA), listTable(t, nsB); got != want {
+		t.Fatalf("after a restarted process's first sync, Netlink and nft -f differ:\n%s", lineDiff(want, got))
+	}
+	if d := q.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift after a restarted process's first sync: %s", d)
+	}
+	clock2.Step(1500 * time.Millisecond)
+	mustSyncNFT(t, q)
+	got := listTable(t, nsA)
+	if want := listTable(t, nsB); got != want {
+		t.Fatalf("after the stale chains' deletion, Netlink and nft -f differ:\n%s", lineDiff(want, got))
+	}
+	fresh := newNetns(t)
+	r, _, _ := testNFTProxier(t, &kernelTee{Fake: nft.NewFake(), ns: fresh})
+	loadShapes(r)
+	mustSyncNFT(t, r)
+	if want := listTable(t, fresh); got != want {
+		t.Fatalf("the restarted process's table differs from a fresh one:\n%s", lineDiff(want, got))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
+
+// testPrepBatch is the tests' PrepBatchServices: small, so that first syncs
+// and partial syncs adding two or more service ports write their chains
+// ahead in transactions of two service ports (writeUnreachable), and the
+// rest in the sync's one transaction.
+var testPrepBatch = 2
 
 // testNFTProxier is an NFTProxier on a Fake, never started: tests call
 // syncProxyRules themselves.
@@ -33,7 +40,7 @@ func testNFTProxier(t testing.TB, backend nft.Interface) (*NFTProxier, *fakeCloc
 		HealthCheckListen: func(port int) (net.Listener, error) {
 			return net.Listen("tcp", "127.0.0.1:0")
 		},
-	}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}, backend)
+	}, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}, PrepBatchServices: testPrepBatch}, backend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,40 +455,252 @@ func TestNFTStaleChainsDeletedLater(t *testing.T) {
 }
 
 // garbledLister lists concatenated keys as one undecoded field and map
-// values as nothing, as a backend that does not know the set's types would:
-// a full sync then starts those sets over instead of diffing against
-// nonsense, and the drift check compares their sizes.
-type garbledLister struct{ *nft.Fake }
+// values as nothing, as a backend that does not know the set's types would.
+type garbledLister struct {
+	*nft.Fake
+	garble bool
+}
 
-func (g garbledLister) ListElements(ctx context.Context, set string) ([]*nft.Element, error) {
+func (g *garbledLister) ListElements(ctx context.Context, set string) ([]*nft.Element, error) {
 	elems, err := g.Fake.ListElements(ctx, set)
 	for _, e := range elems {
-		if len(e.Key) > 1 {
+		if g.garble && len(e.Key) > 1 {
 			e.Key = []string{"0xdeadbeef"}
+			e.Value = ""
 		}
-		e.Value = ""
 	}
 	return elems, err
 }
 
-func TestNFTFullSyncSurvivesUndecodableListing(t *testing.T) {
+// The drift check compares every managed set's and map's elements exactly
+// (keys and verdicts), and a full sync never diffs against a listing it
+// cannot read: it fails, naming the element, and writes nothing.
+func TestNFTListingsComparedExactly(t *testing.T) {
 	f := nft.NewFake()
-	p, _, _ := testNFTProxier(t, garbledLister{f})
+	g := &garbledLister{Fake: f}
+	p, _, _ := testNFTProxier(t, g)
 	loadShapes(p)
 	mustSyncNFT(t, p)
 	want := f.Dump()
 	if d := p.checkDrift(context.Background()); d != "" {
-		t.Fatalf("drift with an undecodable listing: %s", d)
+		t.Fatalf("drift right after a sync: %s", d)
 	}
+	// A verdict changed behind the proxy's back, count unchanged.
 	run(t, f, func(tx *nft.Transaction) {
 		tx.Delete(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}})
+		tx.Add(&nft.Element{Set: nftServiceIPsMap, Key: []string{"10.96.2.10", "tcp", "80"}, Value: "goto " + nftRejectChain})
 	})
-	if d := p.checkDrift(context.Background()); d == "" {
-		t.Fatal("a missing element went unnoticed")
+	if d := p.checkDrift(context.Background()); !strings.Contains(d, `element 10.96.2.10 . tcp . 80 of service-ips is "goto reject-chain"`) {
+		t.Fatalf("drift = %q; want the changed verdict named", d)
 	}
 	p.forceFullSync()
 	mustSyncNFT(t, p)
 	if got := f.Dump(); got != want {
 		t.Fatalf("after the full sync:\n%s", lineDiff(want, got))
+	}
+	g.garble = true
+	if d := p.checkDrift(context.Background()); !strings.Contains(d, "unexpected element 0xdeadbeef") {
+		t.Fatalf("drift with a garbled listing = %q", d)
+	}
+	p.forceFullSync()
+	if err := p.syncProxyRules(); err == nil || !strings.Contains(err.Error(), `listed element "0xdeadbeef"`) {
+		t.Fatalf("full sync over a garbled listing: %v", err)
+	}
+	if got := f.Dump(); got != want {
+		t.Fatalf("a failed full sync changed the table:\n%s", lineDiff(want, got))
+	}
+}
+
+// txRecorder keeps every transaction run through it.
+type txRecorder struct {
+	nft.Interface
+	txs []*nft.Transaction
+}
+
+func (r *txRecorder) Run(ctx context.Context, tx *nft.Transaction) error {
+	r.txs = append(r.txs, tx)
+	return r.Interface.Run(ctx, tx)
+}
+
+// The first sync of a new process over the table an earlier one left does
+// not delete the table: it keeps what is still wanted, recreates the wanted
+// affinity sets (their timeout is unknown), deletes the unwanted ones by
+// name, and leaves stale service chains to be deleted a second later; the
+// table then equals a fresh proxier's.
+func TestNFTFirstSyncOverAnEarlierTable(t *testing.T) {
+	f := nft.NewFake()
+	a, _, _ := testNFTProxier(t, f)
+	loadShapes(a)
+	mustSyncNFT(t, a)
+
+	// An affinity set of a service the new process does not have (as an
+	// earlier version would leave), and one new service.
+	run(t, f, func(tx *nft.Transaction) {
+		tx.Add(&nft.Set{Name: "affinity-LEFTOVER-old/svc/tcp/p__10.244.9.9/80", Type: "ipv4_addr", Flags: []string{"dynamic", "timeout"}, Timeout: time.Hour})
+	})
+	load := func(p *NFTProxier) {
+		loadShapes(p)
+		s := shapes()[0]
+		svc := s.svc.DeepCopy()
+		svc.Namespace, svc.Spec.ClusterIP = "new", "10.96.3.3"
+		p.OnServiceUpdate(svc)
+		for _, sl := range s.slices {
+			sl := sl.DeepCopy()
+			sl.Namespace = "new"
+			p.OnEndpointSliceUpdate(sl)
+		}
+		p.OnServiceDelete(shapeService(1))
+	}
+	affinitySets := func() []string {
+		sets, _ := f.ListSets(context.Background())
+		var out []string
+		for _, s := range sets {
+			if strings.HasPrefix(s, "affinity-") {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	before := affinitySets()
+	rec := &txRecorder{Interface: f}
+	b, clock, _ := testNFTProxier(t, rec)
+	load(b)
+	mustSyncNFT(t, b)
+	for _, tx := range rec.txs {
+		for _, op := range tx.Ops {
+			if op.Kind == nft.OpDelete && op.Table != nil {
+				t.Fatalf("the first sync deleted the table")
+			}
+		}
+	}
+	clock.Step(1500 * time.Millisecond)
+	mustSyncNFT(t, b)
+
+	q, _, _ := testNFTProxier(t, nft.NewFake())
+	load(q)
+	mustSyncNFT(t, q)
+	want := q.nft.(*nft.Fake).Dump()
+	if got := f.Dump(); got != want {
+		t.Fatalf("after the new process's syncs:\n%s", lineDiff(want, got))
+	}
+	after := affinitySets()
+	if len(before) < 2 || len(after) != len(before)-1 || slices.Contains(after, "affinity-LEFTOVER-old/svc/tcp/p__10.244.9.9/80") {
+		t.Fatalf("affinity sets before %v, after %v: want some kept and some deleted", before, after)
+	}
+	if d := b.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift after the first sync: %s", d)
+	}
+}
+
+// shapeService is shapes()[i]'s Service as loadShapes loads it.
+func shapeService(i int) *corev1.Service {
+	svc := shapes()[i].svc.DeepCopy()
+	svc.Namespace = fmt.Sprint("c", i)
+	return svc
+}
+
+// prepChecker checks every transaction that only adds (a preparatory one of
+// writeUnreachable): its rules go into chains it creates, and once it is
+// applied nothing outside those chains names them, so packets cannot reach
+// what it wrote.
+type prepChecker struct {
+	*nft.Fake
+	t     *testing.T
+	preps int
+}
+
+func (c *prepChecker) Run(ctx context.Context, tx *nft.Transaction) error {
+	before, _ := c.Fake.ListChains(ctx)
+	existed := map[string]bool{}
+	for _, n := range before {
+		existed[n] = true
+	}
+	added := map[string]bool{}
+	prep := true
+	for _, op := range tx.Ops {
+		if op.Kind != nft.OpAdd || op.Element != nil || op.Chain != nil && op.Chain.Hook != "" {
+			prep = false
+		}
+		if op.Chain != nil && !existed[op.Chain.Name] {
+			added[op.Chain.Name] = true
+		}
+	}
+	if err := c.Fake.Run(ctx, tx); err != nil || !prep {
+		return err
+	}
+	c.preps++
+	for _, op := range tx.Ops {
+		if op.Rule != nil && !added[op.Rule.Chain] {
+			c.t.Errorf("preparatory transaction adds a rule to %s, which existed before", op.Rule.Chain)
+		}
+	}
+	names := func(text string) {
+		for n := range added {
+			if strings.Contains(text, n) {
+				c.t.Errorf("after a preparatory transaction %q names its chain %s", text, n)
+			}
+		}
+	}
+	for _, set := range nftManagedSets {
+		els, _ := c.Fake.ListElements(ctx, set)
+		for _, e := range els {
+			names(e.Value)
+		}
+	}
+	after, _ := c.Fake.ListChains(ctx)
+	for _, ch := range after {
+		if !added[ch] {
+			for _, r := range c.Fake.Rules(ch) {
+				names(r.Rule)
+			}
+		}
+	}
+	return nil
+}
+
+// A first sync of many service ports, and a partial sync adding many,
+// write the new chains ahead in transactions nothing reaches, of at most
+// PrepBatchServices service ports each; the table equals the one a single
+// transaction writes.
+func TestNFTUnreachableChainsWrittenAhead(t *testing.T) {
+	c := &prepChecker{Fake: nft.NewFake(), t: t}
+	p, clock, _ := testNFTProxier(t, c)
+	loadShapes(p)
+	mustSyncNFT(t, p)
+	ports := p.Stats().Services
+	if want := ports / testPrepBatch; c.preps < want {
+		t.Fatalf("%d preparatory transactions for %d service ports, want at least %d", c.preps, ports, want)
+	}
+	single := func(load func(*NFTProxier)) string {
+		f := nft.NewFake()
+		q, _, _ := testNFTProxier(t, f)
+		q.cfg.PrepBatchServices = 1 << 30
+		load(q)
+		mustSyncNFT(t, q)
+		return f.Dump()
+	}
+	if got, want := c.Dump(), single(loadShapes); got != want {
+		t.Fatalf("first sync:\n%s", lineDiff(want, got))
+	}
+	// Many new services in one partial sync.
+	n := c.preps
+	more := func(q *NFTProxier) {
+		for i := 0; i < 6; i++ {
+			name := fmt.Sprint("s", i)
+			q.OnServiceUpdate(makeService("ns", name, clusterIPOf(name), withAffinity(60)))
+			q.OnEndpointSliceUpdate(makeSlice("ns", name, p80, ep{ip: fmt.Sprintf("10.244.1.%d", 50+i), node: testNode}))
+		}
+	}
+	more(p)
+	clock.Step(time.Second)
+	mustSyncNFT(t, p)
+	if st := p.Stats(); st.FullSyncs != 1 || c.preps < n+3 {
+		t.Fatalf("partial sync of 6 new services: %d more preparatory transactions, stats %+v", c.preps-n, st)
+	}
+	if got, want := c.Dump(), single(func(q *NFTProxier) { loadShapes(q); more(q) }); got != want {
+		t.Fatalf("after the partial sync:\n%s", lineDiff(want, got))
+	}
+	if d := p.checkDrift(context.Background()); d != "" {
+		t.Fatalf("drift: %s", d)
 	}
 }

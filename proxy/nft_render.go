@@ -122,16 +122,16 @@ var nftKeyFields = map[string]int{
 	nftNoEndpointNodePortsMap: 2, nftServiceNodePortsMap: 2, nftHairpinSet: 4,
 }
 
-// wellFormed reports whether a backend listed a managed set's elements as
-// it was written: the key's field count, and a value for map elements.
-func wellFormed(set string, elems []*nft.Element) bool {
+// checkListed says whether a backend listed an element of a managed set
+// or map as it was written (the key's field count, a value for map
+// elements): anything else is a backend that cannot decode the set, and
+// diffing against it would write nonsense.
+func checkListed(set string, e *nft.Element) error {
 	_, isSet := setOrMap(set).(*nft.Set)
-	for _, e := range elems {
-		if len(e.Key) != nftKeyFields[set] || (e.Value == "") != isSet {
-			return false
-		}
+	if len(e.Key) != nftKeyFields[set] || (e.Value == "") != isSet {
+		return fmt.Errorf("the backend listed element %q (value %q) of %s, which has %d key fields", strings.Join(e.Key, " . "), e.Value, set, nftKeyFields[set])
 	}
-	return true
+	return nil
 }
 
 // nftMasqueradeRule is kube-proxy's masqueradeRule with the default

@@ -347,6 +347,14 @@ func (c *compiler) peek(n int) string {
 	return ""
 }
 
+// prev is the token next returned last ("" past the end).
+func (c *compiler) prev() string {
+	if c.pos-1 < len(c.toks) && c.pos > 0 {
+		return c.toks[c.pos-1]
+	}
+	return ""
+}
+
 func (c *compiler) next() string {
 	t := c.peek(0)
 	c.pos++
@@ -439,7 +447,7 @@ func (c *compiler) field() (field, error) {
 		case "daddr":
 			return field{kind: selPayload, typ: typeIPv4, base: expr.PayloadBaseNetworkHeader, offset: 16, length: 4, ipField: 12}, nil
 		}
-		return field{}, fmt.Errorf("unsupported ip match %q", c.toks[c.pos-1])
+		return field{}, fmt.Errorf("unsupported ip match %q", c.prev())
 	case "th":
 		switch c.next() {
 		case "sport":
@@ -447,7 +455,7 @@ func (c *compiler) field() (field, error) {
 		case "dport":
 			return field{kind: selPayload, typ: typeService, base: expr.PayloadBaseTransportHeader, offset: 2, length: 2}, nil
 		}
-		return field{}, fmt.Errorf("unsupported th match %q", c.toks[c.pos-1])
+		return field{}, fmt.Errorf("unsupported th match %q", c.prev())
 	case "meta":
 		switch c.next() {
 		case "l4proto":
@@ -455,7 +463,7 @@ func (c *compiler) field() (field, error) {
 		case "mark":
 			return field{kind: selMeta, typ: typeMark, meta: expr.MetaKeyMARK}, nil
 		}
-		return field{}, fmt.Errorf("unsupported meta key %q", c.toks[c.pos-1])
+		return field{}, fmt.Errorf("unsupported meta key %q", c.prev())
 	case "mark":
 		return field{kind: selMeta, typ: typeMark, meta: expr.MetaKeyMARK}, nil
 	case "ct":
@@ -465,7 +473,7 @@ func (c *compiler) field() (field, error) {
 		case "status":
 			return field{kind: selCt, typ: typeCtStatus, ct: expr.CtKeySTATUS}, nil
 		}
-		return field{}, fmt.Errorf("unsupported ct key %q", c.toks[c.pos-1])
+		return field{}, fmt.Errorf("unsupported ct key %q", c.prev())
 	case "fib":
 		f := field{kind: selFib, typ: typeFibAddr, fibFlag: c.next()}
 		if f.fibFlag != "saddr" && f.fibFlag != "daddr" {
@@ -481,7 +489,7 @@ func (c *compiler) field() (field, error) {
 		}
 		n, err := strconv.ParseUint(c.next(), 10, 32)
 		if err != nil || n == 0 {
-			return field{}, fmt.Errorf("invalid numgen modulus %q", c.toks[c.pos-1])
+			return field{}, fmt.Errorf("invalid numgen modulus %q", c.prev())
 		}
 		return field{kind: selNumgen, typ: typeInteger, modulus: uint32(n)}, nil
 	case "":

@@ -2,8 +2,10 @@ package nft
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -83,9 +85,36 @@ func (m *chainMemory) elide(tx *Transaction) []int {
 		}
 	}
 	simulateChains(final, tx)
+	// A chain or set the transaction deletes may be deletable only because
+	// a flush removed the rules using it; such chains are always sent.
+	var gone []string
+	for i := range tx.Ops {
+		o := &tx.Ops[i]
+		if o.Kind == OpDelete {
+			switch {
+			case o.Chain != nil:
+				gone = append(gone, o.Chain.Name)
+			case o.Set != nil || o.Map != nil:
+				gone = append(gone, setName(o))
+			}
+		}
+	}
+	uses := func(rules []ruleKey) bool {
+		for _, r := range rules {
+			for _, g := range gone {
+				if strings.Contains(r.rule, g) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 	skip := map[string]bool{}
 	for c, r := range final {
-		if flushed[c] && slices.Equal(r, m.rules[c]) {
+		// Only a chain whose rules are known: one the memory has no entry
+		// for is not known to be empty.
+		before, known := m.rules[c]
+		if known && flushed[c] && slices.Equal(r, before) && !uses(r) {
 			skip[c] = true
 		}
 	}
@@ -109,40 +138,80 @@ func (n *Netlink) generation() (uint32, error) {
 	m := b.begin(nftMsg|unix.NFT_MSG_GETGEN, 0, unix.AF_UNSPEC)
 	b.end(m)
 	n.seq = b.seq
+	attrs, err := n.request(b)
+	if err != nil {
+		return 0, fmt.Errorf("reading nf_tables generation: %w", err)
+	}
+	if v, ok := attrs[unix.NFTA_GEN_ID]; ok && len(v) >= 4 {
+		return binary.BigEndian.Uint32(v), nil
+	}
+	return 0, fmt.Errorf("nf_tables generation reply without an id")
+}
+
+// setTypeFromKernel reads a set's key and data types (NFT_MSG_GETSET).
+func (n *Netlink) setTypeFromKernel(name string) (*setType, error) {
+	b := &batch{seq: n.seq}
+	m := b.begin(nftMsg|unix.NFT_MSG_GETSET, 0, nfprotoIPv4)
+	b.str(unix.NFTA_SET_TABLE, n.table)
+	b.str(unix.NFTA_SET_NAME, name)
+	b.end(m)
+	n.seq = b.seq
+	attrs, err := n.request(b)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			err = fmt.Errorf("%w: %w", err, ErrNotFound)
+		}
+		return nil, fmt.Errorf("reading set %q: %w", name, err)
+	}
+	u32 := func(t uint16) uint32 {
+		if v := attrs[t]; len(v) >= 4 {
+			return binary.BigEndian.Uint32(v)
+		}
+		return 0
+	}
+	flags := u32(unix.NFTA_SET_FLAGS)
+	st := &setType{key: splitMagic(u32(unix.NFTA_SET_KEY_TYPE)), isMap: flags&unix.NFT_SET_MAP != 0, interval: flags&unix.NFT_SET_INTERVAL != 0}
+	if st.isMap && u32(unix.NFTA_SET_DATA_TYPE) != unix.NFT_DATA_VERDICT {
+		st.data = splitMagic(u32(unix.NFTA_SET_DATA_TYPE))
+	}
+	return st, nil
+}
+
+// request sends one non-dump request and returns its reply's attributes.
+func (n *Netlink) request(b *batch) (map[uint16][]byte, error) {
 	if err := unix.Sendto(n.fd, b.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return 0, fmt.Errorf("asking nf_tables for its generation: %w", err)
+		return nil, err
 	}
 	buf := make([]byte, 4096)
 	for {
 		// The kernel answers inside sendmsg; the reply is already queued.
 		nr, _, err := unix.Recvfrom(n.fd, buf, unix.MSG_DONTWAIT)
 		if err != nil {
-			return 0, fmt.Errorf("reading nf_tables generation: %w", err)
+			return nil, err
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:nr])
 		if err != nil {
-			return 0, fmt.Errorf("parsing nf_tables generation: %w", err)
+			return nil, err
 		}
 		for _, msg := range msgs {
 			if msg.Header.Seq != b.seq {
 				continue
 			}
 			if msg.Header.Type == unix.NLMSG_ERROR {
-				return 0, fmt.Errorf("reading nf_tables generation: %w", syscall.Errno(-int32(binary.NativeEndian.Uint32(msg.Data))))
+				return nil, syscall.Errno(-int32(binary.NativeEndian.Uint32(msg.Data)))
 			}
+			out := map[uint16][]byte{}
 			attrs := msg.Data[4:]
 			for len(attrs) >= 4 {
 				l := int(binary.NativeEndian.Uint16(attrs))
-				t := binary.NativeEndian.Uint16(attrs[2:])
+				t := binary.NativeEndian.Uint16(attrs[2:]) &^ unix.NLA_F_NESTED
 				if l < 4 || l > len(attrs) {
 					break
 				}
-				if t == unix.NFTA_GEN_ID && l >= 8 {
-					return binary.BigEndian.Uint32(attrs[4:8]), nil
-				}
-				attrs = attrs[(l+3)&^3:]
+				out[t] = attrs[4:l]
+				attrs = attrs[min((l+3)&^3, len(attrs)):]
 			}
-			return 0, fmt.Errorf("nf_tables generation reply without an id")
+			return out, nil
 		}
 	}
 }

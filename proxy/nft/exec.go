@@ -101,6 +101,31 @@ func (e *Exec) ListChains(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// ListSets returns the names of the table's named sets and maps.
+func (e *Exec) ListSets(ctx context.Context) ([]string, error) {
+	var names []string
+	for _, kind := range []string{"set", "map"} {
+		objs, err := e.listJSON(ctx, "list", kind+"s", string(e.family))
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			raw, ok := o[kind]
+			if !ok {
+				continue
+			}
+			var s struct{ Table, Name string }
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, fmt.Errorf("parsing nft %s: %w", kind, err)
+			}
+			if s.Table == e.table {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	return names, nil
+}
+
 // CountRules counts a chain's rules.
 func (e *Exec) CountRules(ctx context.Context, chain string) (int, error) {
 	objs, err := e.listJSON(ctx, "list", "chain", string(e.family), e.table, chain)

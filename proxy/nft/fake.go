@@ -336,6 +336,16 @@ func (f *Fake) ListChains(context.Context) ([]string, error) {
 	return sortedKeys(f.state.chains), nil
 }
 
+// ListSets returns the names of the table's sets and maps, sorted.
+func (f *Fake) ListSets(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == nil {
+		return nil, nil
+	}
+	return sortedKeys(f.state.sets), nil
+}
+
 // ListElements returns copies of the elements of a set or map, sorted.
 func (f *Fake) ListElements(_ context.Context, set string) ([]*Element, error) {
 	f.mu.Lock()

@@ -3,6 +3,7 @@ package nft
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -100,11 +101,17 @@ func TestFakeAddDeleteIdiomAndFlush(t *testing.T) {
 	if els, err := f.ListElements(ctx, "service-ips"); err != nil || len(els) != 0 {
 		t.Errorf("service-ips after flush: %v, %v", els, err)
 	}
+	if sets, err := f.ListSets(ctx); err != nil || !slices.Contains(sets, "service-ips") || !slices.Contains(sets, "cluster-ips") || !slices.IsSorted(sets) {
+		t.Errorf("ListSets = %v, %v", sets, err)
+	}
 	if _, err := f.CountRules(ctx, "stale"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("CountRules(stale) error %v, want ErrNotFound", err)
 	}
 	if err := f.DeleteTable(ctx); err != nil || f.Dump() != "" {
 		t.Errorf("DeleteTable: %v, dump %q", err, f.Dump())
+	}
+	if names, err := f.ListSets(ctx); err != nil || len(names) != 0 {
+		t.Errorf("ListSets without table: %v, %v", names, err)
 	}
 	if names, err := f.ListChains(ctx); err != nil || len(names) != 0 {
 		t.Errorf("ListChains without table: %v, %v", names, err)

@@ -471,13 +471,9 @@ func (n *Netlink) typeOf(set string) (*setType, error) {
 	if st, ok := n.setTypes[set]; ok {
 		return st, nil
 	}
-	s, err := n.conn.GetSetByName(&nftables.Table{Name: n.table, Family: nftables.TableFamilyIPv4}, set)
+	st, err := n.setTypeFromKernel(set)
 	if err != nil {
-		return nil, fmt.Errorf("set or map %q: %w (%v)", set, ErrNotFound, err)
-	}
-	st := &setType{key: splitMagic(s.KeyType.GetNFTMagic()), isMap: s.IsMap, interval: s.Interval}
-	if s.IsMap && s.DataType.GetNFTMagic() != unix.NFT_DATA_VERDICT {
-		st.data = splitMagic(s.DataType.GetNFTMagic())
+		return nil, err
 	}
 	n.setTypes[set] = st
 	return st, nil
@@ -804,6 +800,26 @@ func (n *Netlink) ListChains(context.Context) ([]string, error) {
 	return names, nil
 }
 
+// ListSets returns the names of the table's named sets and maps.
+func (n *Netlink) ListSets(context.Context) ([]string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sets, err := n.conn.GetSets(n.nftTable())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing sets: %w", err)
+	}
+	var names []string
+	for _, s := range sets {
+		if !s.Anonymous && !strings.HasPrefix(s.Name, "__") {
+			names = append(names, s.Name)
+		}
+	}
+	return names, nil
+}
+
 // CountRules counts a chain's rules.
 func (n *Netlink) CountRules(_ context.Context, chain string) (int, error) {
 	n.mu.Lock()
@@ -825,20 +841,18 @@ func (n *Netlink) CountRules(_ context.Context, chain string) (int, error) {
 func (n *Netlink) ListElements(_ context.Context, set string) ([]*Element, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s, err := n.conn.GetSetByName(n.nftTable(), set)
+	st, err := n.setTypeFromKernel(set)
 	if err != nil {
-		return nil, fmt.Errorf("listing elements of %q: %w (%v)", set, ErrNotFound, err)
+		return nil, fmt.Errorf("listing elements: %w", err)
 	}
-	keyTypes := splitMagic(s.KeyType.GetNFTMagic())
-	var dataTypes []dtype
-	if s.IsMap && s.DataType.GetNFTMagic() != unix.NFT_DATA_VERDICT {
-		dataTypes = splitMagic(s.DataType.GetNFTMagic())
-	}
+	keyTypes, dataTypes := st.key, st.data
+	verdictMap := st.isMap && st.data == nil
+	s := &nftables.Set{Table: n.nftTable(), Name: set, IsMap: st.isMap, Interval: st.interval}
 	els, err := n.conn.GetSetElements(s)
 	if err != nil {
 		return nil, fmt.Errorf("listing elements of %q: %w", set, err)
 	}
-	if s.Interval && len(keyTypes) == 1 && keyTypes[0] == typeIPv4 {
+	if st.interval && len(keyTypes) == 1 && keyTypes[0] == typeIPv4 {
 		return intervalElements(set, els), nil
 	}
 	out := make([]*Element, 0, len(els))
@@ -850,6 +864,8 @@ func (n *Netlink) ListElements(_ context.Context, set string) ([]*Element, error
 		switch {
 		case e.VerdictData != nil:
 			el.Value = verdictText(e.VerdictData)
+		case verdictMap:
+			el.Value = verdictAttrText(e.Val)
 		case s.IsMap:
 			el.Value = strings.Join(decodeKey(dataTypes, e.Val), " . ")
 		}
@@ -976,4 +992,29 @@ func rangeText(lo, hi uint32) string {
 		return fmt.Sprintf("%s/%d", addr(lo), bits)
 	}
 	return addr(lo) + "-" + addr(hi)
+}
+
+// verdictAttrText prints the NFTA_DATA_VERDICT attributes of a map
+// element's data.
+func verdictAttrText(b []byte) string {
+	var code int32
+	var chain string
+	for len(b) >= 4 {
+		l := int(binary.NativeEndian.Uint16(b))
+		t := binary.NativeEndian.Uint16(b[2:]) &^ unix.NLA_F_NESTED
+		if l < 4 || l > len(b) {
+			break
+		}
+		switch t {
+		case unix.NFTA_VERDICT_CODE:
+			if l >= 8 {
+				code = int32(binary.BigEndian.Uint32(b[4:8]))
+			}
+		case unix.NFTA_VERDICT_CHAIN:
+			chain = strings.TrimRight(string(b[4:l]), "\x00")
+		}
+		b = b[(l+3)&^3:]
+	}
+	v := verdict{code: code, chain: chain}
+	return verdictText(v.expr())
 }

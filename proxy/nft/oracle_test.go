@@ -2,10 +2,13 @@ package nft
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -234,5 +237,248 @@ func TestOracleExtraShapes(t *testing.T) {
 	p.run(t, "extra shapes", tx)
 	if os.Getenv("NFT_SHOW") != "" {
 		t.Log(nftList(t, p.nlNS))
+	}
+}
+
+// TestOracleRepairsOutsideChanges: a rule added behind the backends' back
+// (by `nft` itself) is gone after the next full sync in both namespaces;
+// the Netlink backend must not trust its memory of the chain then.
+func TestOracleRepairsOutsideChanges(t *testing.T) {
+	p := newPair(t)
+	svcs := shapesServices()
+	p.run(t, "first full sync", fullTx(svcs, true))
+	chain := hashed("service-", svcs[0].portName())
+	for _, ns := range []string{p.execNS, p.nlNS} {
+		inNS(t, ns, func() error {
+			out, err := exec.Command("nft", "add", "rule", "ip", "kube-proxy", chain, "drop").CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("nft add rule: %v: %s", err, out)
+			}
+			return nil
+		})
+	}
+	p.run(t, "full sync after an outside change", fullTx(svcs, false))
+	if got := nftList(t, p.nlNS); strings.Contains(got, "\t\tdrop\n") {
+		t.Errorf("the outside rule survived the full sync:\n%s", got)
+	}
+	n, err := p.nl.CountRules(context.Background(), chain)
+	if err != nil || n != 1 {
+		t.Errorf("CountRules(%s) = %d, %v; want 1", chain, n, err)
+	}
+}
+
+// TestNetlinkFailureIsAtomicAndNamed: a transaction whose last operation
+// fails changes nothing, and the error names the operation.
+func TestNetlinkFailureIsAtomicAndNamed(t *testing.T) {
+	p := newPair(t)
+	ctx := context.Background()
+	p.run(t, "full sync", fullTx(shapesServices(), true))
+	before := nftList(t, p.nlNS)
+	tx := &Transaction{}
+	tx.Add(&Element{Set: "cluster-ips", Key: []string{"10.96.9.9"}})
+	tx.Flush(&Chain{Name: "services"})
+	tx.Delete(&Chain{Name: "no-such-chain"})
+	err := p.nl.Run(ctx, tx)
+	if err == nil || !strings.Contains(err.Error(), `operation 2 (delete chain ip kube-proxy no-such-chain)`) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Run error = %v; want one naming operation 2 and wrapping ErrNotFound", err)
+	}
+	if after := nftList(t, p.nlNS); after != before {
+		t.Fatalf("failed transaction changed the table:\n%s", lineDiff(before, after))
+	}
+	// Unknown rule text fails before anything is sent.
+	tx = &Transaction{}
+	tx.Add(&Rule{Chain: "services", Rule: "tcp dport 22 counter accept"})
+	if err := p.nl.Run(ctx, tx); err == nil || !strings.Contains(err.Error(), `"tcp dport 22 counter accept"`) {
+		t.Fatalf("Run with unknown rule text: %v", err)
+	}
+	// Reads.
+	chains, err := p.nl.ListChains(ctx)
+	if err != nil || !slices.Contains(chains, "services") {
+		t.Errorf("ListChains = %v, %v", chains, err)
+	}
+	els, err := p.nl.ListElements(ctx, "no-endpoint-services")
+	if err != nil || len(els) != 1 || strings.Join(els[0].Key, " . ") != "10.96.1.3 . tcp . 80" || els[0].Value != "goto reject-chain" || els[0].Comment != "web/empty/tcp/http" {
+		t.Errorf("ListElements(no-endpoint-services) = %+v, %v", els, err)
+	}
+	var execEls []*Element
+	inNS(t, p.execNS, func() (err error) { execEls, err = p.exec.ListElements(ctx, "no-endpoint-services"); return })
+	if len(execEls) != 1 || len(els) != 1 || strings.Join(execEls[0].Key, " . ") != strings.Join(els[0].Key, " . ") ||
+		execEls[0].Value != els[0].Value || execEls[0].Comment != els[0].Comment {
+		t.Errorf("Exec.ListElements = %+v", execEls)
+	}
+	// A backend started later (as after a restart) learns set types from
+	// the kernel.
+	var nl2 *Netlink
+	inNS(t, p.nlNS, func() (err error) { nl2, err = NewNetlink(IPv4Family, "kube-proxy"); return })
+	defer nl2.Close()
+	tx = &Transaction{}
+	tx.Add(&Element{Set: "no-endpoint-services", Key: []string{"10.96.1.7", "udp", "53"}, Value: "drop"})
+	if err := nl2.Run(ctx, tx); err != nil {
+		t.Fatalf("second backend: %v", err)
+	}
+	if els, err := nl2.ListElements(ctx, "no-endpoint-services"); err != nil || len(els) != 2 {
+		t.Errorf("second backend ListElements = %v, %v", els, err)
+	}
+	if n, err := p.nl.CountRules(ctx, "services"); err != nil || n != 3 {
+		t.Errorf("CountRules(services) = %d, %v; want 3", n, err)
+	}
+	if _, err := p.nl.CountRules(ctx, "no-such-chain"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("CountRules(no-such-chain) error %v, want ErrNotFound", err)
+	}
+	if err := p.nl.DeleteTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.nl.DeleteTable(ctx); err != nil {
+		t.Fatalf("DeleteTable of a missing table: %v", err)
+	}
+	if chains, err := p.nl.ListChains(ctx); err != nil || len(chains) != 0 {
+		t.Errorf("ListChains after DeleteTable = %v, %v", chains, err)
+	}
+}
+
+// TestOracleDumps replays Fake dumps (what the renderer's golden files
+// hold) through both backends: the Fake of the rule-shape corpus, and any
+// files named by NFT_ORACLE_DUMPS (a glob, e.g. ../testdata/nft/*.nft).
+func TestOracleDumps(t *testing.T) {
+	f := NewFake()
+	if err := f.Run(context.Background(), fullTx(shapesServices(), true)); err != nil {
+		t.Fatal(err)
+	}
+	dumps := map[string]string{"shapes corpus": f.Dump()}
+	if glob := os.Getenv("NFT_ORACLE_DUMPS"); glob != "" {
+		files, err := filepath.Glob(glob)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("NFT_ORACLE_DUMPS=%q matches no files (%v)", glob, err)
+		}
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dumps[file] = string(b)
+		}
+	}
+	for name, text := range dumps {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			tx, err := ParseDump(text)
+			if err != nil {
+				t.Fatalf("parsing dump: %v", err)
+			}
+			// The parsed transaction dumps back to the same text.
+			g := NewFake()
+			if err := g.Run(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			if text == f.Dump() && g.Dump() != text {
+				t.Fatalf("ParseDump round trip:\n%s", lineDiff(text, g.Dump()))
+			}
+			newPair(t).run(t, name, tx)
+		})
+	}
+}
+
+// TestListingsMatchExec: ListSets and ListElements of the Netlink backend
+// (the one that wrote the table, one started later, and one reading a table
+// nft -f wrote) return what Exec's parse of `nft list` returns, for every
+// set and map: concatenated keys field by field, verdicts, data values,
+// intervals and comments.
+func TestListingsMatchExec(t *testing.T) {
+	p := newPair(t)
+	ctx := context.Background()
+	tx := fullTx(shapesServices(), true)
+	tx.Add(&Element{Set: "no-endpoint-services", Key: []string{"10.96.5.5", "udp", "5353"}, Value: "drop", Comment: "ns/new/udp/dns"})
+	tx.Add(&Element{Set: "no-endpoint-nodeports", Key: []string{"udp", "30053"}, Value: "drop"})
+	tx.Add(&Element{Set: "service-nodeports", Key: []string{"sctp", "30999"}, Value: "jump reject-chain", Comment: "a jump"})
+	tx.Add(&Map{Name: "dnat-targets", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service", Comment: "data map"})
+	tx.Add(&Element{Set: "dnat-targets", Key: []string{"10.96.0.1", "tcp", "80"}, Value: "10.244.0.1 . 8080"})
+	tx.Add(&Element{Set: "dnat-targets", Key: []string{"192.168.56.240", "udp", "65535"}, Value: "10.244.255.254 . 1"})
+	tx.Add(&Set{Name: "ranges", Type: "ipv4_addr", Flags: []string{"interval"}})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.1.0.0/16"}, Comment: "a prefix"})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.3.0.7"}})
+	tx.Add(&Element{Set: "ranges", Key: []string{"10.4.0.1-10.4.0.9"}})
+	p.run(t, "full sync", tx)
+
+	var execSets []string
+	inNS(t, p.execNS, func() (err error) { execSets, err = p.exec.ListSets(ctx); return })
+	sort.Strings(execSets)
+	for _, want := range []string{"service-ips", "firewall-ips", "no-endpoint-services", "no-endpoint-nodeports", "service-nodeports", "cluster-ips", "hairpin-connections", "dnat-targets", "ranges"} {
+		if !slices.Contains(execSets, want) {
+			t.Fatalf("Exec.ListSets = %v, missing %s", execSets, want)
+		}
+	}
+	if !slices.ContainsFunc(execSets, func(s string) bool { return strings.HasPrefix(s, "affinity-") }) {
+		t.Fatalf("Exec.ListSets = %v, no affinity set", execSets)
+	}
+	var laterNL, execNL *Netlink
+	inNS(t, p.nlNS, func() (err error) { laterNL, err = NewNetlink(IPv4Family, "kube-proxy"); return })
+	defer laterNL.Close()
+	inNS(t, p.execNS, func() (err error) { execNL, err = NewNetlink(IPv4Family, "kube-proxy"); return })
+	defer execNL.Close()
+	text := func(els []*Element) []string {
+		var out []string
+		for _, e := range els {
+			out = append(out, fmt.Sprintf("%s: %s | %q | %q", e.Set, strings.Join(e.Key, " . "), e.Value, e.Comment))
+		}
+		sort.Strings(out)
+		return out
+	}
+	for name, nl := range map[string]*Netlink{"writer": p.nl, "later": laterNL, "reading nft -f's table": execNL} {
+		sets, err := nl.ListSets(ctx)
+		sort.Strings(sets)
+		if err != nil || !slices.Equal(sets, execSets) {
+			t.Fatalf("%s: ListSets = %v, %v; Exec lists %v", name, sets, err, execSets)
+		}
+		for _, set := range sets {
+			var want []*Element
+			inNS(t, p.execNS, func() (err error) { want, err = p.exec.ListElements(ctx, set); return })
+			got, err := nl.ListElements(ctx, set)
+			if err != nil {
+				t.Fatalf("%s: ListElements(%s): %v", name, set, err)
+			}
+			if w, g := text(want), text(got); !slices.Equal(w, g) {
+				t.Errorf("%s: ListElements(%s):\n got  %q\n want %q", name, set, g, w)
+			}
+		}
+	}
+	// The maps with concatenated keys hold what was written.
+	els, _ := p.nl.ListElements(ctx, "service-nodeports")
+	if g := text(els); !slices.Contains(g, `service-nodeports: sctp . 30999 | "jump reject-chain" | "a jump"`) {
+		t.Errorf("service-nodeports lists %q", g)
+	}
+	if err := p.nl.DeleteTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sets, err := p.nl.ListSets(ctx); err != nil || len(sets) != 0 {
+		t.Errorf("ListSets without the table = %v, %v", sets, err)
+	}
+	var none []string
+	inNS(t, p.execNS, func() error { return p.exec.DeleteTable(ctx) })
+	inNS(t, p.execNS, func() (err error) { none, err = p.exec.ListSets(ctx); return })
+	if len(none) != 0 {
+		t.Errorf("Exec.ListSets without the table = %v", none)
+	}
+}
+
+// TestNetlinkFlushOfUnrememberedChain: a chain the backend wrote without
+// flushing it first (so it never learnt its rules) and flushes in a later
+// transaction, with a set its rules used deleted, is flushed: the elision
+// of unchanged chains must not take "not remembered" for "empty".
+func TestNetlinkFlushOfUnrememberedChain(t *testing.T) {
+	p := newPair(t)
+	tx := &Transaction{}
+	tx.Add(&Table{Family: IPv4Family, Name: "kube-proxy"})
+	tx.Add(&Chain{Name: "c"})
+	tx.Add(&Chain{Name: "e"})
+	tx.Add(&Set{Name: "A", Type: "ipv4_addr", Flags: []string{"dynamic", "timeout"}, Timeout: 60e9})
+	tx.Add(&Rule{Chain: "c", Rule: "ip saddr @A goto e"})
+	tx.Add(&Rule{Chain: "e", Rule: "update @A { ip saddr }"})
+	p.run(t, "chains written without a flush", tx)
+	tx = &Transaction{}
+	tx.Flush(&Chain{Name: "c"})
+	tx.Flush(&Chain{Name: "e"})
+	tx.Delete(&Set{Name: "A"})
+	p.run(t, "chains flushed, their set deleted", tx)
+	if got := nftList(t, p.nlNS); strings.Contains(got, "@A") || strings.Contains(got, "set A") {
+		t.Fatalf("the flush was left out:\n%s", got)
 	}
 }

@@ -2,6 +2,7 @@ package nft
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -149,4 +150,157 @@ func RenderTransaction(fam Family, table string, tx *Transaction) (string, error
 		b.WriteByte('\n')
 	}
 	return b.String(), nil
+}
+
+// ParseDump reads `nft -f` text in the form Dump and RenderTransaction write
+// (one command per line: add/flush/delete of table, chain, set, map, rule,
+// element) back into a Transaction, so golden files can be replayed through
+// any backend.
+func ParseDump(text string) (*Transaction, error) {
+	tx := &Transaction{}
+	for n, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if err := parseDumpLine(tx, line); err != nil {
+			return nil, fmt.Errorf("line %d %q: %w", n+1, line, err)
+		}
+	}
+	return tx, nil
+}
+
+// trailingComment splits `... comment "x"` off the end of s.
+func trailingComment(s string) (string, string) {
+	if !strings.HasSuffix(s, `"`) {
+		return s, ""
+	}
+	i := strings.LastIndex(s, ` comment "`)
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], s[i+len(` comment "`) : len(s)-1]
+}
+
+// blockProps parses `{ type x ; flags a,b ; timeout 3s ; comment "c" ; }`.
+func blockProps(s string) (map[string]string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return map[string]string{}, nil
+	}
+	if !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}") {
+		return nil, fmt.Errorf("expected { ... }")
+	}
+	props := map[string]string{}
+	for _, part := range strings.Split(s[1:len(s)-1], ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, " ")
+		if k == "type" && strings.Contains(v, " hook ") {
+			// chain: type T hook H priority P
+			f := strings.Fields(v)
+			if len(f) != 5 || f[1] != "hook" || f[3] != "priority" {
+				return nil, fmt.Errorf("invalid chain spec %q", v)
+			}
+			props["chaintype"], props["hook"], props["priority"] = f[0], f[2], f[4]
+			continue
+		}
+		props[k] = strings.Trim(v, `"`)
+	}
+	return props, nil
+}
+
+func parseDumpLine(tx *Transaction, line string) error {
+	f := strings.SplitN(line, " ", 5)
+	if len(f) < 4 {
+		return fmt.Errorf("too short")
+	}
+	verb, kind, fam, table := f[0], f[1], Family(f[2]), f[3]
+	rest := ""
+	if len(f) == 5 {
+		rest = f[4]
+	}
+	if kind == "table" {
+		// "add table ip kube-proxy { comment ... }": f[3] is the name.
+		props, err := blockProps(rest)
+		if err != nil {
+			return err
+		}
+		t := &Table{Family: fam, Name: table, Comment: props["comment"]}
+		return addOp(tx, verb, t)
+	}
+	name, body, _ := strings.Cut(rest, " ")
+	switch kind {
+	case "chain":
+		props, err := blockProps(body)
+		if err != nil {
+			return err
+		}
+		c := &Chain{Name: name, Type: props["chaintype"], Hook: props["hook"], Comment: props["comment"]}
+		if p := props["priority"]; p != "" {
+			v, err := strconv.Atoi(p)
+			if err != nil {
+				return fmt.Errorf("invalid priority %q", p)
+			}
+			c.Priority = v
+		}
+		return addOp(tx, verb, c)
+	case "set", "map":
+		props, err := blockProps(body)
+		if err != nil {
+			return err
+		}
+		var flags []string
+		if props["flags"] != "" {
+			flags = strings.Split(props["flags"], ",")
+		}
+		if kind == "map" {
+			return addOp(tx, verb, &Map{Name: name, Type: props["type"], Flags: flags, Comment: props["comment"]})
+		}
+		s := &Set{Name: name, Type: props["type"], Flags: flags, Comment: props["comment"]}
+		if t := props["timeout"]; t != "" {
+			d, err := time.ParseDuration(t)
+			if err != nil {
+				return fmt.Errorf("invalid timeout %q", t)
+			}
+			s.Timeout = d
+		}
+		return addOp(tx, verb, s)
+	case "rule":
+		if verb != "add" {
+			return fmt.Errorf("rules can only be added")
+		}
+		r, c := trailingComment(body)
+		tx.Add(&Rule{Chain: name, Rule: r, Comment: c})
+		return nil
+	case "element":
+		body = strings.TrimSpace(body)
+		if !strings.HasPrefix(body, "{ ") || !strings.HasSuffix(body, " }") {
+			return fmt.Errorf("expected { element }")
+		}
+		inner := body[2 : len(body)-2]
+		e := &Element{Set: name}
+		key, value, _ := strings.Cut(inner, " : ")
+		e.Value = value
+		key, e.Comment = trailingComment(key)
+		e.Key = strings.Split(key, " . ")
+		return addOp(tx, verb, e)
+	}
+	return fmt.Errorf("unknown object %q", kind)
+}
+
+func addOp(tx *Transaction, verb string, o any) error {
+	switch verb {
+	case "add":
+		tx.Add(o)
+	case "flush":
+		tx.Flush(o)
+	case "delete":
+		tx.Delete(o)
+	default:
+		return fmt.Errorf("unknown command %q", verb)
+	}
+	return nil
 }
