@@ -360,31 +360,52 @@ func (t *fpTopology) waitAnswers(b *testing.B) {
 	}
 }
 
-// connect opens a socket in the client namespace and times one blocking
-// connect(2) to the measured ClusterIP.
+// connect opens a socket in the client namespace and times one connect(2)
+// to the measured ClusterIP, until the handshake completes. The socket is
+// non-blocking and waited for with poll(2): a blocking connect would be cut
+// short by the Go runtime's signals (EINTR) and could not be retried.
 func (t *fpTopology) connect() (time.Duration, error) {
 	var fd int
 	if err := sandbox.DoPath(sandbox.NetNSPath(t.client), func() (err error) {
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 		return err
 	}); err != nil {
 		return 0, fmt.Errorf("opening a socket in %s: %w", t.client, err)
 	}
 	defer unix.Close(fd)
-	tv := unix.Timeval{Sec: 2}
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
-		return 0, err
-	}
 	// Close with an RST: no TIME_WAIT in the client.
 	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
 		return 0, err
 	}
+	dst := netip.AddrFrom4(t.target.Addr)
 	sa := t.target
 	start := time.Now()
 	err := unix.Connect(fd, &sa)
+	if err != nil && err != unix.EINPROGRESS {
+		return 0, fmt.Errorf("connecting to %s:80: %w", dst, err)
+	}
+	deadline := start.Add(2 * time.Second)
+	for err != nil {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return 0, fmt.Errorf("connecting to %s:80: no answer in 2s", dst)
+		}
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, perr := unix.Poll(fds, int(left/time.Millisecond)+1)
+		if perr == unix.EINTR || perr == nil && n == 0 {
+			continue
+		}
+		if perr != nil {
+			return 0, fmt.Errorf("waiting for the connection to %s:80: %w", dst, perr)
+		}
+		err = nil
+	}
 	d := time.Since(start)
-	if err != nil {
-		return 0, fmt.Errorf("connecting to %s:80: %w", netip.AddrFrom4(t.target.Addr), err)
+	if soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || soErr != 0 {
+		if err == nil {
+			err = unix.Errno(soErr)
+		}
+		return 0, fmt.Errorf("connecting to %s:80: %w", dst, err)
 	}
 	return d, nil
 }
