@@ -36,6 +36,7 @@ done
 targets=(
   ./apiserver:FuzzDecodeAndValidate:20000x
   ./proxy:FuzzRender:10000x
+  ./proxy/nft:FuzzCompile:250000x
   ./netpol:FuzzRenderPolicies:2000x
   ./dns:FuzzRequest:100000x
   ./ingress/config:FuzzRoute:50000x
