@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 
@@ -66,25 +67,35 @@ func Cleanup(ipt iptables.Interface) error {
 // /rules is the rule set of the last successful sync as iptables-restore
 // input, /stats the sync statistics as JSON, /healthz 200 once a sync has
 // succeeded.
-func (p *Proxier) Handler() http.Handler {
+func (p *Proxier) Handler() http.Handler { return debugHandler(p.Rules, p.Stats, nil) }
+
+// debugHandler is both proxy modes' debug endpoint: /rules, /stats, /healthz,
+// and /metrics when metrics is not nil.
+func debugHandler(rules func() []byte, stats func() Stats, metrics func(io.Writer)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/rules", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write(p.Rules())
+		w.Write(rules())
 	})
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(p.Stats())
+		enc.Encode(stats())
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		s := p.Stats()
+		s := stats()
 		if s.LastSync.IsZero() || s.LastError != "" {
 			http.Error(w, "not synced: "+s.LastError, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if metrics != nil {
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			metrics(w)
+		})
+	}
 	return mux
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -160,32 +159,7 @@ func (p *NFTProxier) Rules() []byte {
 // Handler serves the proxy's debug endpoint: /rules is the table's text,
 // /stats the sync statistics as JSON, /healthz 200 once a sync has
 // succeeded, /metrics the sync duration histograms.
-func (p *NFTProxier) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/rules", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Write(p.Rules())
-	})
-	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(p.Stats())
-	})
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		s := p.Stats()
-		if s.LastSync.IsZero() || s.LastError != "" {
-			http.Error(w, "not synced: "+s.LastError, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		p.WriteMetrics(w)
-	})
-	return mux
-}
+func (p *NFTProxier) Handler() http.Handler { return debugHandler(p.Rules, p.Stats, p.WriteMetrics) }
 
 // CleanupNFT removes the nftables mode's table (and with it every chain,
 // set and map of it); minikit down and a node starting in iptables mode call
