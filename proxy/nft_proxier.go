@@ -111,16 +111,8 @@ type NFTProxier struct {
 	ct     Conntrack
 	log    *slog.Logger
 	clock  Clock
-	runner *boundedRunner
 	health *healthServers
-
-	mu          sync.Mutex
-	services    map[types.NamespacedName]*corev1.Service
-	slices      map[types.NamespacedName]map[string]*discovery.EndpointSlice
-	dirty       map[types.NamespacedName]bool
-	needFull    bool
-	nodeIP      netip.Addr
-	initialized bool
+	changes
 
 	// Owned by the sync goroutine (under syncMu).
 	rendered map[types.NamespacedName][]*nftServiceRules
@@ -152,11 +144,8 @@ type NFTProxier struct {
 	statsMu sync.Mutex
 	stats   Stats
 	metrics nftMetrics
-	// programming is kube-proxy's network programming latency (metrics.go);
-	// triggers (under mu) are the pending EndpointSlice trigger times.
+	// programming is kube-proxy's network programming latency (metrics.go).
 	programming *syncMetrics
-	triggers    []time.Time
-	created     time.Time
 }
 
 // NewNFT returns an NFTProxier that writes through backend. Call Run to
@@ -193,13 +182,8 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 	log := c.Logger.With("component", "proxy", "mode", "nftables")
 	p := &NFTProxier{
 		cfg: cfg, nft: backend, ct: c.Conntrack, log: log, clock: c.Clock,
-		programming: newSyncMetrics(), created: c.Clock.Now(),
+		programming: newSyncMetrics(), changes: newChanges(c.NodeIP, c.Clock.Now()),
 		health:        newHealthServers(c.HealthCheckListen, log),
-		services:      map[types.NamespacedName]*corev1.Service{},
-		slices:        map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
-		dirty:         map[types.NamespacedName]bool{},
-		needFull:      true,
-		nodeIP:        c.NodeIP,
 		rendered:      map[types.NamespacedName][]*nftServiceRules{},
 		owners:        map[string]map[string]map[types.NamespacedName]*nftElem{},
 		kernel:        map[string]map[string]*nftElem{},
@@ -233,89 +217,6 @@ func (p *NFTProxier) Run(ctx context.Context) {
 }
 
 // SetInitialized says the Service and EndpointSlice informers have synced.
-func (p *NFTProxier) SetInitialized() {
-	p.mu.Lock()
-	p.initialized = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func (p *NFTProxier) OnServiceUpdate(svc *corev1.Service) {
-	if svc.Labels["service.kubernetes.io/service-proxy-name"] != "" {
-		p.OnServiceDelete(svc) // served by another proxy
-		return
-	}
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	p.mu.Lock()
-	p.services[key] = svc
-	p.dirty[key] = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func (p *NFTProxier) OnServiceDelete(svc *corev1.Service) {
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	p.mu.Lock()
-	delete(p.services, key)
-	p.dirty[key] = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func (p *NFTProxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
-	key, ok := sliceService(s)
-	if !ok {
-		return
-	}
-	p.mu.Lock()
-	if p.slices[key] == nil {
-		p.slices[key] = map[string]*discovery.EndpointSlice{}
-	}
-	p.slices[key][s.Name] = s
-	p.dirty[key] = true
-	if t, ok := triggerTime(s, p.created); ok {
-		p.triggers = append(p.triggers, t)
-	}
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func (p *NFTProxier) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
-	key, ok := sliceService(s)
-	if !ok {
-		return
-	}
-	p.mu.Lock()
-	delete(p.slices[key], s.Name)
-	if len(p.slices[key]) == 0 {
-		delete(p.slices, key)
-	}
-	p.dirty[key] = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-// SetNodeIP updates the node's address (nodeport-ips and the firewall
-// chains depend on it); the next sync is a full one.
-func (p *NFTProxier) SetNodeIP(ip netip.Addr) {
-	p.mu.Lock()
-	changed := ip != p.nodeIP
-	p.nodeIP = ip
-	if changed {
-		p.needFull = true
-	}
-	p.mu.Unlock()
-	if changed {
-		p.runner.Run()
-	}
-}
-
-func (p *NFTProxier) forceFullSync() {
-	p.mu.Lock()
-	p.needFull = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
 
 func (p *NFTProxier) renderConfig(nodeIP netip.Addr) *nftRenderConfig {
 	cfg := &nftRenderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll}

@@ -100,25 +100,13 @@ type Proxier struct {
 	ct     Conntrack
 	log    *slog.Logger
 	clock  Clock
-	runner *boundedRunner
 	health *healthServers
+	changes
 
 	randomFully  bool
 	tcpBeLiberal bool
 	acct         nfacct.Interface
 	metrics      *syncMetrics
-
-	mu          sync.Mutex
-	services    map[types.NamespacedName]*corev1.Service
-	slices      map[types.NamespacedName]map[string]*discovery.EndpointSlice
-	dirty       map[types.NamespacedName]bool
-	needFull    bool
-	nodeIP      netip.Addr
-	initialized bool
-	// triggers are the last-change-trigger-times of the EndpointSlice
-	// changes not yet synced; created is when the proxier was made.
-	triggers []time.Time
-	created  time.Time
 
 	// Owned by the sync goroutine.
 	rendered     map[types.NamespacedName][]*serviceRules
@@ -197,11 +185,7 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 		cfg: cfg, ipt: ipt, ct: cfg.Conntrack, log: log, clock: cfg.Clock,
 		health:        newHealthServers(cfg.HealthCheckListen, log),
 		randomFully:   ipt.HasRandomFully(),
-		services:      map[types.NamespacedName]*corev1.Service{},
-		slices:        map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
-		dirty:         map[types.NamespacedName]bool{},
-		needFull:      true,
-		nodeIP:        cfg.NodeIP,
+		changes:       newChanges(cfg.NodeIP, cfg.Clock.Now()),
 		rendered:      map[types.NamespacedName][]*serviceRules{},
 		written:       map[string]string{},
 		healthChecked: map[types.NamespacedName]bool{},
@@ -214,7 +198,6 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	}
 	p.stats.Backend = string(ipt.Backend())
 	p.acct = cfg.NFAcct
-	p.created = cfg.Clock.Now()
 	p.metrics = newSyncMetrics()
 	p.acctErr = map[string]string{}
 	p.fixed = fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal, localhostNodePorts: !cfg.NoLocalhostNodePorts}
@@ -237,99 +220,6 @@ func (p *Proxier) Run(ctx context.Context) {
 
 // SetInitialized says the Service and EndpointSlice informers have synced:
 // syncing before that would delete the rules of services not yet seen.
-func (p *Proxier) SetInitialized() {
-	p.mu.Lock()
-	p.initialized = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-// Event handlers. They only record the change and ask for a sync.
-
-func (p *Proxier) OnServiceUpdate(svc *corev1.Service) {
-	if svc.Labels["service.kubernetes.io/service-proxy-name"] != "" {
-		p.OnServiceDelete(svc) // served by another proxy
-		return
-	}
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	p.mu.Lock()
-	p.services[key] = svc
-	p.dirty[key] = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func (p *Proxier) OnServiceDelete(svc *corev1.Service) {
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-	p.mu.Lock()
-	delete(p.services, key)
-	p.dirty[key] = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func sliceService(s *discovery.EndpointSlice) (types.NamespacedName, bool) {
-	name := s.Labels[discovery.LabelServiceName]
-	return types.NamespacedName{Namespace: s.Namespace, Name: name}, name != ""
-}
-
-func (p *Proxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
-	key, ok := sliceService(s)
-	if !ok {
-		return
-	}
-	p.mu.Lock()
-	if p.slices[key] == nil {
-		p.slices[key] = map[string]*discovery.EndpointSlice{}
-	}
-	p.slices[key][s.Name] = s
-	p.dirty[key] = true
-	// kube-proxy's network programming latency starts at the time the
-	// EndpointSlice controller saw the change (the annotation), if it is
-	// newer than the proxy itself.
-	if t, ok := triggerTime(s, p.created); ok {
-		p.triggers = append(p.triggers, t)
-	}
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-func (p *Proxier) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
-	key, ok := sliceService(s)
-	if !ok {
-		return
-	}
-	p.mu.Lock()
-	delete(p.slices[key], s.Name)
-	if len(p.slices[key]) == 0 {
-		delete(p.slices, key)
-	}
-	p.dirty[key] = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
-
-// SetNodeIP updates the node's address; the next sync is a full one.
-func (p *Proxier) SetNodeIP(ip netip.Addr) {
-	p.mu.Lock()
-	changed := ip != p.nodeIP
-	p.nodeIP = ip
-	if changed {
-		p.needFull = true
-	}
-	p.mu.Unlock()
-	if changed {
-		p.runner.Run()
-	}
-}
-
-// forceFullSync is what the flush monitor calls.
-func (p *Proxier) forceFullSync() {
-	p.mu.Lock()
-	p.needFull = true
-	p.mu.Unlock()
-	p.runner.Run()
-}
 
 // prepareFull runs before a full sync, as kube-proxy's does: it ensures the
 // nfacct counters, whose availability decides whether the rules count with
