@@ -47,17 +47,6 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	}
 	caFile := filepath.Join(dir1, "tls", "ca.crt")
 	url := "https://" + net.JoinHostPort(server.String(), strconv.Itoa(APIPort))
-	for i := 2; i <= l.cfg.Nodes; i++ {
-		h := nodeName(i)
-		err := l.start(h, "minikit agent", l.cfg.Binary, "agent",
-			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
-			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
-			"--dns-upstream", l.Addr(External).String(),
-			"--proxy-mode", l.cfg.ProxyMode)
-		if err != nil {
-			return err
-		}
-	}
 	if err := l.startForwarder(); err != nil {
 		return err
 	}
@@ -68,6 +57,27 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	fwd := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(l.state.APIPort))
 	if err := l.writeKubeconfig(fwd, strings.TrimSpace(token), ca); err != nil {
 		return err
+	}
+	// Each node registers before the next one starts, so node1 gets the
+	// first pod range (10.244.0.0/24), node2 the second, and so on: the
+	// layout the book and the examples draw, whichever process would have
+	// been faster.
+	if err := l.waitPodCIDR(ctx, nodeName(1)); err != nil {
+		return err
+	}
+	for i := 2; i <= l.cfg.Nodes; i++ {
+		h := nodeName(i)
+		err := l.start(h, "minikit agent", l.cfg.Binary, "agent",
+			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
+			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
+			"--dns-upstream", l.Addr(External).String(),
+			"--proxy-mode", l.cfg.ProxyMode)
+		if err != nil {
+			return err
+		}
+		if err := l.waitPodCIDR(ctx, h); err != nil {
+			return err
+		}
 	}
 	return l.WaitReady(ctx)
 }
@@ -124,6 +134,34 @@ func (l *Lab) Client() (kubernetes.Interface, error) {
 	}
 	rc.QPS, rc.Burst = 100, 200
 	return kubernetes.NewForConfig(rc)
+}
+
+// waitPodCIDR waits until the node is registered and has its pod range.
+func (l *Lab) waitPodCIDR(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var last string
+	for {
+		client, err := l.Client()
+		if err == nil {
+			var n *corev1.Node
+			n, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err == nil && n.Spec.PodCIDR != "" {
+				return nil
+			}
+			if err == nil {
+				last = "no pod CIDR yet"
+			}
+		}
+		if err != nil {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to register: %s (logs in %s)", name, last, l.cfg.Dir)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // WaitReady waits until every node of the lab is registered and Ready.
