@@ -1,0 +1,133 @@
+// Package topology reads a lab's network as it is — from the kernel of every
+// namespace the lab owns and from the API — and draws it: JSON (the model
+// below), Graphviz dot, Mermaid and SVG. It never reports what minikit meant
+// to create: an interface deleted by hand is missing from the picture.
+//
+// This file is the model: the contract between the collector (collect.go),
+// the renderers, `minikit lab graph` and `minikit ui`.
+package topology
+
+// Host kinds.
+const (
+	KindUnderlay = "underlay" // the lab's underlay bridge namespace (LAB-net)
+	KindNode     = "node"     // a node's namespace (LAB-nodeN)
+	KindClient   = "client"   // the lab's client host
+	KindExternal = "external" // the lab's external host
+	KindPod      = "pod"      // a pod's network namespace (node.PodSandboxName)
+)
+
+// Graph is one lab at one moment.
+type Graph struct {
+	Lab string `json:"lab"`
+	// Hosts are the lab's network namespaces, sorted: underlay, nodes,
+	// client, external, then pods by node, namespace and name.
+	Hosts []Host `json:"hosts"`
+	// Links are the edges: a veth pair between two hosts ("veth"), or an
+	// interface enslaved to a bridge in the same host ("bridge").
+	Links []Link `json:"links"`
+	// Services and Ingresses from the API (never Secrets or their data).
+	Services  []Service `json:"services"`
+	Ingresses []Ingress `json:"ingresses"`
+}
+
+// Host is one network namespace.
+type Host struct {
+	// ID is the namespace's name under /run/netns (LAB-node1,
+	// mk-89871e-e45bf0b814); unique in a Graph.
+	ID    string `json:"id"`
+	Kind  string `json:"kind"`
+	Name  string `json:"name"`           // node1, client, external, net; a pod's NAMESPACE/NAME
+	Node  string `json:"node,omitempty"` // a pod's node
+	Phase string `json:"phase,omitempty"`
+	// Address is the host's main address: a node's, client's or external's
+	// underlay address, a pod's IP.
+	Address    string            `json:"address,omitempty"`
+	PodCIDR    string            `json:"podCIDR,omitempty"` // nodes
+	Labels     map[string]string `json:"labels,omitempty"`  // pods
+	Interfaces []Interface       `json:"interfaces"`
+	Routes     []Route           `json:"routes"`
+}
+
+// Interface is one link in a host, as `ip -j -d link` and `ip -j addr` show it.
+type Interface struct {
+	ID     string   `json:"id"` // HOSTID/IFNAME
+	Name   string   `json:"name"`
+	Index  int      `json:"index"`
+	Kind   string   `json:"kind"` // veth, bridge, vxlan, dummy, loopback, device
+	MAC    string   `json:"mac,omitempty"`
+	MTU    int      `json:"mtu"`
+	State  string   `json:"state"`            // operstate: UP, DOWN, UNKNOWN
+	Master string   `json:"master,omitempty"` // the bridge's name in this host
+	Addrs  []string `json:"addrs,omitempty"`  // CIDR, IPv4 then IPv6, in kernel order
+	PeerID string   `json:"peer,omitempty"`   // a veth's peer interface ID (in any lab host)
+}
+
+// Route is one route of the main table, as `ip -j route` shows it.
+type Route struct {
+	Dst      string `json:"dst"` // "default" or CIDR
+	Gateway  string `json:"gateway,omitempty"`
+	Dev      string `json:"dev,omitempty"`
+	Src      string `json:"src,omitempty"`
+	Protocol string `json:"protocol,omitempty"` // kernel, boot, static, or a number
+	Scope    string `json:"scope,omitempty"`
+}
+
+// Link is an edge.
+type Link struct {
+	ID   string `json:"id"`   // A + "--" + B
+	Kind string `json:"kind"` // veth, bridge
+	A    string `json:"a"`    // interface IDs; for "bridge" A is the port, B the bridge
+	B    string `json:"b"`
+}
+
+// Service is a Service with its addresses, read from the API.
+type Service struct {
+	ID                    string        `json:"id"` // svc:NAMESPACE/NAME
+	Namespace             string        `json:"namespace"`
+	Name                  string        `json:"name"`
+	Type                  string        `json:"type"`
+	ClusterIP             string        `json:"clusterIP,omitempty"`
+	ExternalIPs           []string      `json:"externalIPs,omitempty"`
+	LoadBalancerIPs       []string      `json:"loadBalancerIPs,omitempty"`
+	ExternalName          string        `json:"externalName,omitempty"`
+	ExternalTrafficPolicy string        `json:"externalTrafficPolicy,omitempty"`
+	Ports                 []ServicePort `json:"ports"`
+	// Endpoints are the host IDs of the ready pods behind it (EndpointSlices).
+	Endpoints []string `json:"endpoints"`
+}
+
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	Name       string `json:"name,omitempty"`
+	Protocol   string `json:"protocol"`
+	Port       int32  `json:"port"`
+	TargetPort string `json:"targetPort"`
+	NodePort   int32  `json:"nodePort,omitempty"`
+}
+
+// Ingress is an Ingress with its rules, read from the API.
+type Ingress struct {
+	ID        string        `json:"id"` // ing:NAMESPACE/NAME
+	Namespace string        `json:"namespace"`
+	Name      string        `json:"name"`
+	Class     string        `json:"class,omitempty"`
+	Addresses []string      `json:"addresses,omitempty"`
+	Rules     []IngressRule `json:"rules"`
+}
+
+// IngressRule is one host/path → service:port.
+type IngressRule struct {
+	Host    string `json:"host,omitempty"`
+	Path    string `json:"path"`
+	Service string `json:"service"` // svc:NAMESPACE/NAME
+	Port    string `json:"port"`
+}
+
+// Hop is one step of a traced packet drawn over the graph: the element it
+// is at (a host, interface or link ID) and what happens there.
+type Hop struct {
+	Element string `json:"element"`
+	Kind    string `json:"kind"`              // host, interface, link
+	Label   string `json:"label"`             // "DNAT to 10.244.1.2:8080", "MASQUERADE", "route out eth1", "veth", "pod"
+	Verdict string `json:"verdict,omitempty"` // DROP or REJECT where the path ends
+}
