@@ -74,6 +74,8 @@ func TestCompileShapes(t *testing.T) {
 		{"ip saddr @affinity-X goto endpoint-X", "payload lookup verdict", 0},
 		{"numgen random mod 2 vmap { 0 : goto a , 1 : goto b }", "numgen lookup", 1},
 		{"meta l4proto tcp dnat to 10.180.0.1:80", "meta cmp immediate immediate nat", 0},
+		{"numgen random mod 3 0 meta l4proto tcp dnat to 10.180.0.1:80", "numgen cmp meta cmp immediate immediate nat", 0},
+		{"numgen random mod 2 0 goto endpoint-X", "numgen cmp verdict", 0},
 		{"meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 }", "meta cmp numgen lookup nat", 1},
 		{"update @affinity-X { ip saddr }", "payload dynset", 0},
 		{"reject", "reject", 0},
@@ -165,6 +167,7 @@ func FuzzCompile(f *testing.F) {
 		"ct state new jump a", "ip daddr { 10.96.0.0/12 } drop",
 		"meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 }",
 		"numgen random mod 2 vmap { 0 : goto a , 1 : goto b }", "update @s { ip saddr }",
+		"numgen random mod 3 0 meta l4proto udp dnat to 10.180.0.1:53", "numgen random mod 2 0 goto a",
 		"mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random",
 		"ip saddr != { 1.2.3.4-1.2.3.9, 0.0.0.0/0 } drop", "ct state new,established,",
 	} {

@@ -146,6 +146,11 @@ func TestOracleEveryRuleShape(t *testing.T) {
 	tx.Add(&Chain{Name: svcChain})
 	tx.Flush(&Chain{Name: svcChain})
 	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.1.5 . 8443 , 1 : 10.244.9.9 . 8443 }"})
+	// minikit's own shape: one rule per endpoint, numgen picking among the rest.
+	tx.Add(&Rule{Chain: svcChain, Rule: "numgen random mod 2 0 meta l4proto tcp dnat to 10.244.1.5:8443"})
+	tx.Add(&Chain{Name: "endpoint-cascade"})
+	tx.Add(&Rule{Chain: "endpoint-cascade", Rule: "meta l4proto tcp dnat to 10.244.9.9:8443"})
+	tx.Add(&Rule{Chain: svcChain, Rule: "numgen random mod 3 0 goto endpoint-cascade"})
 	tx.Delete(&Element{Set: "hairpin-connections", Key: []string{"10.244.3.9", "10.244.3.9", "tcp", "8443"}})
 	tx.Add(&Element{Set: "hairpin-connections", Key: []string{"10.244.9.9", "10.244.9.9", "tcp", "8443"}})
 	tx.Add(&Element{Set: "cluster-ips", Key: []string{"10.96.5.5"}})

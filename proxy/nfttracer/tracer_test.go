@@ -309,3 +309,51 @@ func TestPosition(t *testing.T) {
 		t.Error("Position of a missing handle succeeded")
 	}
 }
+
+// TestTraceNumgenCascade: minikit's per-endpoint rules, each behind a
+// "numgen random mod N-i 0" match, give every endpoint 1/N, with DNAT rules
+// and with gotos to endpoint chains (ClientIP affinity).
+func TestTraceNumgenCascade(t *testing.T) {
+	r, err := Parse(loadTable(t, []string{"overall.nft", "cascade3.nft"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pkt  tracer.Packet
+		want []string
+	}{
+		{tracer.Packet{Src: netip.MustParseAddr("10.244.0.9"), Dst: netip.MustParseAddrPort("10.96.0.48:80"), Proto: "tcp"}, []string{
+			"ACCEPT 10.244.0.20:8080 p=0.33 (numgen random mod 3: 1 in 3)",
+			"ACCEPT 10.244.0.21:8080 p=0.33 (numgen random mod 2: 1 in 2)",
+			"ACCEPT 10.244.1.22:8080 p=0.33 ",
+		}},
+		{tracer.Packet{Src: netip.MustParseAddr("10.244.0.9"), Dst: netip.MustParseAddrPort("10.96.0.49:53"), Proto: "udp"}, []string{
+			"ACCEPT 10.244.0.30:53 p=0.50 (numgen random mod 2: 1 in 2)",
+			"ACCEPT 10.244.1.31:53 p=0.50 ",
+		}},
+	} {
+		outs, err := r.Trace(node, tc.pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		sum := 0.0
+		for _, o := range outs {
+			note := ""
+			for _, s := range o.Steps {
+				if strings.Contains(s.Text, "numgen") {
+					note = strings.TrimSpace(s.Text[strings.LastIndex(s.Text, "("):])
+				}
+			}
+			got = append(got, summary(o)+" "+note)
+			sum += o.Probability
+		}
+		sort.Strings(got)
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("%v: outcomes:\n%s\nwant:\n%s", tc.pkt.Dst, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+		}
+		if sum < 0.999 || sum > 1.001 {
+			t.Errorf("%v: probabilities sum to %v", tc.pkt.Dst, sum)
+		}
+	}
+}

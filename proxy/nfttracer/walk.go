@@ -306,6 +306,9 @@ func (w *walker) stmts(stmts []any, o ruleOut) ([]ruleOut, error) {
 		}
 		switch kind {
 		case "match":
+			if ng, ok := numgen(arg["left"]); ok {
+				return w.numgenMatch(stmts[i+1:], arg, ng, o)
+			}
 			ok, err := w.match(arg, &o.st)
 			if err != nil {
 				return nil, err
@@ -561,6 +564,45 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 		return nil, err
 	}
 	return []ruleOut{o}, nil
+}
+
+// numgenMatch is a match on a random number ("numgen random mod 3 0", one
+// of minikit's per-endpoint rules): it forks into the branch where the
+// number matches, which goes on with the rest of the rule, and the one
+// where it does not, which misses the rule.
+func (w *walker) numgenMatch(rest []any, arg map[string]any, ng numgenExpr, o ruleOut) ([]ruleOut, error) {
+	op := str(arg["op"])
+	if op != "==" && op != "!=" {
+		return nil, fmt.Errorf("unsupported numgen match operator %q", op)
+	}
+	hits := 0
+	for n := ng.offset; n < ng.offset+ng.mod; n++ {
+		in, err := elemMatch(arg["right"], uint64(n))
+		if err != nil {
+			return nil, err
+		}
+		if in == (op == "==") {
+			hits++
+		}
+	}
+	var out []ruleOut
+	if hits > 0 {
+		b := o
+		b.p = o.p * float64(hits) / float64(ng.mod)
+		b.note = fmt.Sprintf("   (numgen random mod %d: %d in %d)", ng.mod, hits, ng.mod)
+		taken, err := w.stmts(rest, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, taken...)
+	}
+	if hits < int(ng.mod) {
+		m := o
+		m.p = o.p * float64(int(ng.mod)-hits) / float64(ng.mod)
+		m.matched, m.verdict = false, ""
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 type numgenExpr struct{ mod, offset int64 }
