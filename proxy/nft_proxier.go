@@ -31,23 +31,17 @@ package proxy
 // listed and rewrites or, unwanted, deletes as stale. A restarted process
 // finds its chains in the table and writes them in the one transaction.
 //
-// Why: one transaction with 10,000 service chains cost the kernel 12-16 s.
-// Each rule with an anonymous set (every numgen map) binds it by walking
-// the transaction's list of changes (__nft_set_trans_bind): quadratic in
-// the batch. Splitting removes that term, and what remains is the kernel's
-// set lookup by name, a walk of the table's list of sets in creation order:
-// creating an anonymous set and binding it walk all sets of the table (so
-// 10,000 anonymous sets cost ~5 s in any batching), and an element message
-// walks to its set (hence the shared sets and maps are created before the
-// anonymous ones; after them, the last transaction's 20,000 element
-// messages took 5.2 s instead of 0.28 s). Measured (netlink, 10,000
-// services x 5 endpoints, first sync into an empty table, 2 loaded cores):
-// one transaction 12.8 s; batches of 500 with the shared sets created last
-// 11.9 s; batches of 100 / 500 / 2,000 with them first 6.9 / 6.7 / 7.4 s
-// (perf: nft_set_lookup_global 40%, strlen 20%, nf_tables_newset 14%,
-// __nft_set_trans_bind 2%). Under 1 s would need fewer anonymous sets in
-// the table, i.e. other rules than kube-proxy's; BenchmarkNFTSync has the
-// figures of every kind of sync.
+// Why: the kernel finds a set by name by walking the table's list of sets
+// in creation order, and binds an anonymous set by walking the
+// transaction's list of changes. With kube-proxy's rules (an anonymous
+// numgen map in every service chain) that made 10,000 services cost 5-7 s
+// in any batching (perf: nft_set_lookup_global 40%, strlen 20%,
+// nf_tables_newset 14%), which is why minikit picks endpoints with one
+// numgen rule each instead (nftDNATRule): the table now holds a dozen sets
+// whatever the number of services. Batches still pay: at 10,000 services x
+// 5 endpoints, 2 loaded cores, batches of 500 took 0.96-1.12 s and one
+// transaction 1.33-2.45 s. BenchmarkNFTSync has the figures of every kind
+// of sync.
 //
 // Stale chains. With kernels before 6.2 a chain that a map element pointed to
 // is referenced for a moment after the element is deleted, so, as kube-proxy,
@@ -489,8 +483,8 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 	}
 	// The shared sets and maps go first into a new table: the kernel finds
 	// a set by name by walking the table's list of sets in creation order,
-	// once per element message, and thousands of anonymous sets (one per
-	// numgen map) ahead of them would make every element cost that walk.
+	// once per element message, and affinity sets (or anonymous ones, in
+	// firewall rules) ahead of them would make every element cost that walk.
 	var shared []nft.Op
 	for _, op := range tx.Ops {
 		if op.Kind == nft.OpAdd && (op.Set != nil || op.Map != nil) {
@@ -603,10 +597,8 @@ func serviceChainOps(rs []*nftServiceRules, flush bool) (chainOps, ruleOps []nft
 // that nothing reaches yet (unreachable) in transactions of at most
 // PrepBatchServices service ports each, before the transaction that points
 // the maps at them. Each of these commits is invisible to packets, so the
-// sync stays atomic to them; splitting it keeps the kernel's cost linear:
-// binding a rule's anonymous set (the numgen maps of every service chain)
-// walks the transaction's whole list of changes, so one transaction of N
-// service chains costs O(N^2) (see the package doc for the numbers).
+// sync stays atomic to them; splitting it keeps the kernel's cost per
+// commit bounded (see the package doc for the numbers).
 //
 // first (the shared sets and maps, added empty if missing) goes into the
 // first of these transactions.

@@ -29,12 +29,13 @@ echo "service-ips: $ELEM"
 SVC=${ELEM##*goto }
 CHAIN=$(nft_chain node1 "$SVC") || fail "node1 has no chain $SVC"
 echo "$CHAIN"
-grep -q -- "numgen random mod 3" <<<"$CHAIN" || fail "$SVC does not pick one of 3 endpoints with numgen random mod 3"
+grep -q -- "numgen random mod 3 0 " <<<"$CHAIN" && grep -q -- "numgen random mod 2 0 " <<<"$CHAIN" ||
+  fail "$SVC does not pick one of 3 endpoints with numgen random mod 3, then mod 2"
 for ip in $(pod_ips app=hostnames); do
-  grep -qF -- "$ip . 9376" <<<"$CHAIN" || fail "$SVC does not DNAT to pod $ip:9376"
+  grep -qF -- "dnat to $ip:9376" <<<"$CHAIN" || fail "$SVC does not DNAT to pod $ip:9376"
 done
-echo "-> one lookup in the service-ips map finds $SVC, which DNATs to the endpoint numgen random mod 3 picks: 1/3 each"
-PICK="service-ips -> $SVC (numgen random mod 3) -> 3 DNATs"
+echo "-> one lookup in the service-ips map finds $SVC; its first rule takes 1/3 (numgen random mod 3 0), the second 1/2 of the rest, the last what is left: 1/3 each"
+PICK="service-ips -> $SVC (numgen random mod 3, mod 2, rest) -> 3 DNATs"
 else
 PICK=
 say "the rules behind it on node1: KUBE-SERVICES -> KUBE-SVC-... -> KUBE-SEP-... (iptables-save -t nat)"

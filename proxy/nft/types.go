@@ -38,14 +38,14 @@
 // The kernel's own cost sets the floor: a one-service partial at 10,000
 // services is ~20 ms in the kernel (each commit that adds a rule with a nat,
 // lookup or verdict expression re-validates the whole table's chain graph),
-// and rewriting all 10,000 service chains with their anonymous numgen maps
-// in one batch costs the kernel 13-25 s whoever sends it (binding each
-// anonymous set walks the whole transaction: quadratic; and creating and
-// binding one walks the table's list of sets by name). The proxier writes
-// chains nothing reaches yet in batches of 500 service ports ahead of the
-// batch that makes them reachable, which leaves the set-list walks: ~6 s
-// for a first sync at 10,000 services (proxy/nft_proxier.go has the
-// numbers). The Netlink full-sync figure above is a
+// and rewriting 10,000 service chains that each hold an anonymous numgen
+// map (kube-proxy's rules) costs the kernel 13-25 s in one batch whoever
+// sends it (binding each anonymous set walks the whole transaction:
+// quadratic; and creating and binding one walks the table's list of sets by
+// name). The proxier therefore writes no set per service (one numgen rule
+// per endpoint instead) and writes chains nothing reaches yet in batches
+// of 500 service ports ahead of the batch that makes them reachable
+// (proxy/nft_proxier.go has the numbers). The Netlink full-sync figure above is a
 // steady-state full sync: the backend remembers what it committed to each
 // chain and leaves out chains that a transaction flushes and refills
 // unchanged, trusting that memory only while nf_tables' generation counter
