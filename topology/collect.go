@@ -243,10 +243,12 @@ func (c *Collector) refs(api *apiState) []nsRef {
 		if err != nil {
 			continue
 		}
-		refs = append(refs, nsRef{order: 2000, host: Host{
-			ID: sb, Kind: KindPod, Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName,
-			Phase: string(p.Status.Phase), Address: p.Status.PodIP, Labels: p.Labels,
-		}})
+		h := Host{ID: sb, Kind: KindPod, Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName,
+			Phase: string(p.Status.Phase), Address: p.Status.PodIP, Labels: p.Labels}
+		if ref := metav1.GetControllerOf(p); ref != nil {
+			h.Owner = ref.Kind + "/" + ref.Name
+		}
+		refs = append(refs, nsRef{order: 2000, host: h})
 	}
 	sort.SliceStable(refs, func(i, j int) bool {
 		a, b := refs[i], refs[j]
