@@ -341,8 +341,11 @@ func readNS(h Host) (*hostRead, error) {
 			ID: h.ID + "/" + at.Name, Name: at.Name, Index: at.Index, Kind: kindOf(l),
 			MTU: at.MTU, State: operState(at.OperState), Master: names[at.MasterIndex], Addrs: byIndex[at.Index],
 		}
-		if len(at.HardwareAddr) > 0 {
+		switch {
+		case len(at.HardwareAddr) > 0:
 			ifc.MAC = at.HardwareAddr.String()
+		case ifc.Kind == "loopback":
+			ifc.MAC = "00:00:00:00:00:00" // netlink leaves it empty; ip shows it
 		}
 		hr.host.Interfaces = append(hr.host.Interfaces, ifc)
 		hr.links = append(hr.links, l)
