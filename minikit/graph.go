@@ -17,7 +17,7 @@ import (
 
 // newLabGraphCommand is `minikit lab graph`.
 func newLabGraphCommand() *cobra.Command {
-	var name, dir, output, from, namespace string
+	var name, dir, output, from, namespace, traceNode string
 	var path int
 	var stable bool
 	cmd := &cobra.Command{
@@ -79,7 +79,7 @@ the documentation do not change when a lab is made again.`,
 			}
 			var hops []topology.Hop
 			if from != "" {
-				res, err := trace.Run(ctx, client, trace.Options{From: from, To: args[0], Lab: st.Name, Namespace: namespace})
+				res, err := trace.Run(ctx, client, trace.Options{From: from, To: args[0], Lab: st.Name, Namespace: namespace, Node: traceNode})
 				if err != nil {
 					return err
 				}
@@ -120,6 +120,7 @@ the documentation do not change when a lab is made again.`,
 	fl.StringVar(&from, "trace", "", "draw the path of `minikit trace FROM TO` (TO is the argument)")
 	fl.IntVar(&path, "path", 0, "with --trace: which of the trace's paths to draw (0: the most probable)")
 	fl.StringVarP(&namespace, "namespace", "n", "default", "with --trace: namespace of FROM's pod and TO's Service")
+	fl.StringVar(&traceNode, "node", "", "with --trace: node whose rules to read (default: the node that receives the first packet)")
 	fl.BoolVar(&stable, "stable", false, "pods by owner and ordinal, no MACs, indexes or veth hash names (pictures for docs)")
 	cmd.RegisterFlagCompletionFunc("name", completeLabNames)
 	cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"svg", "dot", "mermaid", "json"}, noFiles))

@@ -12,8 +12,9 @@ import (
 // name becomes "lab"; pods are named by their owner and an ordinal (by node,
 // then address: hostnames-1, hostnames-2), their hosts "pod.NAMESPACE.NAME",
 // and a node's veth to a pod "veth-NAME"; MAC addresses, interface indexes,
-// IPv6 link-local addresses (made from the MACs) and hash labels
-// (pod-template-hash, controller-revision-hash) are left out; and the
+// IPv6 link-local addresses (made from the MACs), hash labels
+// (pod-template-hash, controller-revision-hash) and a ReplicaSet owner's
+// template hash are left out; and the
 // addresses the API allocates at random are replaced by their role: a
 // ClusterIP outside the service range's static band (its first 256
 // addresses, where the cluster's own and user-chosen ones are) becomes
@@ -102,6 +103,10 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 		nh.ID = hostID[h.ID]
 		if h.Kind == KindPod {
 			nh.Name = podName[i]
+			if kind, _, ok := strings.Cut(h.Owner, "/"); ok {
+				_, name, _ := strings.Cut(h.Name, "/")
+				nh.Owner = kind + "/" + ownerBase(h.Owner, name) // without the template hash
+			}
 		}
 		if len(h.Labels) > 0 {
 			nh.Labels = map[string]string{}
@@ -179,6 +184,12 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 		}
 		sort.Strings(ns.Endpoints)
 		out.Services = append(out.Services, ns)
+	}
+	for _, old := range sortedKeys(ifName) {
+		// A veth's hash name in a label ("veth node2 vethc81f33c5 → ...").
+		if _, oldName, _ := strings.Cut(old, "/"); ifName[old] != oldName {
+			repl = append(repl, " "+oldName+" ", " "+ifName[old]+" ")
+		}
 	}
 	r := strings.NewReplacer(repl...)
 	var nh []Hop

@@ -36,7 +36,7 @@ const (
 	sideW      = 420
 	charW      = 6.1 // average width of an 11px sans-serif character
 	ifaceH     = 18
-	vethLaneW  = 120
+	vethLaneW  = 140
 	hostStroke = "#6b7785"
 )
 
