@@ -100,11 +100,27 @@ ready() {
   done
 }
 
-# example NAME MANIFEST...: a namespace NAME with the example's manifests.
+# example NAME MANIFEST...: a namespace NAME with the example's manifests:
+# the Deployments first, Ready, then the rest, so that which node a bare pod
+# lands on (the scheduler spreads by count) does not depend on a race with
+# the Deployments' pods.
 example() {
-  local ns=$1; shift
+  local ns=$1 f; shift
   kubectl create namespace "$ns" >/dev/null
-  for f in "$@"; do kubectl apply -n "$ns" -f "examples/$ns/$f" >/dev/null; done
+  for f in "$@"; do
+    kubectl create --dry-run=client -o json -n "$ns" -f "examples/$ns/$f" |
+      jq -c '[.items // [.]] | flatten | .[] | select(.kind == "Deployment")' >"$TMP/deployments.json"
+    # One at a time: two Deployments' pods created at once interleave.
+    while read -r d; do
+      kubectl apply -n "$ns" -f - <<<"$d" >/dev/null
+      kubectl -n "$ns" rollout status deployment "$(jq -r .metadata.name <<<"$d")" --timeout=120s >/dev/null
+      ready "$ns"
+    done <"$TMP/deployments.json"
+  done
+  for f in "$@"; do
+    jq '{apiVersion: "v1", kind: "List", items: ([.items // [.]] | flatten | map(select(.kind != "Deployment")))}' \
+      <(kubectl create --dry-run=client -o json -n "$ns" -f "examples/$ns/$f") | kubectl apply -n "$ns" -f - >/dev/null
+  done
   ready "$ns"
 }
 
@@ -116,8 +132,16 @@ done_with() {
 
 nodeport_of() { kubectl -n "$1" get svc "$2" -o jsonpath="{.spec.ports[0].nodePort}"; }
 
-# Paths: index of the first path whose endpoint is on NODE (jq).
-path_to() { jq "[.paths[] | .endpoint.node] | index(\"$1\")"; }
+# pick NS [--node-of NODE] FROM TO [trace flags]: the index of the trace's
+# path to the endpoint with the lowest address (on NODE, if given): the one
+# the stable pictures name alike whatever address it has.
+pick() {
+  local ns=$1 node=; shift
+  if [ "$1" = --node-of ]; then node=$2; shift 2; fi
+  "$MINIKIT" trace --lab "$LAB" --kubeconfig "$KUBECONFIG" -n "$ns" "$@" -o json |
+    jq --arg node "$node" '[.paths | to_entries[] | select($node == "" or .value.endpoint.node == $node)]
+      | sort_by(.value.dst | split(":")[0] | split(".") | map(tonumber)) | .[0].key // 0'
+}
 
 # The order of scripts/tour.sh: the addresses in the pictures depend on it.
 
@@ -125,7 +149,7 @@ path_to() { jq "[.paths[] | .endpoint.node] | index(\"$1\")"; }
 example clusterip hostnames.yaml
 settle clusterip '.paths | length == 3' pod/client svc/hostnames
 draw examples/clusterip/lab.svg
-draw examples/clusterip/trace.svg -n clusterip --trace pod/client svc/hostnames
+draw examples/clusterip/trace.svg -n clusterip --trace pod/client svc/hostnames --path "$(pick clusterip pod/client svc/hostnames)"
 done_with clusterip
 
 example headless hostnames-headless.yaml
@@ -141,10 +165,9 @@ done_with dns
 example nodeport hostnames-nodeport.yaml
 settle nodeport '.paths | length == 2' client node2:30007
 draw examples/nodeport/lab.svg
-draw examples/nodeport/trace.svg -n nodeport --trace client node2:30007
+draw examples/nodeport/trace.svg -n nodeport --trace client node2:30007 --path "$(pick nodeport client node2:30007)"
 settle nodeport '.paths | length == 2' client node1:30007
-P=$("$MINIKIT" trace --lab "$LAB" -n nodeport client node1:30007 -o json | path_to node2)
-draw docs/lab.svg -n nodeport --trace client node1:30007 --path "$P"
+draw docs/lab.svg -n nodeport --trace client node1:30007 --path "$(pick nodeport --node-of node2 client node1:30007)"
 done_with nodeport
 
 # snat-and-local: the client to node2's NodePort, the pod on node1: SNAT via node2.
@@ -152,7 +175,7 @@ example snat-and-local echo.yaml
 NP=$(nodeport_of snat-and-local echo)
 settle snat-and-local '.paths[0].dnat' client "node2:$NP"
 draw examples/snat-and-local/lab.svg
-draw examples/snat-and-local/trace.svg -n snat-and-local --trace client "node2:$NP"
+draw examples/snat-and-local/trace.svg -n snat-and-local --trace client "node2:$NP" --path "$(pick snat-and-local client "node2:$NP")"
 done_with snat-and-local
 
 example externalname my-service.yaml
@@ -163,7 +186,8 @@ done_with externalname
 example externalips my-service.yaml
 settle externalips '.paths[0].dnat' client 80.11.12.10:80 --node node1
 draw examples/externalips/lab.svg
-draw examples/externalips/trace.svg -n externalips --trace client 80.11.12.10:80 --node node1
+draw examples/externalips/trace.svg -n externalips --trace client 80.11.12.10:80 --node node1 \
+  --path "$(pick externalips client 80.11.12.10:80 --node node1)"
 done_with externalips
 
 example loadbalancer hostnames-lb.yaml
@@ -176,7 +200,7 @@ while [ -z "$LB" ]; do
 done
 settle loadbalancer '.paths[0].dnat' client "$LB:80"
 draw examples/loadbalancer/lab.svg
-draw examples/loadbalancer/trace.svg -n loadbalancer --trace client "$LB:80"
+draw examples/loadbalancer/trace.svg -n loadbalancer --trace client "$LB:80" --path "$(pick loadbalancer client "$LB:80")"
 done_with loadbalancer
 
 # ingress: the client to node2's ingress NodePort: on to a node's controller.
@@ -184,7 +208,7 @@ example ingress cafe.yaml cafe-ingress.yaml
 HTTP=$(kubectl -n ingress-nginx get svc ingress-nginx-controller -o jsonpath='{.spec.ports[?(@.name=="http")].nodePort}')
 settle ingress '.paths[0].dnat' client "node2:$HTTP"
 draw examples/ingress/lab.svg
-draw examples/ingress/trace.svg -n ingress --trace client "node2:$HTTP"
+draw examples/ingress/trace.svg -n ingress --trace client "node2:$HTTP" --path "$(pick ingress client "node2:$HTTP")"
 done_with ingress
 
 # networkpolicy: test-network-policy applied; the intruder's connection to db

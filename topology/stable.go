@@ -2,6 +2,7 @@ package topology
 
 import (
 	"net/netip"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +19,9 @@ import (
 // addresses the API allocates at random are replaced by their role: a
 // ClusterIP outside the service range's static band (its first 256
 // addresses, where the cluster's own and user-chosen ones are) becomes
-// "clusterIP(NS/NAME)", a NodePort above the NodePort range's static band
+// "clusterIP(NS/NAME)", pods on a node get the node's pod addresses in
+// the order of their names (who got the lower one is a race), KUBE-SEP
+// chains (hashes of those addresses) become "KUBE-SEP-…", a NodePort above the NodePort range's static band
 // (30000-30085, KEP-3668) becomes 0 and ":PORT" in hop labels
 // ":nodePort(NS/NAME)".
 func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
@@ -64,6 +67,27 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 			}
 			podName[r.i] = ns + "/" + name
 			hostID[g.Hosts[r.i].ID] = "pod." + ns + "." + name
+		}
+	}
+	// Pods on a node get their node's set of addresses in the order of
+	// their stable names: which of two pods started at once got the lower
+	// address is a race, not part of the picture.
+	addr := map[string]string{}
+	byNode := map[string][]int{}
+	for i, h := range g.Hosts {
+		if h.Kind == KindPod && h.Address != "" {
+			byNode[h.Node] = append(byNode[h.Node], i)
+		}
+	}
+	for _, idx := range byNode {
+		var addrs []string
+		for _, i := range idx {
+			addrs = append(addrs, g.Hosts[i].Address)
+		}
+		sort.Slice(addrs, func(a, b int) bool { return addrLess(addrs[a], addrs[b]) })
+		sort.Slice(idx, func(a, b int) bool { return podName[idx[a]] < podName[idx[b]] })
+		for n, i := range idx {
+			addr[g.Hosts[i].Address] = addrs[n]
 		}
 	}
 	// A node's veth to a pod is named after the pod.
@@ -116,6 +140,7 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 				}
 			}
 		}
+		nh.Address = renumber(h.Address, addr)
 		nh.Interfaces = nil
 		for _, ifc := range h.Interfaces {
 			ni := ifc
@@ -124,7 +149,7 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 			ni.Addrs = nil
 			for _, a := range ifc.Addrs {
 				if !strings.HasPrefix(a, "fe80:") {
-					ni.Addrs = append(ni.Addrs, a)
+					ni.Addrs = append(ni.Addrs, renumber(a, addr))
 				}
 			}
 			if ni.Master != "" {
@@ -137,6 +162,7 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 			if d := nh.Routes[j].Dev; d != "" {
 				nh.Routes[j].Dev = ifName[h.ID+"/"+d]
 			}
+			nh.Routes[j].Src = renumber(nh.Routes[j].Src, addr)
 		}
 		out.Hosts = append(out.Hosts, nh)
 	}
@@ -207,10 +233,30 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 				n.Element = id
 			}
 		}
-		n.Label = r.Replace(stablePods(h.Label, g, podName))
+		label := r.Replace(stablePods(h.Label, g, podName) + " ")
+		label = sepChain.ReplaceAllString(strings.TrimSuffix(label, " "), "KUBE-SEP-…")
+		n.Label = renumber(label, addr)
 		nh = append(nh, n)
 	}
 	return out, nh
+}
+
+// sepChain is a KUBE-SEP chain's name: a hash of the endpoint's address.
+var sepChain = regexp.MustCompile(`KUBE-SEP-[A-Z0-9]{16}`)
+
+var ipv4 = regexp.MustCompile(`\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b`)
+
+// renumber replaces every IPv4 address in s that addr maps.
+func renumber(s string, addr map[string]string) string {
+	if len(addr) == 0 {
+		return s
+	}
+	return ipv4.ReplaceAllStringFunc(s, func(a string) string {
+		if n, ok := addr[a]; ok {
+			return n
+		}
+		return a
+	})
 }
 
 // nodePortStaticMax is the top of the NodePort range's static band: the

@@ -489,6 +489,36 @@ func sideLines(g *Graph, hops []Hop) []sideLine {
 			}
 		}
 	}
+	return wrapSide(out)
+}
+
+// wrapSide breaks the side column's long lines at spaces (continuations
+// indented), so that nothing is cut.
+func wrapSide(lines []sideLine) []sideLine {
+	w := float64(sideW)
+	max := int(w / charW)
+	var out []sideLine
+	for _, l := range lines {
+		if l.cls == "head" || len([]rune(l.text)) <= max {
+			out = append(out, l)
+			continue
+		}
+		words := strings.Split(l.text, " ")
+		cur := ""
+		for _, w := range words {
+			if cur != "" && len([]rune(cur))+1+len([]rune(w)) > max {
+				out = append(out, sideLine{text: cur, cls: l.cls, id: l.id})
+				cur = "    " + w
+				continue
+			}
+			if cur == "" {
+				cur = w
+			} else {
+				cur += " " + w
+			}
+		}
+		out = append(out, sideLine{text: cur, cls: l.cls, id: l.id})
+	}
 	return out
 }
 
