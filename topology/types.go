@@ -3,8 +3,22 @@
 // below), Graphviz dot, Mermaid and SVG. It never reports what minikit meant
 // to create: an interface deleted by hand is missing from the picture.
 //
-// This file is the model: the contract between the collector (collect.go),
-// the renderers, `minikit lab graph` and `minikit ui`.
+// The collector (collect.go) enters each namespace once (sandbox.DoPath) for
+// a netlink handle and reads links, addresses and main-table routes; veth
+// peers are matched across namespaces by ifindex and confirmed with the
+// namespace ids each namespace gives the others (RTM_GETNSID). PathOf
+// (path.go) lays a `minikit trace` path over the graph as hops. Stable
+// (stable.go) removes what differs each time a lab is made, for pictures
+// kept in the repository.
+//
+// The SVG layout (svg.go) is written here for a lab's known shape, not
+// general graph layout: no Graphviz binary is needed at run time, and no
+// maintained pure-Go graph layout library is available to vendor (the Go
+// ports of Graphviz's dot layout are unmaintained experiments). dot and
+// Mermaid output leave layout to those tools.
+//
+// This file is the model: the contract between the collector, the
+// renderers, `minikit lab graph` and `minikit ui`.
 package topology
 
 // Host kinds.
@@ -41,11 +55,13 @@ type Host struct {
 	Phase string `json:"phase,omitempty"`
 	// Address is the host's main address: a node's, client's or external's
 	// underlay address, a pod's IP.
-	Address    string            `json:"address,omitempty"`
-	PodCIDR    string            `json:"podCIDR,omitempty"` // nodes
-	Labels     map[string]string `json:"labels,omitempty"`  // pods
-	Interfaces []Interface       `json:"interfaces"`
-	Routes     []Route           `json:"routes"`
+	Address string            `json:"address,omitempty"`
+	PodCIDR string            `json:"podCIDR,omitempty"` // nodes
+	Labels  map[string]string `json:"labels,omitempty"`  // pods
+	// Owner is a pod's controller, KIND/NAME (ReplicaSet/web-5d9f8c7b6).
+	Owner      string      `json:"owner,omitempty"`
+	Interfaces []Interface `json:"interfaces"`
+	Routes     []Route     `json:"routes"`
 }
 
 // Interface is one link in a host, as `ip -j -d link` and `ip -j addr` show it.
@@ -70,6 +86,9 @@ type Route struct {
 	Src      string `json:"src,omitempty"`
 	Protocol string `json:"protocol,omitempty"` // kernel, boot, static, or a number
 	Scope    string `json:"scope,omitempty"`
+	// Type is a route's type when it is not unicast (blackhole,
+	// unreachable, prohibit, throw), as `ip -j route` shows it.
+	Type string `json:"type,omitempty"`
 }
 
 // Link is an edge.
