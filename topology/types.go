@@ -70,6 +70,9 @@ type Route struct {
 	Src      string `json:"src,omitempty"`
 	Protocol string `json:"protocol,omitempty"` // kernel, boot, static, or a number
 	Scope    string `json:"scope,omitempty"`
+	// Type is a route's type when it is not unicast (blackhole,
+	// unreachable, prohibit, throw), as `ip -j route` shows it.
+	Type string `json:"type,omitempty"`
 }
 
 // Link is an edge.

@@ -1,0 +1,320 @@
+package topology
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/minikit/minikit/trace"
+)
+
+// PathOf draws trace path number path of r over g: the hops from FROM's
+// host to the node whose rules were read, what the rules did there (DNAT,
+// mark, MASQUERADE, in the order trace reports them), the route out, and
+// the hosts on the way to the endpoint's host. A DROP or REJECT ends the
+// hops at the host that takes it, with Verdict set. Between two hosts the
+// hops are: the interface the packet leaves by (a node's bridge when it
+// leaves to one of its pods), the link, the next host; the underlay's
+// bridge ports are not drawn as interfaces of their own.
+//
+// It returns nil when path is out of range or FROM's host is not in g.
+func PathOf(g *Graph, r *trace.Result, path int) []Hop {
+	if g == nil || r == nil || path < 0 || path >= len(r.Paths) {
+		return nil
+	}
+	p := r.Paths[path]
+	w := newWalker(g)
+	src := w.sourceHost(r)
+	node := w.nodeHost(r)
+	if src == "" || node == "" {
+		return nil
+	}
+	w.host(src, sourceLabel(r))
+	w.walk(src, node, "")
+	if src != node {
+		w.host(node, "rules of "+r.Node+" ("+r.Mode+")")
+	}
+	for _, s := range p.Steps {
+		if l := stepLabel(s); l != "" {
+			w.host(node, l)
+		}
+	}
+	if p.Verdict != "ACCEPT" {
+		at := node
+		for _, v := range p.Policy {
+			if v.Verdict == "rejected" && v.Node != r.Node {
+				if h := w.hostByKindName(KindNode, v.Node); h != "" {
+					w.walk(node, h, "")
+					at = h
+				}
+			}
+		}
+		label := p.Verdict
+		if p.Why != "" {
+			label += ": " + p.Why
+		}
+		w.hops = append(w.hops, Hop{Element: at, Kind: "host", Label: label, Verdict: p.Verdict})
+		return w.hops
+	}
+	dst := w.endpointHost(p)
+	if p.Route != nil && p.Route.Kind == "local" {
+		if dst == "" {
+			dst = node
+		}
+	}
+	first := ""
+	if p.Route != nil {
+		first = p.Route.Dev
+	}
+	if dst == "" {
+		// The endpoint is no host of the lab (gone, or outside): show the
+		// route out only.
+		if first != "" {
+			if ifc := w.iface(node, first); ifc != "" {
+				w.hops = append(w.hops, Hop{Element: ifc, Kind: "interface", Label: routeLabel(p.Route)})
+			}
+		}
+		return w.hops
+	}
+	if dst == node {
+		w.host(node, "local: "+p.Dst)
+		return w.hops
+	}
+	w.routeLabel = routeLabel(p.Route)
+	w.walk(node, dst, first)
+	w.host(dst, endpointLabel(p))
+	return w.hops
+}
+
+type walker struct {
+	g     *Graph
+	hosts map[string]*Host
+	ifcs  map[string]*Interface
+	// adj is host → the veth links out of it: (local interface, link,
+	// remote interface, remote host).
+	adj        map[string][]edge
+	hops       []Hop
+	routeLabel string
+}
+
+type edge struct {
+	local, link, remote, to string
+}
+
+func newWalker(g *Graph) *walker {
+	w := &walker{g: g, hosts: map[string]*Host{}, ifcs: map[string]*Interface{}, adj: map[string][]edge{}}
+	for i := range g.Hosts {
+		h := &g.Hosts[i]
+		w.hosts[h.ID] = h
+		for j := range h.Interfaces {
+			w.ifcs[h.Interfaces[j].ID] = &h.Interfaces[j]
+		}
+	}
+	for _, l := range g.Links {
+		if l.Kind != "veth" {
+			continue
+		}
+		ha, hb := hostOf(l.A), hostOf(l.B)
+		w.adj[ha] = append(w.adj[ha], edge{l.A, l.ID, l.B, hb})
+		w.adj[hb] = append(w.adj[hb], edge{l.B, l.ID, l.A, ha})
+	}
+	return w
+}
+
+func hostOf(ifcID string) string {
+	h, _, _ := strings.Cut(ifcID, "/")
+	return h
+}
+
+// host adds a host hop, once per label (a host already last in the hops
+// with an empty label gets this one instead).
+func (w *walker) host(id, label string) {
+	if n := len(w.hops); n > 0 && w.hops[n-1].Element == id && w.hops[n-1].Label == "" {
+		w.hops[n-1].Label = label
+		return
+	}
+	w.hops = append(w.hops, Hop{Element: id, Kind: "host", Label: label})
+}
+
+// walk adds the hops from host a (already in the hops) to host b, found by
+// a breadth-first search over the veth links; out, when set, is the
+// interface the packet leaves a by (the route's device).
+func (w *walker) walk(a, b, out string) {
+	if a == b {
+		return
+	}
+	prev := map[string]edge{a: {}}
+	queue := []string{a}
+	for len(queue) > 0 && prev[b].link == "" {
+		h := queue[0]
+		queue = queue[1:]
+		for _, e := range w.adj[h] {
+			if _, seen := prev[e.to]; seen {
+				continue
+			}
+			// Never route through a pod or the client/external hosts.
+			if e.to != b && w.hosts[e.to] != nil && w.hosts[e.to].Kind != KindUnderlay && w.hosts[e.to].Kind != KindNode {
+				continue
+			}
+			prev[e.to] = e
+			queue = append(queue, e.to)
+		}
+	}
+	if prev[b].link == "" {
+		return
+	}
+	var chain []edge
+	for h := b; h != a; h = hostOf(prev[h].local) {
+		chain = append([]edge{prev[h]}, chain...)
+	}
+	for i, e := range chain {
+		from := hostOf(e.local)
+		if w.hosts[from] != nil && w.hosts[from].Kind != KindUnderlay {
+			ifc := e.local
+			if m := w.ifcs[ifc]; m != nil && m.Master != "" {
+				ifc = from + "/" + m.Master // leaving by the bridge to one of its ports
+			}
+			label := ""
+			if i == 0 && out != "" {
+				label = w.routeLabel
+			}
+			w.hops = append(w.hops, Hop{Element: ifc, Kind: "interface", Label: label})
+		}
+		w.hops = append(w.hops, Hop{Element: e.link, Kind: "link", Label: w.linkLabel(e)})
+		if e.to != b {
+			w.hops = append(w.hops, Hop{Element: e.to, Kind: "host", Label: w.hostName(e.to)})
+		}
+	}
+}
+
+func (w *walker) linkLabel(e edge) string {
+	if w.hosts[e.to] != nil && w.hosts[e.to].Kind == KindPod {
+		return "veth"
+	}
+	return "underlay"
+}
+
+func (w *walker) hostName(id string) string {
+	if h := w.hosts[id]; h != nil {
+		return h.Name
+	}
+	return id
+}
+
+func (w *walker) iface(host, name string) string {
+	id := host + "/" + name
+	if w.ifcs[id] != nil {
+		return id
+	}
+	return ""
+}
+
+func (w *walker) hostByKindName(kind, name string) string {
+	for _, h := range w.g.Hosts {
+		if h.Kind == kind && h.Name == name {
+			return h.ID
+		}
+	}
+	return ""
+}
+
+// hostByIP is the host whose interfaces carry ip (a pod's IP, a node's
+// underlay address); pods' own addresses win over a node's bridge.
+func (w *walker) hostByIP(ip netip.Addr) string {
+	if !ip.IsValid() {
+		return ""
+	}
+	for _, h := range w.g.Hosts {
+		if h.Address == ip.String() {
+			return h.ID
+		}
+	}
+	for _, h := range w.g.Hosts {
+		for _, ifc := range h.Interfaces {
+			for _, a := range ifc.Addrs {
+				if p, err := netip.ParsePrefix(a); err == nil && p.Addr() == ip && !ip.IsLoopback() {
+					return h.ID
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func (w *walker) sourceHost(r *trace.Result) string {
+	if r.From.Netns != "" && w.hosts[r.From.Netns] != nil {
+		return r.From.Netns
+	}
+	switch r.From.Kind {
+	case "client":
+		return w.hostByKindName(KindClient, "client")
+	case "external":
+		return w.hostByKindName(KindExternal, "external")
+	case "node":
+		return w.hostByKindName(KindNode, r.From.Name)
+	case "pod":
+		if id := w.hostByKindName(KindPod, r.From.Name); id != "" {
+			return id
+		}
+	}
+	return w.hostByIP(r.From.IP)
+}
+
+func (w *walker) nodeHost(r *trace.Result) string {
+	if r.Netns != "" && w.hosts[r.Netns] != nil {
+		return r.Netns
+	}
+	return w.hostByKindName(KindNode, r.Node)
+}
+
+func (w *walker) endpointHost(p trace.Path) string {
+	if e := p.Endpoint; e != nil {
+		if e.HostNetwork {
+			return w.hostByKindName(KindNode, e.Node)
+		}
+		if id := w.hostByKindName(KindPod, e.Namespace+"/"+e.Name); id != "" {
+			return id
+		}
+	}
+	if ap, err := netip.ParseAddrPort(p.Dst); err == nil {
+		return w.hostByIP(ap.Addr())
+	}
+	return ""
+}
+
+func sourceLabel(r *trace.Result) string {
+	return fmt.Sprintf("from %s (%s) to %s", r.From.Name, r.From.IP, r.To.Addr)
+}
+
+// stepLabel is the label of a rule step that changes the packet or ends
+// it: the DNAT, the mark, the MASQUERADE, as trace reports them.
+func stepLabel(s trace.Step) string {
+	where := s.Table + "/" + s.Chain
+	switch {
+	case s.DNAT != "":
+		return fmt.Sprintf("DNAT to %s (%s)", s.DNAT, where)
+	case s.Masquerade:
+		return fmt.Sprintf("MASQUERADE (%s)", where)
+	case s.Mark != "":
+		return fmt.Sprintf("mark %s (%s)", s.Mark, where)
+	}
+	return ""
+}
+
+func routeLabel(rt *trace.Route) string {
+	if rt == nil {
+		return ""
+	}
+	l := "route out " + rt.Dev
+	if rt.Via != "" {
+		l += " via " + rt.Via
+	}
+	return l
+}
+
+func endpointLabel(p trace.Path) string {
+	if p.Endpoint != nil {
+		return p.Endpoint.String() + " (" + p.Dst + ")"
+	}
+	return p.Dst
+}
