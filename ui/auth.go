@@ -24,6 +24,9 @@ func loopbackListen(listen string) (bool, error) {
 	if host == "localhost" {
 		return true, nil
 	}
+	if host == "" {
+		return false, nil // every address
+	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
 		return false, fmt.Errorf("ui: --listen %q: the host must be an IP address or localhost", listen)

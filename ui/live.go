@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -48,7 +49,9 @@ type live struct {
 
 // dirty is what the events since the last refresh touched.
 type dirty struct {
-	full  bool
+	full bool
+	// hosts are re-read; a host whose value is false is gone (its Pod was
+	// deleted) and only removed.
 	hosts map[string]bool
 }
 
@@ -59,35 +62,44 @@ func newLive(src Source, c kubernetes.Interface, debounce time.Duration, log *sl
 
 // start reads the lab, then watches it.
 func (l *live) start(ctx context.Context) error {
+	f := informers.NewSharedInformerFactory(l.client, 0)
+	l.nodes = f.Core().V1().Nodes().Lister()
+	full := func(any) { l.mark(func(d *dirty) { d.full = true }) }
+	fullH := cache.ResourceEventHandlerFuncs{AddFunc: full, UpdateFunc: func(_, n any) { full(n) }, DeleteFunc: full}
+	var synced []cache.InformerSynced
+	for _, inf := range []cache.SharedIndexInformer{f.Core().V1().Nodes().Informer(), f.Core().V1().Services().Informer(),
+		f.Discovery().V1().EndpointSlices().Informer(), f.Networking().V1().Ingresses().Informer()} {
+		reg, err := inf.AddEventHandler(fullH)
+		if err != nil {
+			return fmt.Errorf("watching the lab: %w", err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	reg, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { l.pod(o, false) },
+		UpdateFunc: func(_, n any) { l.pod(n, false) },
+		DeleteFunc: func(o any) { l.pod(o, true) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching the lab: %w", err)
+	}
+	synced = append(synced, reg.HasSynced)
+	f.Start(ctx.Done())
+	// Until every handler has seen the initial lists (not only the
+	// caches: handlers run behind them).
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("watching the lab: the API's lists did not arrive: %w", ctx.Err())
+	}
+	// The initial lists marked everything; the lab read now is newer. A
+	// change after the lists is an event again.
+	l.pmu.Lock()
+	l.pending = dirty{hosts: map[string]bool{}}
+	l.pmu.Unlock()
 	g, err := l.src.Collect(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the lab: %w", err)
 	}
 	l.set(g)
-	f := informers.NewSharedInformerFactory(l.client, 0)
-	l.nodes = f.Core().V1().Nodes().Lister()
-	full := func(any) { l.mark(func(d *dirty) { d.full = true }) }
-	fullH := cache.ResourceEventHandlerFuncs{AddFunc: full, UpdateFunc: func(_, n any) { full(n) }, DeleteFunc: full}
-	f.Core().V1().Nodes().Informer().AddEventHandler(fullH)
-	f.Core().V1().Services().Informer().AddEventHandler(fullH)
-	f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(fullH)
-	f.Networking().V1().Ingresses().Informer().AddEventHandler(fullH)
-	f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    l.pod,
-		UpdateFunc: func(_, n any) { l.pod(n) },
-		DeleteFunc: l.pod,
-	})
-	f.Start(ctx.Done())
-	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("watching the lab's %v: the cache did not sync", typ)
-		}
-	}
-	// The informers' initial lists marked everything; the graph just read
-	// is as new.
-	l.pmu.Lock()
-	l.pending = dirty{hosts: map[string]bool{}}
-	l.pmu.Unlock()
 	go l.run(ctx)
 	return nil
 }
@@ -103,7 +115,7 @@ func (l *live) mark(fn func(*dirty)) {
 }
 
 // pod marks a pod's namespace and its node's for a re-read.
-func (l *live) pod(obj any) {
+func (l *live) pod(obj any, deleted bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
@@ -122,8 +134,10 @@ func (l *live) pod(obj any) {
 		return
 	}
 	l.mark(func(d *dirty) {
-		d.hosts[id] = true
-		d.hosts[l.nodeHost(p.Spec.NodeName)] = true
+		d.hosts[id] = !deleted
+		if n := l.nodeHost(p.Spec.NodeName); n != "" {
+			d.hosts[n] = true
+		}
 	})
 }
 
@@ -176,16 +190,18 @@ func (l *live) refresh(ctx context.Context, d dirty) {
 	cur, _ := l.snapshot()
 	g := clone(cur)
 	ids := make([]string, 0, len(d.hosts))
-	for id := range d.hosts {
-		if id != "" {
-			ids = append(ids, id)
+	for id, read := range d.hosts {
+		if !read {
+			removeHost(g, id)
+			continue
 		}
+		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
 		h, links, err := l.src.ReadHost(ctx, id)
 		if err != nil {
-			if !sandbox.ExistsNamed(id) {
+			if errors.Is(err, topology.ErrGone) || !sandbox.ExistsNamed(id) {
 				removeHost(g, id)
 				continue
 			}

@@ -16,8 +16,8 @@ import (
 // -o json` prints it, each path's hops over the graph, and in iptables mode
 // each step's rule counters as the kernel has them after the trace.
 type traceAnswer struct {
-	Result   *trace.Result      `json:"result"`
-	Hops     [][]topology.Hop   `json:"hops"`
+	Result   *trace.Result       `json:"result"`
+	Hops     [][]topology.Hop    `json:"hops"`
 	Counters [][]*tracer.Counter `json:"counters,omitempty"`
 	// CountersError says why the counters could not be read.
 	CountersError string `json:"countersError,omitempty"`
