@@ -132,8 +132,8 @@ func (s *Server) serveDNS(r *http.Request) (any, error) {
 }
 
 // podResolvConf reads the resolv.conf the node agent wrote for the pod
-// (DATA_DIR/pods/UID/resolv.conf, a node's data dir being LABDIR/NODE), the
-// file mounted as the pod's /etc/resolv.conf.
+// (AGENT_DIR/pods/UID/resolv.conf, a lab node's agent dir being
+// LABDIR/NODE/agent), the file mounted as the pod's /etc/resolv.conf.
 func (s *Server) podResolvConf(ctx context.Context, key string) ([]byte, error) {
 	ns, name, _ := strings.Cut(key, "/")
 	p, err := s.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
@@ -144,7 +144,7 @@ func (s *Server) podResolvConf(ctx context.Context, key string) ([]byte, error) 
 	if uid == "" || strings.ContainsAny(uid, "/\\") || strings.Contains(uid, "..") || strings.ContainsAny(p.Spec.NodeName, "/\\") {
 		return nil, fmt.Errorf("dns: pod %s has no usable UID or node", key)
 	}
-	path := filepath.Join(s.cfg.Lab.Dir, p.Spec.NodeName, "pods", uid, "resolv.conf")
+	path := filepath.Join(s.cfg.Lab.Dir, p.Spec.NodeName, "agent", "pods", uid, "resolv.conf")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("dns: reading pod %s's resolv.conf: %w", key, err)

@@ -507,7 +507,7 @@ func TestDNSFromAPod(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(s.cfg.Lab.Dir, "node1", "pods", string(uid))
+	dir := filepath.Join(s.cfg.Lab.Dir, "node1", "agent", "pods", string(uid))
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte("nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"), 0o644)
 

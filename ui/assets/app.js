@@ -90,6 +90,23 @@ function chipsOf(h) {
   return (h.interfaces || []).filter((i) => i.kind !== "loopback" && i.name !== "lo" && !isPort(i));
 }
 
+// upChip says an interface of an infrastructure host is drawn on the top
+// edge of its box: its veth peer, or a peer of one of its bridge ports, is
+// in a host of a lower rank (the underlay, above). The others sit on the
+// bottom edge, toward the pods.
+function upChip(h, c) {
+  const rank = kindRank[h.kind] ?? 5;
+  const peers = [c.peer, ...(h.interfaces || []).filter((p) => isPort(p) && p.master === c.name).map((p) => p.peer)];
+  return peers.some((p) => {
+    const other = p && state.hosts.get(hostOf(p));
+    return other && (kindRank[other.kind] ?? 5) < rank;
+  });
+}
+
+function chipWidth(c) {
+  return c.name.length * CH + 10;
+}
+
 const CH = 7; // px per character at the chips' and boxes' font size
 const POD_H = 34, POD_GAP = 10, POD_STUB = 18;
 
@@ -102,10 +119,10 @@ function layout(hosts) {
   const box = new Map();
   for (const h of infra) {
     const chips = chipsOf(h);
-    const chipW = chips.reduce((w, c) => w + c.name.length * CH + 14, 0) + 10;
+    const rowW = (up) => chips.filter((c) => upChip(h, c) === up).reduce((w, c) => w + chipWidth(c) + 4, 0) + 16;
     const text = Math.max(h.name.length, hostSub(h).length) * CH + 20;
-    const w = Math.max(130, chipW, text);
-    const hgt = chips.length ? 62 : 42;
+    const w = Math.max(130, rowW(true), rowW(false), text);
+    const hgt = 46;
     box.set(h.id, { w, h: hgt });
     g.setNode(h.id, { width: w, height: hgt });
   }
@@ -171,14 +188,16 @@ function render() {
     const x0 = n.x - b.w / 2, y0 = n.y - b.h / 2;
     let s = `<g class="host host-${esc(h.kind)}" data-id="${esc(h.id)}" transform="translate(${x0},${y0})">` +
       `<title>${esc(h.id)}</title><rect class="box" width="${b.w}" height="${b.h}" rx="6"/>` +
-      `<text class="name" x="10" y="17">${esc(h.name)}</text><text class="addr" x="10" y="33">${esc(hostSub(h))}</text>`;
-    let cx = 10;
+      `<text class="name" x="10" y="20">${esc(h.name)}</text><text class="addr" x="10" y="35">${esc(hostSub(h))}</text>`;
+    // Interfaces sit on the box's edges: toward the underlay on top,
+    // toward the pods below.
+    const cx = { true: 10, false: 10 };
     for (const c of chipsOf(h)) {
-      const w = c.name.length * CH + 10;
+      const w = chipWidth(c), up = upChip(h, c), y = up ? -8 : b.h - 8;
       s += `<g class="iface iface-${esc(c.kind)}" data-id="${esc(c.id)}"><title>${esc(c.id)} ${esc((c.addrs || []).join(" "))}</title>` +
-        `<rect x="${cx}" y="40" width="${w}" height="16" rx="3"/><text x="${cx + 5}" y="52">${esc(c.name)}</text></g>`;
-      pos.set(c.id, { x: x0 + cx + w / 2, top: y0 + 40, bottom: y0 + 56, host: h.id });
-      cx += w + 4;
+        `<rect x="${cx[up]}" y="${y}" width="${w}" height="16" rx="3"/><text x="${cx[up] + 5}" y="${y + 12}">${esc(c.name)}</text></g>`;
+      pos.set(c.id, { x: x0 + cx[up] + w / 2, top: y0 + y, bottom: y0 + y + 16, host: h.id });
+      cx[up] += w + 4;
     }
     hostParts.push(s + "</g>");
   }
@@ -238,8 +257,12 @@ function render() {
     parts.push(`<circle class="iface port" data-id="${esc(id)}" cx="${p.x}" cy="${p.y}" r="3.5"><title>${esc(id)}</title></circle>`);
   }
   const gr = g.graph();
-  svg.setAttribute("width", Math.ceil(gr.width));
-  svg.setAttribute("height", Math.ceil(gr.height));
+  // Fit the container's width unless that would make the text unreadable;
+  // then the picture scrolls.
+  const avail = $("topology").clientWidth - 4;
+  const k = gr.width > avail && avail / gr.width >= 0.55 ? avail / gr.width : 1;
+  svg.setAttribute("width", Math.ceil(gr.width * k));
+  svg.setAttribute("height", Math.ceil(gr.height * k));
   svg.setAttribute("viewBox", `0 0 ${Math.ceil(gr.width)} ${Math.ceil(gr.height)}`);
   svg.innerHTML = `<g class="links">${parts.join("")}</g><g class="hosts">${hostParts.join("")}</g><g class="hop-labels"></g>`;
   markHops();
@@ -274,8 +297,12 @@ function markHops() {
     const el = svg.querySelector(`.host[data-id="${CSS.escape(id)}"]`);
     if (!el) continue;
     const bb = el.getBBox(), m = el.transform.baseVal.consolidate();
-    const x = (m ? m.matrix.e : 0) + bb.width + 6, y = (m ? m.matrix.f : 0) + 12;
-    labels.insertAdjacentHTML("beforeend", ls.map((t, j) => `<text class="hop-label" x="${x}" y="${y + j * 13}">${esc(t)}</text>`).join(""));
+    const x = (m ? m.matrix.e : 0) + bb.width - 4, y = (m ? m.matrix.f : 0) + 4;
+    const nums = ls.map((t) => t.split(".")[0]);
+    const text = nums.length > 2 ? `${nums[0]}–${nums[nums.length - 1]}` : nums.join(",");
+    const w = text.length * 7 + 10;
+    labels.insertAdjacentHTML("beforeend", `<g class="hop-badge"><title>${esc(ls.join("\n"))}</title>` +
+      `<rect x="${x - w}" y="${y}" width="${w}" height="15" rx="7"/><text x="${x - w + 5}" y="${y + 11}">${esc(text)}</text></g>`);
   }
 }
 
