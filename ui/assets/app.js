@@ -170,7 +170,12 @@ function hostSub(h) {
   return h.address || "";
 }
 
+// timings: each render's end (performance.now()), its duration and what it
+// drew, the last 200; scripts/bench-ui.sh reads them.
+window.minikitUI = { renders: [] };
+
 function render() {
+  const t0 = performance.now();
   const hosts = sortedHosts();
   const svg = $("graph");
   if (hosts.length === 0) {
@@ -271,6 +276,9 @@ function render() {
   document.body.dataset.version = state.version;
   const pods = hosts.filter((h) => h.kind === "pod").length;
   $("counts").textContent = `${hosts.length - pods} hosts, ${pods} pods, ${state.links.size} links`;
+  const r = window.minikitUI.renders;
+  r.push({ end: performance.now(), ms: performance.now() - t0, hosts: hosts.length - pods, pods, version: state.version });
+  if (r.length > 200) r.shift();
   $("lab").textContent = state.lab;
 }
 
