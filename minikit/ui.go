@@ -14,6 +14,8 @@ import (
 	"github.com/minikit/minikit/ui"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -56,11 +58,19 @@ sets a cookie. Without it the answer is 401.`,
 			if err != nil {
 				return err
 			}
-			client, _, _, err := kubeClientFor(t.kubeconfig, t.lab, "")
+			rc, err := clientcmd.BuildConfigFromFlags("", t.kubeconfig)
+			if err != nil {
+				return fmt.Errorf("reading the lab's kubeconfig %s: %w", t.kubeconfig, err)
+			}
+			token, err := uiToken(rc, tokenFile)
 			if err != nil {
 				return err
 			}
-			token, err := uiToken(t.kubeconfig, tokenFile)
+			// Every pod change reads the API again (Collector.ReadHost
+			// lists the lab's objects): client-go's default 5 requests a
+			// second would make a scale-up wait on the rate limiter.
+			rc.QPS, rc.Burst = 200, 400
+			client, err := kubernetes.NewForConfig(rc)
 			if err != nil {
 				return err
 			}
@@ -93,7 +103,7 @@ sets a cookie. Without it the answer is 401.`,
 
 // uiToken is the token requests off loopback must carry: the one in
 // tokenFile, else the lab's kubeconfig's bearer token.
-func uiToken(kubeconfig, tokenFile string) (string, error) {
+func uiToken(rc *rest.Config, tokenFile string) (string, error) {
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
@@ -104,10 +114,6 @@ func uiToken(kubeconfig, tokenFile string) (string, error) {
 			return "", errors.New("--token-file " + tokenFile + " is empty")
 		}
 		return tok, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return "", fmt.Errorf("reading the lab's kubeconfig %s: %w", kubeconfig, err)
 	}
 	if rc.BearerToken == "" && rc.BearerTokenFile != "" {
 		b, err := os.ReadFile(rc.BearerTokenFile)

@@ -33,9 +33,10 @@
 // a compact block instead of a rank 200 boxes wide.
 //
 // Live updates: client-go informers watch the five kinds; a Pod event
-// re-reads only that pod's namespace and its node's (Source.ReadHost), a
-// Node, Service, EndpointSlice or Ingress event the whole lab
-// (Source.Collect), debounced. Each refresh is diffed against the graph the
+// re-reads only that pod's namespace (Source.ReadHost) and sends it at once;
+// then, debounced, the whole lab is read (Source.Collect) for what a Node,
+// Service, EndpointSlice or Ingress event changed and for the node's side of
+// a pod's veth (reading a node's namespace alone would read all its pods). Each refresh is diffed against the graph the
 // page has, and only the difference is pushed to the page as a Server-Sent
 // Event ("patch"); a page that connects first gets the whole graph.
 package ui

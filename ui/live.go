@@ -114,7 +114,7 @@ func (l *live) mark(fn func(*dirty)) {
 	}
 }
 
-// pod marks a pod's namespace and its node's for a re-read.
+// pod marks a pod's namespace for a re-read, or its host for removal.
 func (l *live) pod(obj any, deleted bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -135,23 +135,10 @@ func (l *live) pod(obj any, deleted bool) {
 	}
 	l.mark(func(d *dirty) {
 		d.hosts[id] = !deleted
-		if n := l.nodeHost(p.Spec.NodeName); n != "" {
-			d.hosts[n] = true
-		}
+		// The node's side of the pod's veth (its bridge port) comes
+		// with the next read of the whole lab.
+		d.full = true
 	})
-}
-
-// nodeHost is the ID of a node's host in the current graph.
-func (l *live) nodeHost(name string) string {
-	g, _ := l.snapshot()
-	if g != nil {
-		for _, h := range g.Hosts {
-			if h.Kind == topology.KindNode && h.Name == name {
-				return h.ID
-			}
-		}
-	}
-	return ""
 }
 
 // run refreshes what changed, debounced, until ctx ends.
@@ -175,18 +162,15 @@ func (l *live) run(ctx context.Context) {
 	}
 }
 
+// refresh brings the graph up to date in two steps, each sent to the pages
+// as soon as it is done: first the pods that changed, each read alone
+// (Source.ReadHost: the pod's namespace), so a new pod is drawn as soon as
+// its namespace can be read; then, when anything else changed (a node, a
+// Service, an EndpointSlice, an Ingress, or a node's side of a pod's veth),
+// the whole lab (Source.Collect). Reading a node's host alone would read
+// every pod on it again, which costs as much as reading the whole lab.
 func (l *live) refresh(ctx context.Context, d dirty) {
 	start := time.Now()
-	if d.full {
-		g, err := l.src.Collect(ctx)
-		if err != nil {
-			l.log.Info("reading the lab", "err", err)
-			return
-		}
-		n := l.set(g)
-		l.log.Debug("refreshed the lab", "hosts", len(g.Hosts), "changed", n, "duration", time.Since(start))
-		return
-	}
 	cur, _ := l.snapshot()
 	g := clone(cur)
 	ids := make([]string, 0, len(d.hosts))
@@ -198,20 +182,51 @@ func (l *live) refresh(ctx context.Context, d dirty) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for _, id := range ids {
-		h, links, err := l.src.ReadHost(ctx, id)
-		if err != nil {
-			if errors.Is(err, topology.ErrGone) || !sandbox.ExistsNamed(id) {
+	type answer struct {
+		h     topology.Host
+		links []topology.Link
+		err   error
+	}
+	answers := make([]answer, len(ids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			a := &answers[i]
+			a.h, a.links, a.err = l.src.ReadHost(ctx, id)
+		}()
+	}
+	wg.Wait()
+	for i, id := range ids {
+		a := answers[i]
+		if a.err != nil {
+			if errors.Is(a.err, topology.ErrGone) || !sandbox.ExistsNamed(id) {
 				removeHost(g, id)
 				continue
 			}
-			l.log.Info("reading a lab host", "host", id, "err", err)
+			l.log.Info("reading a lab host", "host", id, "err", a.err)
 			continue
 		}
-		putHost(g, h, links)
+		putHost(g, a.h, a.links)
 	}
-	n := l.set(g)
-	l.log.Debug("refreshed lab hosts", "hosts", len(ids), "changed", n, "duration", time.Since(start))
+	if len(d.hosts) > 0 {
+		n := l.set(g)
+		l.log.Debug("refreshed lab hosts", "hosts", len(ids), "changed", n, "duration", time.Since(start))
+	}
+	if !d.full {
+		return
+	}
+	start = time.Now()
+	full, err := l.src.Collect(ctx)
+	if err != nil {
+		l.log.Info("reading the lab", "err", err)
+		return
+	}
+	n := l.set(full)
+	l.log.Debug("refreshed the lab", "hosts", len(full.Hosts), "changed", n, "duration", time.Since(start))
 }
 
 func clone(g *topology.Graph) *topology.Graph {

@@ -248,7 +248,12 @@ function render() {
   const anchor = (from, to) => {
     // The end of a line at interface `from` toward interface `to`.
     const a = pos.get(from), b = pos.get(to);
-    if (!a) return null;
+    if (!a) {
+      // A new pod's veth whose node side (the bridge port) has not been
+      // read yet: a stub above the pod until it is.
+      if (b && state.hosts.has(hostOf(from))) return { x: b.x, y: b.top - 12 };
+      return null;
+    }
     if (a.port) return { x: a.x, y: a.top };
     const down = b ? a.bottom <= b.top : true;
     return { x: a.x, y: down ? a.bottom : a.top };
