@@ -363,6 +363,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	addName(startCmd)
 	startCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)
+	root.AddCommand(newLabGraphCommand())
 	return root
 }
 

@@ -243,10 +243,12 @@ func (c *Collector) refs(api *apiState) []nsRef {
 		if err != nil {
 			continue
 		}
-		refs = append(refs, nsRef{order: 2000, host: Host{
-			ID: sb, Kind: KindPod, Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName,
-			Phase: string(p.Status.Phase), Address: p.Status.PodIP, Labels: p.Labels,
-		}})
+		h := Host{ID: sb, Kind: KindPod, Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName,
+			Phase: string(p.Status.Phase), Address: p.Status.PodIP, Labels: p.Labels}
+		if ref := metav1.GetControllerOf(p); ref != nil {
+			h.Owner = ref.Kind + "/" + ref.Name
+		}
+		refs = append(refs, nsRef{order: 2000, host: h})
 	}
 	sort.SliceStable(refs, func(i, j int) bool {
 		a, b := refs[i], refs[j]
@@ -339,8 +341,11 @@ func readNS(h Host) (*hostRead, error) {
 			ID: h.ID + "/" + at.Name, Name: at.Name, Index: at.Index, Kind: kindOf(l),
 			MTU: at.MTU, State: operState(at.OperState), Master: names[at.MasterIndex], Addrs: byIndex[at.Index],
 		}
-		if len(at.HardwareAddr) > 0 {
+		switch {
+		case len(at.HardwareAddr) > 0:
 			ifc.MAC = at.HardwareAddr.String()
+		case ifc.Kind == "loopback":
+			ifc.MAC = "00:00:00:00:00:00" // netlink leaves it empty; ip shows it
 		}
 		hr.host.Interfaces = append(hr.host.Interfaces, ifc)
 		hr.links = append(hr.links, l)

@@ -174,24 +174,46 @@ func (w *walker) walk(a, b, out string) {
 			if m := w.ifcs[ifc]; m != nil && m.Master != "" {
 				ifc = from + "/" + m.Master // leaving by the bridge to one of its ports
 			}
-			label := ""
+			label := "out by " + w.ifName(ifc)
 			if i == 0 && out != "" {
 				label = w.routeLabel
 			}
 			w.hops = append(w.hops, Hop{Element: ifc, Kind: "interface", Label: label})
 		}
 		w.hops = append(w.hops, Hop{Element: e.link, Kind: "link", Label: w.linkLabel(e)})
+		// Into a node from one of its pods: through the pod's veth onto
+		// the bridge.
+		if m := w.ifcs[e.remote]; m != nil && m.Master != "" && w.hosts[e.to] != nil && w.hosts[e.to].Kind != KindUnderlay {
+			br := e.to + "/" + m.Master
+			w.hops = append(w.hops, Hop{Element: br, Kind: "interface", Label: "in by " + w.ifName(br)})
+		}
 		if e.to != b {
-			w.hops = append(w.hops, Hop{Element: e.to, Kind: "host", Label: w.hostName(e.to)})
+			label := w.hostName(e.to)
+			if h := w.hosts[e.to]; h != nil && h.Kind == KindUnderlay {
+				label = "underlay bridge"
+				if m := w.ifcs[e.remote]; m != nil && m.Master != "" {
+					label += " " + m.Master
+				}
+			} else if h != nil && h.Kind == KindNode {
+				label = h.Name + " forwards"
+			}
+			w.hops = append(w.hops, Hop{Element: e.to, Kind: "host", Label: label})
 		}
 	}
 }
 
 func (w *walker) linkLabel(e edge) string {
-	if w.hosts[e.to] != nil && w.hosts[e.to].Kind == KindPod {
-		return "veth"
+	kind := "veth"
+	if w.hosts[hostOf(e.local)].Kind == KindUnderlay || w.hosts[e.to].Kind == KindUnderlay {
+		kind = "underlay link"
 	}
-	return "underlay"
+	return fmt.Sprintf("%s %s → %s", kind, w.ifName(e.local), w.ifName(e.remote))
+}
+
+// ifName is "HOST IFNAME" for an interface ID.
+func (w *walker) ifName(id string) string {
+	h, n, _ := strings.Cut(id, "/")
+	return w.hostName(h) + " " + n
 }
 
 func (w *walker) hostName(id string) string {

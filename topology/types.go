@@ -41,11 +41,13 @@ type Host struct {
 	Phase string `json:"phase,omitempty"`
 	// Address is the host's main address: a node's, client's or external's
 	// underlay address, a pod's IP.
-	Address    string            `json:"address,omitempty"`
-	PodCIDR    string            `json:"podCIDR,omitempty"` // nodes
-	Labels     map[string]string `json:"labels,omitempty"`  // pods
-	Interfaces []Interface       `json:"interfaces"`
-	Routes     []Route           `json:"routes"`
+	Address string            `json:"address,omitempty"`
+	PodCIDR string            `json:"podCIDR,omitempty"` // nodes
+	Labels  map[string]string `json:"labels,omitempty"`  // pods
+	// Owner is a pod's controller, KIND/NAME (ReplicaSet/web-5d9f8c7b6).
+	Owner      string      `json:"owner,omitempty"`
+	Interfaces []Interface `json:"interfaces"`
+	Routes     []Route     `json:"routes"`
 }
 
 // Interface is one link in a host, as `ip -j -d link` and `ip -j addr` show it.

@@ -82,6 +82,42 @@ func tour(t *testing.T, mode string) {
 	}
 }
 
+// TestPictures checks that the pictures in the documentation are current:
+// scripts/pictures.sh --check draws docs/lab.svg and every example's
+// lab.svg and trace.svg again from a lab of its own (stable mode: pods by
+// owner and ordinal, allocated addresses by role) and fails naming each
+// committed file that differs. Redraw them with sudo ./scripts/pictures.sh.
+func TestPictures(t *testing.T) {
+	testenv.RequireRoot(t)
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	name := "pics" + hex.EncodeToString(b)
+	mine := func(ns string) bool { return strings.HasPrefix(ns, name+"-") }
+	before := testenv.RootSnapshot(t, mine)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "pictures.sh"), "--check")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "LAB="+name)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) } // its trap removes the lab
+	cmd.WaitDelay = time.Minute
+	out, err := cmd.CombinedOutput()
+	t.Logf("scripts/pictures.sh --check:\n%s", out)
+	if err != nil {
+		t.Errorf("scripts/pictures.sh --check: %v (the pictures are not current: sudo ./scripts/pictures.sh draws them again)", err)
+	}
+	if n := strings.Count(string(out), "\ncurrent  "); n < 18 {
+		t.Errorf("%d pictures checked, want the 18 the script draws", n)
+	}
+	if after := testenv.RootSnapshot(t, mine); before != after {
+		t.Errorf("the root network namespace changed:\n%s", lineDiff(before, after))
+	}
+}
+
 // lineDiff lists the lines only in a (-) and only in b (+).
 func lineDiff(a, b string) string {
 	count := func(s string) map[string]int {
