@@ -27,9 +27,10 @@ import (
 // live holds the lab's current graph, refreshes the parts that changed and
 // tells the pages.
 //
-// Locking: mu guards graph, version and subs. Refreshes run in one goroutine
-// (run), so two never interleave; they read the kernel without mu and take
-// it only to swap the graph and notify.
+// Locking: mu guards graph, version, subs, fresh, collecting and again.
+// Reads of the kernel and the API run without it: the pods' reads in run's
+// goroutine, the whole lab's in collect's (one at a time); each takes mu
+// only to merge what it read into the graph and notify.
 type live struct {
 	src      Source
 	client   kubernetes.Interface
@@ -41,6 +42,13 @@ type live struct {
 	graph   *topology.Graph
 	version uint64
 	subs    map[chan []byte]struct{}
+	// fresh holds when each host was last read alone (or removed): a
+	// read of the whole lab that started before that keeps the host as
+	// it is now.
+	fresh map[string]time.Time
+	// collecting says a read of the whole lab runs; again, that another
+	// must follow it.
+	collecting, again bool
 
 	pmu     sync.Mutex
 	pending dirty
@@ -56,7 +64,7 @@ type dirty struct {
 }
 
 func newLive(src Source, c kubernetes.Interface, debounce time.Duration, log *slog.Logger) *live {
-	return &live{src: src, client: c, debounce: debounce, log: log, subs: map[chan []byte]struct{}{},
+	return &live{src: src, client: c, debounce: debounce, log: log, subs: map[chan []byte]struct{}{}, fresh: map[string]time.Time{},
 		wake: make(chan struct{}, 1), pending: dirty{hosts: map[string]bool{}}}
 }
 
@@ -167,19 +175,16 @@ func (l *live) run(ctx context.Context) {
 // (Source.ReadHost: the pod's namespace), so a new pod is drawn as soon as
 // its namespace can be read; then, when anything else changed (a node, a
 // Service, an EndpointSlice, an Ingress, or a node's side of a pod's veth),
-// the whole lab (Source.Collect). Reading a node's host alone would read
-// every pod on it again, which costs as much as reading the whole lab.
+// the whole lab (Source.Collect), in its own goroutine so that pods keep
+// being drawn while it runs. Reading a node's host alone would read every
+// pod on it again, which costs as much as reading the whole lab.
 func (l *live) refresh(ctx context.Context, d dirty) {
 	start := time.Now()
-	cur, _ := l.snapshot()
-	g := clone(cur)
-	ids := make([]string, 0, len(d.hosts))
+	var ids []string
 	for id, read := range d.hosts {
-		if !read {
-			removeHost(g, id)
-			continue
+		if read {
+			ids = append(ids, id)
 		}
-		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	type answer struct {
@@ -200,33 +205,86 @@ func (l *live) refresh(ctx context.Context, d dirty) {
 		}()
 	}
 	wg.Wait()
-	for i, id := range ids {
-		a := answers[i]
-		if a.err != nil {
-			if errors.Is(a.err, topology.ErrGone) || !sandbox.ExistsNamed(id) {
+	if len(d.hosts) > 0 {
+		l.mu.Lock()
+		g := clone(l.graph)
+		now := time.Now()
+		for id, read := range d.hosts {
+			if !read {
 				removeHost(g, id)
+				l.fresh[id] = now
+			}
+		}
+		for i, id := range ids {
+			a := answers[i]
+			if a.err != nil {
+				if errors.Is(a.err, topology.ErrGone) || !sandbox.ExistsNamed(id) {
+					removeHost(g, id)
+					l.fresh[id] = now
+					continue
+				}
+				l.log.Info("reading a lab host", "host", id, "err", a.err)
 				continue
 			}
-			l.log.Info("reading a lab host", "host", id, "err", a.err)
-			continue
+			putHost(g, a.h, a.links)
+			l.fresh[id] = now
 		}
-		putHost(g, a.h, a.links)
-	}
-	if len(d.hosts) > 0 {
-		n := l.set(g)
+		n := l.setLocked(g)
+		l.mu.Unlock()
 		l.log.Debug("refreshed lab hosts", "hosts", len(ids), "changed", n, "duration", time.Since(start))
 	}
 	if !d.full {
 		return
 	}
-	start = time.Now()
-	full, err := l.src.Collect(ctx)
-	if err != nil {
-		l.log.Info("reading the lab", "err", err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.collecting {
+		l.again = true
 		return
 	}
-	n := l.set(full)
-	l.log.Debug("refreshed the lab", "hosts", len(full.Hosts), "changed", n, "duration", time.Since(start))
+	l.collecting = true
+	go l.collect(ctx)
+}
+
+// collect reads the whole lab, again while asked to, and sends the
+// difference; hosts read alone after a read began keep their newer state.
+func (l *live) collect(ctx context.Context) {
+	for {
+		start := time.Now()
+		g, err := l.src.Collect(ctx)
+		l.mu.Lock()
+		if err != nil {
+			l.log.Info("reading the lab", "err", err)
+		} else {
+			cur := l.graph
+			for id, t := range l.fresh {
+				if !t.After(start) {
+					delete(l.fresh, id)
+					continue
+				}
+				if i := slices.IndexFunc(cur.Hosts, func(h topology.Host) bool { return h.ID == id }); i >= 0 {
+					var ls []topology.Link
+					for _, k := range cur.Links {
+						if hostOf(k.A) == id || hostOf(k.B) == id {
+							ls = append(ls, k)
+						}
+					}
+					putHost(g, cur.Hosts[i], ls)
+				} else {
+					removeHost(g, id)
+				}
+			}
+			n := l.setLocked(g)
+			l.log.Debug("refreshed the lab", "hosts", len(g.Hosts), "changed", n, "duration", time.Since(start))
+		}
+		if !l.again || ctx.Err() != nil {
+			l.collecting = false
+			l.mu.Unlock()
+			return
+		}
+		l.again = false
+		l.mu.Unlock()
+	}
 }
 
 func clone(g *topology.Graph) *topology.Graph {
@@ -345,6 +403,10 @@ func diff(a, b *topology.Graph) patch {
 func (l *live) set(g *topology.Graph) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.setLocked(g)
+}
+
+func (l *live) setLocked(g *topology.Graph) int {
 	if l.graph == nil {
 		l.graph, l.version = g, 1
 		return len(g.Hosts) + len(g.Links)

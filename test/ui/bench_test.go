@@ -87,6 +87,10 @@ func BenchmarkUI(b *testing.B) {
 		Pods  int `json:"pods"`
 	}
 	const countJS = `({hosts: document.querySelectorAll("svg .host").length - document.querySelectorAll("svg .host-pod").length, pods: document.querySelectorAll("svg .host-pod").length})`
+	// The browser is started first: its start is not the page's.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		b.Fatal(err)
+	}
 	start = time.Now()
 	if err := chromedp.Do(ctx, chromedp.Navigate(url+"/")); err != nil {
 		b.Fatal(err)
@@ -107,15 +111,24 @@ func BenchmarkUI(b *testing.B) {
 	}
 	first := time.Since(start)
 	type render struct {
-		End  float64 `json:"end"`
-		MS   float64 `json:"ms"`
-		Pods int     `json:"pods"`
+		End   float64 `json:"end"`
+		MS    float64 `json:"ms"`
+		Hosts int     `json:"hosts"`
+		Pods  int     `json:"pods"`
 	}
 	renders, err := chromedp.Run(ctx, chromedp.Evaluate[[]render](`window.minikitUI.renders`))
 	if err != nil || len(renders) == 0 {
 		b.Fatalf("render timings: %v", err)
 	}
+	// The first render that drew everything, in the page's own clock
+	// (milliseconds since the navigation started).
 	firstInPage := renders[len(renders)-1]
+	for _, r := range renders {
+		if r.Pods == want && r.Hosts == infra {
+			firstInPage = r
+			break
+		}
+	}
 
 	// The update: a watch notes when each new pod's IP is in the API; the
 	// page is polled for when it draws it.
@@ -189,14 +202,15 @@ func BenchmarkUI(b *testing.B) {
 	}
 
 	b.ReportMetric(float64(first.Milliseconds()), "first-render-ms")
+	b.ReportMetric(firstInPage.End, "first-render-in-page-ms")
 	b.ReportMetric(float64(update.Milliseconds()), "scale-to-drawn-ms")
 	b.ReportMetric(float64(ui[len(ui)/2].Milliseconds()), "api-to-drawn-p50-ms")
 	b.ReportMetric(float64(ui[len(ui)-1].Milliseconds()), "api-to-drawn-max-ms")
 	b.ReportMetric(float64(collect.Milliseconds()), "collect-ms")
 	b.ReportMetric(float64(ui[len(ui)-1])/float64(collect), "max-update/collect")
 	b.Logf("lab: %d nodes, %d pods with a network namespace (%d hosts, %d links in the graph); +%d pods", nodes, want, len(g.Hosts), len(g.Links), add)
-	b.Logf("first render: page opened -> every host and pod drawn %v (the browser's last render took %.0f ms, at %.0f ms after navigation start)",
-		first.Round(time.Millisecond), firstInPage.MS, firstInPage.End)
+	b.Logf("first render: page opened -> every host and pod drawn %v as the test polls it; in the page's clock the render that drew them all ended %.0f ms after navigation start and took %.0f ms",
+		first.Round(time.Millisecond), firstInPage.End, firstInPage.MS)
 	b.Logf("update: scaled by %d -> all drawn %v; a pod's IP in the API -> drawn: p50 %v, max %v (all: %s)",
 		add, update.Round(time.Millisecond), ui[len(ui)/2].Round(time.Millisecond), ui[len(ui)-1].Round(time.Millisecond), strings.Trim(fmt.Sprint(ui), "[]"))
 	b.Logf("reference: one full read of the lab (Collector.Collect) %v; the slowest update took %.2f of that", collect.Round(time.Millisecond), float64(ui[len(ui)-1])/float64(collect))
