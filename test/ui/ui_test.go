@@ -277,6 +277,28 @@ func TestUIInChromium(t *testing.T) {
 	}
 	screenshot(t, ctx, "ui-trace-client-nodeport.png")
 
+	// With the live probe: one real connection from the client, and what
+	// the kernel says about it beside the prediction.
+	if err := chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS("#trace-live")),
+		chromedp.Click(chromedp.CSS("#trace-run")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the live probe's result", func() error {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(e => e ? e.textContent : "")(document.querySelector("#trace-result .live"))`))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(text, "live probe tcp "+l.Addr(lab.Client).String()+":") || !strings.Contains(text, ": connected") {
+			return fmt.Errorf("live probe shown as %q", text)
+		}
+		return nil
+	})
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#trace-live"))); err != nil {
+		t.Fatal(err)
+	}
+
 	// The Service's chain tree with counters.
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#services li[data-svc="default/web"]`))); err != nil {
 		t.Fatal(err)
