@@ -36,7 +36,10 @@ hand is missing from the picture.
 --trace FROM TO draws the path of ` + "`minikit trace FROM TO`" + ` over the picture:
 the hops highlighted and numbered, DNAT, mark and MASQUERADE at the node
 whose rules were read, and a DROP or REJECT where the packet ends. --path N
-picks another of the trace's paths (0 is the most probable).
+picks another of the trace's paths (0 is the most probable). With -o json
+the graph then has a "hops" list: each hop's element (a host, interface or
+link id of the graph), its kind, its label and, where the packet ends, its
+verdict.
 
 --stable names pods by their owner and ordinal and leaves out MAC
 addresses, interface indexes and veth hash names, so that the pictures in

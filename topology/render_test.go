@@ -270,3 +270,17 @@ func bigGraph(nodes, pods int) *Graph {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// BenchmarkWriteSVG draws a lab of 3 nodes × 30 pods and one of 5 × 200.
+func BenchmarkWriteSVG(b *testing.B) {
+	for _, size := range []struct{ nodes, pods int }{{3, 30}, {5, 200}} {
+		g := bigGraph(size.nodes, size.pods)
+		b.Run(itoa(size.nodes)+"x"+itoa(size.pods), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if err := WriteSVG(io.Discard, g, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

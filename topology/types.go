@@ -3,8 +3,22 @@
 // below), Graphviz dot, Mermaid and SVG. It never reports what minikit meant
 // to create: an interface deleted by hand is missing from the picture.
 //
-// This file is the model: the contract between the collector (collect.go),
-// the renderers, `minikit lab graph` and `minikit ui`.
+// The collector (collect.go) enters each namespace once (sandbox.DoPath) for
+// a netlink handle and reads links, addresses and main-table routes; veth
+// peers are matched across namespaces by ifindex and confirmed with the
+// namespace ids each namespace gives the others (RTM_GETNSID). PathOf
+// (path.go) lays a `minikit trace` path over the graph as hops. Stable
+// (stable.go) removes what differs each time a lab is made, for pictures
+// kept in the repository.
+//
+// The SVG layout (svg.go) is written here for a lab's known shape, not
+// general graph layout: no Graphviz binary is needed at run time, and no
+// maintained pure-Go graph layout library is available to vendor (the Go
+// ports of Graphviz's dot layout are unmaintained experiments). dot and
+// Mermaid output leave layout to those tools.
+//
+// This file is the model: the contract between the collector, the
+// renderers, `minikit lab graph` and `minikit ui`.
 package topology
 
 // Host kinds.
