@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,22 +148,14 @@ func graphOf(t testing.TB, url string) *topology.Graph {
 	return &g
 }
 
-// artifactDir is where screenshots go: $MINIKIT_ARTIFACTS, else a new
-// temporary directory that outlives the test.
-func artifactDir(t testing.TB) string {
-	t.Helper()
+// artifactDir is where screenshots go: $MINIKIT_ARTIFACTS, else one new
+// temporary directory per test binary that outlives the test.
+var artifactDir = sync.OnceValues(func() (string, error) {
 	if d := os.Getenv("MINIKIT_ARTIFACTS"); d != "" {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
+		return d, os.MkdirAll(d, 0o755)
 	}
-	d, err := os.MkdirTemp("", "minikit-ui-artifacts-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+	return os.MkdirTemp("", "minikit-ui-artifacts-")
+})
 
 func screenshot(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
@@ -170,7 +163,11 @@ func screenshot(t testing.TB, ctx context.Context, name string) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	path := filepath.Join(artifactDir(t), name)
+	dir, err := artifactDir()
+	if err != nil {
+		t.Fatalf("the artifacts' directory: %v", err)
+	}
+	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
