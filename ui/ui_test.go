@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,14 +38,24 @@ type fakeSource struct {
 	mu    sync.Mutex
 	g     topology.Graph
 	reads []string
+	// gate, when set, holds Collect after it has read the lab (a slow
+	// read of a big lab) until the test closes it; collecting is told
+	// when it is held.
+	gate       chan struct{}
+	collecting chan struct{}
 }
 
 func (f *fakeSource) Collect(context.Context) (*topology.Graph, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	g := f.g
 	g.Hosts = append([]topology.Host(nil), f.g.Hosts...)
 	g.Links = append([]topology.Link(nil), f.g.Links...)
+	gate, collecting := f.gate, f.collecting
+	f.mu.Unlock()
+	if gate != nil {
+		collecting <- struct{}{}
+		<-gate
+	}
 	return &g, nil
 }
 
@@ -548,5 +559,77 @@ func TestPageIsEmbedded(t *testing.T) {
 		if w.Code != 200 || !strings.Contains(w.Body.String(), want) {
 			t.Errorf("%s: %d, want it to contain %q", path, w.Code, want)
 		}
+	}
+}
+
+// TestPodsAreDrawnWhileTheLabIsRead: a pod that appears while the whole lab
+// is being read (slowly) is sent at once, and the read that began before it
+// does not take it away again.
+func TestPodsAreDrawnWhileTheLabIsRead(t *testing.T) {
+	src := &fakeSource{g: labGraph()}
+	s, client := newTestServer(t, src, Config{})
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	resp, err := http.Get(ts.URL + "/api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ev := &events{sc: bufio.NewScanner(resp.Body)}
+	ev.sc.Buffer(nil, 1<<20)
+	if name, _ := ev.next(t); name != "graph" {
+		t.Fatalf("first event %s", name)
+	}
+
+	gate := make(chan struct{})
+	src.mu.Lock()
+	src.gate, src.collecting = gate, make(chan struct{}, 1)
+	src.mu.Unlock()
+	// A Service: the whole lab is read, and that read is slow.
+	if _, err := client.CoreV1().Services("default").Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-src.collecting
+
+	uid := types.UID("fedcba9876543210")
+	h, l := podHost(uid, "web-2", "10.244.0.8")
+	src.put(h, l)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-2", UID: uid}, Spec: corev1.PodSpec{NodeName: "node1"}}
+	if _, err := client.CoreV1().Pods("default").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	name, data := ev.next(t)
+	var p patch
+	json.Unmarshal(data, &p)
+	if name != "patch" || len(p.Hosts) != 1 || p.Hosts[0].ID != h.ID {
+		t.Fatalf("while the lab is read: event %s %s, want the new pod", name, data)
+	}
+
+	src.mu.Lock()
+	src.gate = nil
+	src.mu.Unlock()
+	close(gate) // the old read ends, without the pod; then the next one, with it
+	// A last change marks the end: no event before it may take the pod away.
+	src.mu.Lock()
+	src.g.Services = []topology.Service{{ID: "svc:default/last", Namespace: "default", Name: "last"}}
+	src.mu.Unlock()
+	if _, err := client.CoreV1().Services("default").Create(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "last"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		name, data := ev.next(t)
+		var p patch
+		json.Unmarshal(data, &p)
+		if name != "patch" || slices.Contains(p.RemoveHosts, h.ID) {
+			t.Fatalf("event %s %s: a read of the lab that began before the pod took it away", name, data)
+		}
+		if p.Services != nil {
+			break
+		}
+	}
+	var g topology.Graph
+	getJSON(t, s.Handler(), "/api/graph", &g)
+	if !slices.ContainsFunc(g.Hosts, func(x topology.Host) bool { return x.ID == h.ID }) {
+		t.Fatalf("the pod is gone: %+v", g.Hosts)
 	}
 }
