@@ -29,6 +29,7 @@ import (
 	"github.com/chromedp/chromedp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -312,6 +313,30 @@ func TestUIInChromium(t *testing.T) {
 			if !strings.Contains(text, w) {
 				return fmt.Errorf("no %q in %q", w, text)
 			}
+		}
+		return nil
+	})
+
+	// An Ingress is listed with its rules; its backend's chain tree is a
+	// click away.
+	pt := networkingv1.PathTypePrefix
+	ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{
+		Host: "web.example",
+		IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+			Path: "/", PathType: &pt,
+			Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 80}}},
+		}}}},
+	}}}}
+	if _, err := c.NetworkingV1().Ingresses("default").Create(bg, ing, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the Ingress listed", func() error {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("ingresses").textContent`))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(text, "ingress default/web") || !strings.Contains(text, "web.example/ → default/web:80") {
+			return fmt.Errorf("Ingresses panel: %q", text)
 		}
 		return nil
 	})
