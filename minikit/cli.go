@@ -42,6 +42,7 @@ func newRootCommand() *cobra.Command {
 	execCmd.RegisterFlagCompletionFunc("lab", completeLabNames)
 	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), execCmd, newDownCommand(),
 		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newProxyCommand(), newDocsCommand())
+	root.AddCommand(newUICommand())
 	root.AddCommand(newLabHelperCommands()...)
 	root.AddCommand(newKubectlCommands()...)
 	requireRoot(root)
@@ -60,6 +61,7 @@ var rootReasons = map[string]string{
 	"minikit lab stop":  "it stops a node's processes",
 	"minikit lab start": "it starts a node's processes inside its network namespace",
 	"minikit lab exec":  "it enters a lab host's network namespace",
+	"minikit ui":        "it reads the lab's network namespaces and the rules in them",
 
 	"minikit proxy rules": "it reads the rules inside the nodes' network namespaces",
 }

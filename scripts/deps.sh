@@ -15,6 +15,8 @@ command -v kubectl >/dev/null || need+=(kubernetes-client)
 # specs run nc (OpenBSD flavour, as in their images) and curl in pods.
 command -v python3 >/dev/null || need+=(python3)
 command -v nc >/dev/null || need+=(netcat-openbsd)
+# The ui's browser test (test/ui) drives Debian's Chromium headless through chromedp.
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

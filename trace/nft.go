@@ -56,6 +56,10 @@ func runNFT(netns string, stdin []byte, args ...string) ([]byte, error) {
 // at all): the node runs the iptables mode.
 var errNoNFTTable = errors.New("no table ip kube-proxy")
 
+// NFTRuleset is `nft -j list table ip kube-proxy` read in netns ("" for the
+// machine's own), for those that show the table's chains (minikit ui).
+func NFTRuleset(netns string) ([]byte, error) { return nftRules(netns) }
+
 // nftRules is `nft -j list table ip kube-proxy` in netns, or errNoNFTTable.
 func nftRules(netns string) ([]byte, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
