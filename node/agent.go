@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -81,6 +82,9 @@ type Config struct {
 	// LogDir is the node's log directory served at /logs/ (default /var/log,
 	// as the kubelet serves it).
 	LogDir string
+	// PodNetwork is how pods reach the other nodes' pods: PodNetworkHostGW
+	// (the default) or PodNetworkVXLAN.
+	PodNetwork string
 }
 
 // Agent is a running node agent.
@@ -95,6 +99,12 @@ type Agent struct {
 
 	ipt                     iptables.Interface
 	masqApplied, masqJumped bool
+
+	// vtepMAC is the MAC of this node's VXLAN device (vxlan mode), and
+	// lastNetProblem the last unreachable-nodes message logged; both are
+	// owned by the Run loop's syncNetwork.
+	vtepMAC        net.HardwareAddr
+	lastNetProblem string
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -129,6 +139,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ResolvConf == "" {
 		cfg.ResolvConf = "/etc/resolv.conf"
 	}
+	var err error
+	if cfg.PodNetwork, err = ParsePodNetwork(cfg.PodNetwork); err != nil {
+		return nil, err
+	}
+	if cfg.PodNetwork == PodNetworkVXLAN && !cfg.NodeIP.IsValid() {
+		return nil, errors.New("the vxlan pod network needs the node's IP (--node-ip): its VXLAN device sends from it")
+	}
 	return &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
@@ -154,6 +171,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.net = &sandbox.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: cidr, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	if a.cfg.PodNetwork == PodNetworkVXLAN {
+		// As flannel: the VXLAN device's MTU is the underlay's less the 50
+		// bytes of outer headers, and the pods' (cni0, veths, eth0) match it.
+		mtu, err := a.net.UnderlayMTU(a.cfg.NodeIP)
+		if err != nil {
+			return fmt.Errorf("finding the MTU of the link with the node IP %s: %w", a.cfg.NodeIP, err)
+		}
+		a.net.MTU = mtu - sandbox.VXLANOverhead
+	}
 	if err := a.net.EnsureBridge(); err != nil {
 		return fmt.Errorf("setting up cni0 for %s: %w", cidr, err)
 	}
@@ -193,7 +219,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: kick, UpdateFunc: func(o, n any) {
-			if o.(*corev1.Node).Spec.PodCIDR != n.(*corev1.Node).Spec.PodCIDR || internalIP(o.(*corev1.Node)) != internalIP(n.(*corev1.Node)) {
+			if o.(*corev1.Node).Spec.PodCIDR != n.(*corev1.Node).Spec.PodCIDR || internalIP(o.(*corev1.Node)) != internalIP(n.(*corev1.Node)) ||
+				flannelChanged(o.(*corev1.Node), n.(*corev1.Node)) {
 				kick(n)
 			}
 		}, DeleteFunc: kick,
