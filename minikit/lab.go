@@ -333,6 +333,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	addName(execCmd)
 	execCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, false)
 	var remove bool
+	var podNetwork string
 	stop := &cobra.Command{
 		Use:   "stop HOST",
 		Short: "Stop a lab node's minikit (its pods keep running); --remove also takes the node out of the cluster",
@@ -362,7 +363,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Use:   "start HOST",
 		Short: "Start a stopped lab node's minikit again",
 		Example: `  sudo minikit lab start node2
-  sudo minikit lab start --name np node2`,
+  sudo minikit lab start --name np node2
+  sudo minikit lab start node2 --pod-network vxlan   # after lab stop node2: switch its pod network`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
@@ -374,9 +376,15 @@ if anything is; the lab then stays registered, and down can be run again.`,
 			if err != nil {
 				return err
 			}
+			if podNetwork != "" {
+				if err := l.SetPodNetwork(args[0], podNetwork); err != nil {
+					return err
+				}
+			}
 			return l.Start(args[0])
 		},
 	}
+	startCmd.Flags().StringVar(&podNetwork, "pod-network", "", "restart the node with this pod network (host-gw or vxlan); default: the one it ran with")
 	addName(startCmd)
 	startCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)

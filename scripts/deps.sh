@@ -15,6 +15,10 @@ command -v kubectl >/dev/null || need+=(kubernetes-client)
 # specs run nc (OpenBSD flavour, as in their images) and curl in pods.
 command -v python3 >/dev/null || need+=(python3)
 command -v nc >/dev/null || need+=(netcat-openbsd)
+# examples/pod-network captures the VXLAN packets on the underlay; scripts/bench-podnet.sh
+# measures pod-to-pod throughput.
+command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v iperf3 >/dev/null || need+=(iperf3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
