@@ -171,14 +171,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.net = &sandbox.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: cidr, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
-	if a.cfg.PodNetwork == PodNetworkVXLAN {
-		// As flannel: the VXLAN device's MTU is the underlay's less the 50
-		// bytes of outer headers, and the pods' (cni0, veths, eth0) match it.
-		mtu, err := a.net.UnderlayMTU(a.cfg.NodeIP)
-		if err != nil {
-			return fmt.Errorf("finding the MTU of the link with the node IP %s: %w", a.cfg.NodeIP, err)
+	// As flannel: the pods' MTU (cni0, veths, eth0) is the underlay's, and
+	// with vxlan the VXLAN device's, 50 bytes less for the outer headers. A
+	// switch of pod network changes the running pods' MTU in place.
+	if mtu, err := a.net.UnderlayMTU(a.cfg.NodeIP); err == nil {
+		a.net.MTU = mtu
+		if a.cfg.PodNetwork == PodNetworkVXLAN {
+			a.net.MTU = mtu - sandbox.VXLANOverhead
 		}
-		a.net.MTU = mtu - sandbox.VXLANOverhead
+	} else if a.cfg.PodNetwork == PodNetworkVXLAN {
+		return fmt.Errorf("finding the MTU of the link with the node IP %s: %w", a.cfg.NodeIP, err)
+	} else {
+		a.log.Warn("pods get the kernel's default MTU: no link holds the node IP", "nodeIP", a.cfg.NodeIP, "err", err)
 	}
 	if err := a.net.EnsureBridge(); err != nil {
 		return fmt.Errorf("setting up cni0 for %s: %w", cidr, err)

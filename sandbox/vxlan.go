@@ -142,6 +142,9 @@ func (n *Node) UnderlayMTU(addr netip.Addr) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if l.Attrs().Flags&net.FlagLoopback != 0 {
+		return 0, fmt.Errorf("%s is on the loopback link, not an underlay", addr)
+	}
 	return l.Attrs().MTU, nil
 }
 
