@@ -221,6 +221,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		default:
 		}
 	}
+	// Entries deleted by hand (a route, the VXLAN device, a neighbour or FDB
+	// entry) come back at once, not only at the next resync.
+	if err := a.net.WatchPodNetwork(ctx.Done(), func() { kick(nil) }, func(err error) {
+		if ctx.Err() == nil { // not the subscriptions' own end
+			a.log.Warn("watching the node's pod network routes and devices; the resync still repairs them", "err", err)
+		}
+	}); err != nil {
+		a.log.Warn("watching the node's pod network routes and devices; the resync still repairs them", "err", err)
+	}
 	nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: kick, UpdateFunc: func(o, n any) {
 			if o.(*corev1.Node).Spec.PodCIDR != n.(*corev1.Node).Spec.PodCIDR || internalIP(o.(*corev1.Node)) != internalIP(n.(*corev1.Node)) ||

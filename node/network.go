@@ -24,8 +24,9 @@ const masqChain = "MINIKIT-POSTROUTING"
 // every other node's pod CIDR — host-gw's via that node's InternalIP, or
 // vxlan's through flannel.1 with its neighbour and FDB entries — the flannel
 // annotations on its own Node, and the masquerade of pod traffic to
-// non-cluster addresses. It runs on every Node change and every resync, so
-// entries deleted by hand come back within one resync period.
+// non-cluster addresses. It runs on every Node change, whenever one of its
+// routes, the VXLAN device or an entry on it is deleted (WatchPodNetwork), and
+// every resync, so entries deleted by hand come back at once.
 func (a *Agent) syncNetwork(nodes corelisters.NodeLister) {
 	if nodes != nil {
 		all, err := nodes.List(everything())

@@ -345,3 +345,68 @@ func (n *Node) ReadVXLAN() (VXLANState, error) {
 	}
 	return st, nil
 }
+
+// WatchPodNetwork calls kick whenever something of the pod network minikit
+// owns in the node namespace disappears: the VXLAN device, a neighbour or
+// FDB entry on it, or a route of RouteProtocol. The node agent
+// then syncs at once instead of at its next resync. Our own removals kick too;
+// the sync they cause finds nothing to do. The subscriptions end when done is
+// closed; a subscription that fails is reported to onErr, and the periodic
+// resync still repairs everything.
+func (n *Node) WatchPodNetwork(done <-chan struct{}, kick func(), onErr func(error)) error {
+	hs, err := n.openHost()
+	if err != nil {
+		return err
+	}
+	links := make(chan netlink.LinkUpdate, 64)
+	neighs := make(chan netlink.NeighUpdate, 64)
+	routes := make(chan netlink.RouteUpdate, 64)
+	// The sockets are opened inside the node namespace and stay bound to it.
+	err = Do(hs.ns, func() error {
+		if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
+			return fmt.Errorf("subscribing to link changes: %w", err)
+		}
+		if err := netlink.NeighSubscribeWithOptions(neighs, done, netlink.NeighSubscribeOptions{ErrorCallback: onErr}); err != nil {
+			return fmt.Errorf("subscribing to neighbour changes: %w", err)
+		}
+		if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{ErrorCallback: onErr}); err != nil {
+			return fmt.Errorf("subscribing to route changes: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	go func() {
+		defer hs.Close()
+		for links != nil || neighs != nil || routes != nil {
+			select {
+			case u, ok := <-links:
+				if !ok {
+					links = nil
+				} else if u.Header.Type == unix.RTM_DELLINK && u.Attrs().Name == VXLANDevice {
+					kick()
+				}
+			case u, ok := <-neighs:
+				if !ok {
+					neighs = nil
+				} else if u.Type == unix.RTM_DELNEIGH {
+					// (A deleted neighbour is reported NUD_FAILED, not with the
+					// state it had.) The device of the entry may be gone
+					// already: that is a link deletion, kicked above.
+					if l, err := hs.h.LinkByIndex(u.LinkIndex); err == nil && l.Attrs().Name == VXLANDevice {
+						kick()
+					}
+				}
+			case u, ok := <-routes:
+				if !ok {
+					routes = nil
+				} else if u.Type == unix.RTM_DELROUTE && u.Protocol == RouteProtocol {
+					kick()
+				}
+			}
+		}
+	}()
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -192,4 +193,58 @@ func TestConnectedPrefixes(t *testing.T) {
 	if want := []netip.Prefix{netip.MustParsePrefix("192.168.56.0/24")}; !slices.Equal(got, want) {
 		t.Fatalf("ConnectedPrefixes = %v, want %v (not cni0's, not flannel.1's, not lo's)", got, want)
 	}
+}
+
+// TestWatchPodNetwork: deleting the VXLAN device, an FDB entry or neighbour on
+// it, or one of minikit's routes by hand wakes the agent at once.
+func TestWatchPodNetwork(t *testing.T) {
+	requireRoot(t)
+	n := newVXLANTestNode(t)
+	if _, _, err := n.EnsureVXLAN(netip.MustParseAddr("192.168.56.10"), 1450); err != nil {
+		t.Fatal(err)
+	}
+	p := peer("10.244.1.0/24", "0a:00:00:00:01:01", "192.168.56.11")
+	if _, err := n.SyncVXLANPeers([]VXLANPeer{p}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	kicks := make(chan struct{}, 16)
+	// The subscriptions report their own end (Receive failed) after done: not
+	// logged, the test may be over by then.
+	if err := n.WatchPodNetwork(done, func() { kicks <- struct{}{} }, func(error) {}); err != nil {
+		t.Fatal(err)
+	}
+	kicked := func(what string) {
+		t.Helper()
+		select {
+		case <-kicks:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no kick after %s", what)
+		}
+		for len(kicks) > 0 {
+			<-kicks
+		}
+	}
+	inNode(t, n, func(h *netlink.Handle) {
+		l, _ := h.LinkByName(VXLANDevice)
+		idx := l.Attrs().Index
+		if err := h.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, Flags: netlink.NTF_SELF,
+			IP: net.ParseIP("192.168.56.11"), HardwareAddr: p.VtepMAC}); err != nil {
+			t.Fatal(err)
+		}
+		kicked("deleting the FDB entry")
+		if err := h.NeighDel(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, IP: net.ParseIP("10.244.1.0")}); err != nil {
+			t.Fatal(err)
+		}
+		kicked("deleting the neighbour")
+		if err := h.RouteDel(&netlink.Route{Dst: ipNetOf(netip.MustParsePrefix("10.244.1.0/24")), LinkIndex: idx, Protocol: RouteProtocol}); err != nil {
+			t.Fatal(err)
+		}
+		kicked("deleting the route")
+		if err := h.LinkDel(l); err != nil {
+			t.Fatal(err)
+		}
+		kicked("deleting the device")
+	})
 }
