@@ -43,6 +43,9 @@ type AgentConfig struct {
 	DNS DNSOptions
 	// ProxyMode is the service proxy's mode: iptables (default) or nftables.
 	ProxyMode ProxyMode
+	// PodNetwork is how this node reaches other nodes' pods: host-gw
+	// (default) or vxlan.
+	PodNetwork PodNetwork
 }
 
 // Agent is a running `minikit agent`.
@@ -85,7 +88,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	var wg sync.WaitGroup
 	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, DataDir: cfg.DataDir,
 		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
-		ProxyMode: cfg.ProxyMode}
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork}
 	if !nc.ServiceCIDR.IsValid() {
 		nc.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
@@ -111,7 +114,7 @@ func runNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext, token stri
 	}
 	ncfg := node.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, DataDir: agentDir(nc.DataDir),
 		ClusterCIDR: nc.ClusterCIDR, Labels: labels, Version: nc.Version, Client: nc.Client, Logger: nc.Logger, Token: token,
-		ResolvConf: nc.DNS.ResolvConf}
+		ResolvConf: nc.DNS.ResolvConf, PodNetwork: string(nc.PodNetwork)}
 	if !nc.DNS.Disabled {
 		// Pods resolve through the cluster DNS, per their dnsPolicy, as the kubelet sets it up.
 		clusterDNS, zone := ClusterDNSIP(nc.ServiceCIDR), nc.DNS.Zone
@@ -147,7 +150,7 @@ func (a *Agent) Stop() {
 func agentDir(dataDir string) string { return dataDir + "/agent" }
 
 // Down removes from this node everything minikit created in the kernel: pods and
-// their sandboxes, cni0, host-gw routes and the agent's rules (node.Down), and the
+// their sandboxes, cni0, host-gw routes, the VXLAN device and the agent's rules (node.Down), and the
 // service proxy's rules of both modes, whichever the node ran (proxy.Cleanup
 // for its chains, proxy.CleanupNFT for its nftables table), the network policy
 // chains and ipsets (netpol.Cleanup). It works from the data dir alone, also

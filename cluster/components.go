@@ -27,6 +27,8 @@ type nodeContext struct {
 	DNS DNSOptions
 	// ProxyMode is the service proxy's mode ("" is iptables).
 	ProxyMode ProxyMode
+	// PodNetwork is the node's pod network ("" is host-gw).
+	PodNetwork PodNetwork
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each

@@ -64,6 +64,9 @@ type ServerConfig struct {
 	DNS DNSOptions
 	// ProxyMode is the service proxy's mode: iptables (default) or nftables.
 	ProxyMode ProxyMode
+	// PodNetwork is how this node reaches other nodes' pods: host-gw
+	// (default) or vxlan.
+	PodNetwork PodNetwork
 }
 
 // Server is a running minikit server.
@@ -249,7 +252,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if !s.cfg.DisableAgent {
 		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
 			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
-			ProxyMode: s.cfg.ProxyMode}
+			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {
 			cancel()

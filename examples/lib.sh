@@ -104,6 +104,12 @@ nft_elem() { on "$1" nft list map ip kube-proxy "$2" | tr -d '\n\t' | grep -oE -
 # nft_chain NODE CHAIN: `nft list chain` of one of kube-proxy's chains on a node.
 nft_chain() { on "$1" nft list chain ip kube-proxy "$2"; }
 
+# node_src NODE IP: the source address NODE's own packets to IP leave with (the
+# src of `ip route get IP` on NODE), which MASQUERADE gives a packet it SNATs:
+# for a pod on another node, the node's underlay address with the host-gw pod
+# network, its flannel.1 address (its pod subnet's .0) with vxlan.
+node_src() { on "$1" ip -o route get "$2" | sed -n 's/.* src \([0-9.]*\).*/\1/p'; }
+
 # has TEXT NEEDLE: does TEXT contain NEEDLE?
 has() { [[ $1 == *"$2"* ]]; }
 

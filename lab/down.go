@@ -39,7 +39,7 @@ func DownByName(name, dir, binary string, log *slog.Logger) error {
 	st, err := readState(dir)
 	if err != nil {
 		st = State{Name: name, Dir: dir, PIDs: map[string]int{}}
-		for _, h := range []string{"net", Client, External} {
+		for _, h := range []string{"net", Router, Client, External} {
 			if sandbox.ExistsNamed(NS(name, h)) {
 				st.Namespaces = append(st.Namespaces, NS(name, h))
 			}

@@ -38,14 +38,22 @@ type Info struct {
 	UserKubeconfig string `json:"userKubeconfig,omitempty"`
 	// APIServer is the API from this machine (the loopback forwarder),
 	// InternalAPIServer from inside the lab (node1's underlay address).
-	APIServer         string     `json:"apiServer"`
-	InternalAPIServer string     `json:"internalAPIServer"`
-	Underlay          string     `json:"underlay"`
-	ServiceCIDR       string     `json:"serviceCIDR"`
-	ClusterCIDR       string     `json:"clusterCIDR"`
-	ClusterDNS        string     `json:"clusterDNS"`
-	LoadBalancerPool  string     `json:"loadBalancerPool"`
-	Hosts             []HostInfo `json:"hosts"`
+	APIServer         string `json:"apiServer"`
+	InternalAPIServer string `json:"internalAPIServer"`
+	Underlay          string `json:"underlay"`
+	ServiceCIDR       string `json:"serviceCIDR"`
+	ClusterCIDR       string `json:"clusterCIDR"`
+	ClusterDNS        string `json:"clusterDNS"`
+	LoadBalancerPool  string `json:"loadBalancerPool"`
+	// PodNetwork is the nodes' --pod-network at lab up (host-gw or vxlan).
+	PodNetwork string `json:"podNetwork,omitempty"`
+	// Topology is the underlay's shape (flat or routed); a routed lab's
+	// node2 and up are on Underlay2, reached through the router namespace
+	// (Router: its address on each segment).
+	Topology  string     `json:"topology,omitempty"`
+	Underlay2 string     `json:"underlay2,omitempty"`
+	Router    *HostInfo  `json:"router,omitempty"`
+	Hosts     []HostInfo `json:"hosts"`
 }
 
 // HostInfo is a host of the lab.
@@ -69,6 +77,11 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 		Underlay: st.Subnet, ServiceCIDR: ServiceCIDR, ClusterCIDR: ClusterCIDR, ClusterDNS: ClusterDNS}
 	if st.APIPort != 0 {
 		in.APIServer = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(st.APIPort))
+	}
+	in.PodNetwork, in.Topology, in.Underlay2 = st.PodNetwork, st.Topology, st.Subnet2
+	if sub2, err := netip.ParsePrefix(st.Subnet2); err == nil && subnet.IsValid() {
+		in.Router = &HostInfo{Name: Router, Role: Router, Netns: NS(st.Name, Router),
+			Address: routerAddr(subnet).String() + "," + routerAddr(sub2).String()}
 	}
 	if subnet.IsValid() {
 		in.InternalAPIServer = "https://" + net.JoinHostPort(hostAddr(subnet, nodeName(1)).String(), strconv.Itoa(APIPort))
@@ -171,6 +184,12 @@ func PrintInfo(w io.Writer, in Info) {
 	}
 	fmt.Fprintf(w, "API: %s (inside the lab: %s)\n", in.APIServer, in.InternalAPIServer)
 	fmt.Fprintf(w, "services %s (DNS %s), pods %s, LoadBalancer pool %s\n", in.ServiceCIDR, in.ClusterDNS, in.ClusterCIDR, in.LoadBalancerPool)
+	if in.Router != nil {
+		fmt.Fprintf(w, "routed underlay: %s and %s joined by %s (netns %s, %s)\n", in.Underlay, in.Underlay2, in.Router.Name, in.Router.Netns, in.Router.Address)
+	}
+	if in.PodNetwork != "" && in.PodNetwork != "host-gw" {
+		fmt.Fprintf(w, "pod network %s\n", in.PodNetwork)
+	}
 	fmt.Fprintf(w, "kubeconfig: %s\n", in.Kubeconfig)
 	if in.UserKubeconfig != "" {
 		fmt.Fprintf(w, "context %s merged into %s\n", in.Context, in.UserKubeconfig)

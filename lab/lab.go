@@ -50,7 +50,24 @@ type Config struct {
 	// ProxyMode is every node's --proxy-mode: "iptables" (default) or
 	// "nftables".
 	ProxyMode string
+	// PodNetwork is every node's --pod-network: "host-gw" (default) or
+	// "vxlan".
+	PodNetwork string
+	// Topology is the underlay's shape: TopologyFlat (default), every host on
+	// one segment, or TopologyRouted, node2 and up on a second subnet behind
+	// a router namespace, where host-gw cannot work.
+	Topology string
 }
+
+// Underlay topologies.
+const (
+	TopologyFlat   = "flat"
+	TopologyRouted = "routed"
+)
+
+// Router is the routed topology's router host: a namespace with a leg on each
+// segment, forwarding between them.
+const Router = "router"
 
 // Host names of a lab besides its nodes.
 const (
@@ -72,9 +89,15 @@ type State struct {
 	Args   map[string][]string `json:"args"`
 	// ProxyMode is the nodes' --proxy-mode at lab up; each node's recorded
 	// Args carry its current one, so lab start and restarts keep it.
-	ProxyMode string            `json:"proxyMode,omitempty"`
-	Addresses map[string]string `json:"addresses"`
-	APIPort   int               `json:"apiPort"`
+	ProxyMode string `json:"proxyMode,omitempty"`
+	// PodNetwork is the nodes' --pod-network at lab up (each node's Args
+	// carry its current one), Topology the underlay's shape, and Subnet2
+	// the routed topology's second segment.
+	PodNetwork string            `json:"podNetwork,omitempty"`
+	Topology   string            `json:"topology,omitempty"`
+	Subnet2    string            `json:"subnet2,omitempty"`
+	Addresses  map[string]string `json:"addresses"`
+	APIPort    int               `json:"apiPort"`
 	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
 	// context into, UserUID its owner, and PrevContext the current context
 	// it replaced, which Down restores.
@@ -123,10 +146,71 @@ func (c *Config) defaults() error {
 	default:
 		return fmt.Errorf("unknown proxy mode %q: want iptables or nftables", c.ProxyMode)
 	}
+	switch c.PodNetwork {
+	case "":
+		c.PodNetwork = "host-gw"
+	case "host-gw", "vxlan":
+	default:
+		return fmt.Errorf("unknown pod network %q: want host-gw or vxlan", c.PodNetwork)
+	}
+	switch c.Topology {
+	case "":
+		c.Topology = TopologyFlat
+	case TopologyFlat, TopologyRouted:
+	default:
+		return fmt.Errorf("unknown topology %q: want flat or routed", c.Topology)
+	}
+	if c.Topology == TopologyRouted && (c.Subnet.Bits() < 16 || c.Subnet.Bits() > 24 || !c.Subnet.Addr().Is4()) {
+		return fmt.Errorf("the routed topology's underlay subnet %s must be an IPv4 prefix of /16 to /24", c.Subnet)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// subnet2 is the routed topology's second segment: the prefix of the
+// underlay's size right after it (192.168.57.0/24 after 192.168.56.0/24).
+func (c *Config) subnet2() netip.Prefix {
+	p := c.Subnet.Masked()
+	a := p.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += 1 << (32 - p.Bits())
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), p.Bits())
+}
+
+// subnetOf is the segment a host is on: the routed topology puts node2 and
+// up on the second one, node1, the client and the external host on the first.
+func (c *Config) subnetOf(host string) netip.Prefix {
+	if c.Topology == TopologyRouted && strings.HasPrefix(host, "node") && host != nodeName(1) {
+		return c.subnet2()
+	}
+	return c.Subnet
+}
+
+// checkPodNetwork refuses host-gw on a topology whose nodes are not all on
+// one segment: a node cannot be the gateway to its pods for a node that does
+// not share its segment.
+func (c *Config) checkPodNetwork() error {
+	if c.PodNetwork != "host-gw" {
+		return nil
+	}
+	if far := c.notAdjacent(); len(far) > 0 {
+		return fmt.Errorf("host-gw cannot route pods between nodes that are not on one L2 segment: %s on %s, not on %s's segment %s; "+
+			"use --pod-network vxlan (or --topology flat)", strings.Join(far, ", "), c.subnet2(), nodeName(1), c.Subnet.Masked())
+	}
+	return nil
+}
+
+// notAdjacent names the nodes that are not on node1's segment.
+func (c *Config) notAdjacent() []string {
+	var far []string
+	for i := 2; i <= c.Nodes; i++ {
+		if c.subnetOf(nodeName(i)) != c.subnetOf(nodeName(1)) {
+			far = append(far, nodeName(i))
+		}
+	}
+	return far
 }
 
 // NS is the network namespace of a lab host ("node1", "client", "external").
@@ -153,7 +237,13 @@ func hostAddr(subnet netip.Prefix, host string) netip.Addr {
 }
 
 // Addr is a host's underlay address.
-func (l *Lab) Addr(host string) netip.Addr { return hostAddr(l.cfg.Subnet, host) }
+func (l *Lab) Addr(host string) netip.Addr { return hostAddr(l.cfg.subnetOf(host), host) }
+
+// PodNetworkMode is the lab's --pod-network at lab up.
+func (l *Lab) PodNetworkMode() string { return l.cfg.PodNetwork }
+
+// Topology is the lab's underlay topology (TopologyFlat or TopologyRouted).
+func (l *Lab) Topology() string { return l.cfg.Topology }
 
 // Hosts lists the lab's hosts: nodes first, then client and external.
 func (l *Lab) Hosts() []string {
@@ -203,7 +293,10 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	for _, h := range []string{"net", Client, External, nodeName(1)} {
+	if err := cfg.checkPodNetwork(); err != nil {
+		return nil, err
+	}
+	for _, h := range []string{"net", Client, External, Router, nodeName(1)} {
 		if sandbox.ExistsNamed(NS(cfg.Name, h)) {
 			return nil, fmt.Errorf("lab %q already exists (namespace %s); remove it with: minikit lab down --name %s", cfg.Name, NS(cfg.Name, h), cfg.Name)
 		}
@@ -219,6 +312,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	}
 	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
 		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
+			PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
 			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
 	l = made
 	if err := register(Entry{Name: cfg.Name, Dir: cfg.Dir, Kubeconfig: l.Kubeconfig()}); err != nil {
@@ -283,7 +377,10 @@ func makeDir(dir string, shared bool) error {
 
 // buildNetwork creates the namespaces, the underlay bridge (inside NAME-net) and a
 // veth per host, created inside NAME-net with its peer placed straight into the
-// host's namespace: no link ever exists in the root namespace.
+// host's namespace: no link ever exists in the root namespace. The routed
+// topology has a second bridge, br1, for the second segment, and a router
+// namespace with a leg on each (.1 of both subnets) through which the hosts of
+// one segment reach the other's.
 func (l *Lab) buildNetwork() error {
 	netNS := NS(l.cfg.Name, "net")
 	if err := l.addNS(netNS); err != nil {
@@ -294,12 +391,38 @@ func (l *Lab) buildNetwork() error {
 		{"ip", "-n", netNS, "link", "add", "br0", "type", "bridge"},
 		{"ip", "-n", netNS, "link", "set", "br0", "up"},
 	}
+	routed := l.cfg.Topology == TopologyRouted
+	sub1, sub2 := l.cfg.Subnet.Masked(), l.cfg.subnet2()
+	if routed {
+		l.state.Subnet2 = sub2.String()
+		rt := NS(l.cfg.Name, Router)
+		if err := l.addNS(rt); err != nil {
+			return err
+		}
+		steps = append(steps, [][]string{
+			{"ip", "-n", netNS, "link", "add", "br1", "type", "bridge"},
+			{"ip", "-n", netNS, "link", "set", "br1", "up"},
+			{"ip", "-n", rt, "link", "set", "lo", "up"},
+		}...)
+		for i, leg := range []struct {
+			br  string
+			sub netip.Prefix
+		}{{"br0", sub1}, {"br1", sub2}} {
+			port, dev := "p-"+Router+strconv.Itoa(i), "eth"+strconv.Itoa(i+1)
+			steps = append(steps, [][]string{
+				{"ip", "-n", netNS, "link", "add", port, "type", "veth", "peer", "name", dev, "netns", rt},
+				{"ip", "-n", netNS, "link", "set", port, "master", leg.br, "up"},
+				{"ip", "-n", rt, "addr", "add", routerAddr(leg.sub).String() + "/" + strconv.Itoa(leg.sub.Bits()), "dev", dev},
+				{"ip", "-n", rt, "link", "set", dev, "up"},
+			}...)
+		}
+		steps = append(steps, []string{"ip", "netns", "exec", rt, "sysctl", "-qw", "net.ipv4.ip_forward=1"})
+	}
 	for _, s := range steps {
 		if err := run(s...); err != nil {
 			return err
 		}
 	}
-	bits := strconv.Itoa(l.cfg.Subnet.Bits())
 	for _, h := range l.Hosts() {
 		ns := NS(l.cfg.Name, h)
 		if err := l.addNS(ns); err != nil {
@@ -307,13 +430,25 @@ func (l *Lab) buildNetwork() error {
 		}
 		port := "p-" + h
 		addr := l.Addr(h)
+		sub := l.cfg.subnetOf(h).Masked()
+		br := "br0"
+		if sub != sub1 {
+			br = "br1"
+		}
 		l.state.Addresses[h] = addr.String()
 		steps := [][]string{
 			{"ip", "-n", ns, "link", "set", "lo", "up"},
 			{"ip", "-n", netNS, "link", "add", port, "type", "veth", "peer", "name", "eth1", "netns", ns},
-			{"ip", "-n", netNS, "link", "set", port, "master", "br0", "up"},
-			{"ip", "-n", ns, "addr", "add", addr.String() + "/" + bits, "dev", "eth1"},
+			{"ip", "-n", netNS, "link", "set", port, "master", br, "up"},
+			{"ip", "-n", ns, "addr", "add", addr.String() + "/" + strconv.Itoa(sub.Bits()), "dev", "eth1"},
 			{"ip", "-n", ns, "link", "set", "eth1", "up"},
+		}
+		if routed {
+			other := sub2
+			if sub == sub2 {
+				other = sub1
+			}
+			steps = append(steps, []string{"ip", "-n", ns, "route", "add", other.String(), "via", routerAddr(sub).String(), "dev", "eth1"})
 		}
 		if strings.HasPrefix(h, "node") {
 			// A VM's default route covers the service CIDR; lab nodes have no default
@@ -330,6 +465,9 @@ func (l *Lab) buildNetwork() error {
 	}
 	return l.saveState()
 }
+
+// routerAddr is the router's address on a segment: its first host address.
+func routerAddr(sub netip.Prefix) netip.Addr { return sub.Masked().Addr().Next() }
 
 func (l *Lab) addNS(name string) error {
 	if err := sandbox.CreateNamed(name); err != nil {
@@ -417,6 +555,47 @@ func (l *Lab) SetProxyMode(host, mode string) error {
 	}
 	if !set {
 		argv = append(argv, "--proxy-mode", mode)
+	}
+	l.state.Args[host] = argv
+	return l.saveState()
+}
+
+// SetPodNetwork changes the --pod-network a node's process is started with
+// (by Start, after Stop): switching a node between host-gw and vxlan, whose
+// start removes the other mode's routes and device.
+func (l *Lab) SetPodNetwork(host, mode string) error {
+	if mode != "host-gw" && mode != "vxlan" {
+		return fmt.Errorf("unknown pod network %q: want host-gw or vxlan", mode)
+	}
+	return l.setArg(host, "--pod-network", mode)
+}
+
+// PodNetwork is the --pod-network a host's process runs with ("host-gw"
+// when it has none).
+func (l *Lab) PodNetwork(host string) string {
+	argv := l.state.Args[host]
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] == "--pod-network" {
+			return argv[i+1]
+		}
+	}
+	return "host-gw"
+}
+
+func (l *Lab) setArg(host, flag, value string) error {
+	argv := l.state.Args[host]
+	if len(argv) == 0 {
+		return fmt.Errorf("%s has no process", host)
+	}
+	argv = append([]string(nil), argv...)
+	set := false
+	for i := 0; i+1 < len(argv); i++ {
+		if argv[i] == flag {
+			argv[i+1], set = value, true
+		}
+	}
+	if !set {
+		argv = append(argv, flag, value)
 	}
 	l.state.Args[host] = argv
 	return l.saveState()
@@ -541,7 +720,8 @@ func Open(name, dir, binary string, log *slog.Logger) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := Config{Name: st.Name, Nodes: st.Nodes, Dir: st.Dir, Binary: binary, Logger: log}
+	cfg := Config{Name: st.Name, Nodes: st.Nodes, Dir: st.Dir, Binary: binary, Logger: log,
+		PodNetwork: st.PodNetwork, Topology: st.Topology}
 	if cfg.Subnet, err = netip.ParsePrefix(st.Subnet); err != nil {
 		return nil, err
 	}

@@ -33,7 +33,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		"--node-name", nodeName(1), "--node-ip", server.String(),
 		"--lb-pool", l.LBPool(),
 		"--dns-upstream", l.Addr(External).String(),
-		"--proxy-mode", l.cfg.ProxyMode)
+		"--proxy-mode", l.cfg.ProxyMode,
+		"--pod-network", l.cfg.PodNetwork)
 	if err != nil {
 		return err
 	}
@@ -71,7 +72,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
 			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
 			"--dns-upstream", l.Addr(External).String(),
-			"--proxy-mode", l.cfg.ProxyMode)
+			"--proxy-mode", l.cfg.ProxyMode,
+			"--pod-network", l.cfg.PodNetwork)
 		if err != nil {
 			return err
 		}

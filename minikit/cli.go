@@ -245,7 +245,7 @@ func newServerCommand() *cobra.Command {
 	var (
 		dataDir, listen, serviceCIDR, nodePorts, advertise, logLevel string
 		nodeName, nodeIP, podCIDR                                    string
-		proxyMode                                                    string
+		proxyMode, podNetwork                                        string
 		disableAgent                                                 bool
 		sans                                                         []string
 	)
@@ -280,6 +280,9 @@ func newServerCommand() *cobra.Command {
 			if cfg.ProxyMode, err = cluster.ParseProxyMode(proxyMode); err != nil {
 				return fmt.Errorf("parsing --proxy-mode: %w", err)
 			}
+			if cfg.PodNetwork, err = cluster.ParsePodNetwork(podNetwork); err != nil {
+				return fmt.Errorf("parsing --pod-network: %w", err)
+			}
 			if cfg.NodePortMin, cfg.NodePortMax, err = parsePortRange(nodePorts); err != nil {
 				return fmt.Errorf("parsing --service-node-port-range: %w", err)
 			}
@@ -310,6 +313,7 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it")
 	addDNSFlags(fl, &dnsOpts)
 	addProxyModeFlag(cmd, &proxyMode)
+	addPodNetworkFlag(cmd, &podNetwork)
 	fl.StringVar(&lbPool, "lb-pool", "", "addresses for LoadBalancer Services, CIDRs or FIRST-LAST ranges, comma-separated, "+
 		"on the nodes' network (e.g. 192.168.56.240-192.168.56.250); empty leaves them <pending>")
 	return cmd

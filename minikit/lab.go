@@ -23,7 +23,7 @@ import (
 
 func newAgentCommand() *cobra.Command {
 	var cfg cluster.AgentConfig
-	var nodeIP, tokenFile, logLevel, proxyMode string
+	var nodeIP, tokenFile, logLevel, proxyMode, podNetwork string
 	cmd := &cobra.Command{
 		Use:   "agent --server URL --token T",
 		Short: "Join this machine to a minikit server as a node",
@@ -37,6 +37,9 @@ func newAgentCommand() *cobra.Command {
 				return fmt.Errorf("parsing --proxy-mode: %w", err)
 			}
 			cfg.ProxyMode = mode
+			if cfg.PodNetwork, err = cluster.ParsePodNetwork(podNetwork); err != nil {
+				return fmt.Errorf("parsing --pod-network: %w", err)
+			}
 			if nodeIP != "" {
 				ip, err := netip.ParseAddr(nodeIP)
 				if err != nil {
@@ -73,6 +76,7 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	addDNSFlags(fl, &cfg.DNS)
 	addProxyModeFlag(cmd, &proxyMode)
+	addPodNetworkFlag(cmd, &podNetwork)
 	return cmd
 }
 
@@ -84,6 +88,16 @@ func addProxyModeFlag(cmd *cobra.Command, mode *string) {
 			"starting in one mode removes the other's")
 	cmd.RegisterFlagCompletionFunc("proxy-mode", cobra.FixedCompletions(
 		[]string{string(cluster.ProxyModeIPTables), string(cluster.ProxyModeNFTables)}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// addPodNetworkFlag is --pod-network of `minikit server`, `minikit agent`
+// and `minikit lab up`.
+func addPodNetworkFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVar(p, "pod-network", string(cluster.PodNetworkHostGW),
+		"how pods reach other nodes' pods: host-gw (routes via the nodes, which must share one L2 segment) or "+
+			"vxlan (flannel's VXLAN overlay through flannel.1, UDP 8472); starting in one mode removes the other's")
+	cmd.RegisterFlagCompletionFunc("pod-network", cobra.FixedCompletions(
+		[]string{string(cluster.PodNetworkHostGW), string(cluster.PodNetworkVXLAN)}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // addDNSFlags are the cluster DNS flags of `minikit server` and `minikit agent`.
@@ -136,6 +150,7 @@ lab down removes them again and makes the previous context current again.
 		Example: `  sudo minikit lab up
   sudo minikit lab up --name np --nodes 3
   sudo minikit lab up --proxy-mode nftables
+  sudo minikit lab up --pod-network vxlan --topology routed
   sudo minikit lab up --kubeconfig-merge=false -o json`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
@@ -182,6 +197,8 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
 	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
 	addProxyModeFlag(up, &cfg.ProxyMode)
+	addPodNetworkFlag(up, &cfg.PodNetwork)
+	up.Flags().StringVar(&cfg.Topology, "topology", "flat", "flat (every host on one segment) or routed (node2 and up on a second subnet behind a router; needs --pod-network vxlan)")
 	addOutput(up)
 	down := &cobra.Command{
 		Use:   "down",
@@ -316,6 +333,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	addName(execCmd)
 	execCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, false)
 	var remove bool
+	var podNetwork string
 	stop := &cobra.Command{
 		Use:   "stop HOST",
 		Short: "Stop a lab node's minikit (its pods keep running); --remove also takes the node out of the cluster",
@@ -345,7 +363,8 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Use:   "start HOST",
 		Short: "Start a stopped lab node's minikit again",
 		Example: `  sudo minikit lab start node2
-  sudo minikit lab start --name np node2`,
+  sudo minikit lab start --name np node2
+  sudo minikit lab start node2 --pod-network vxlan   # after lab stop node2: switch its pod network`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, err := pickLab(cfg.Name, cfg.Dir)
@@ -357,9 +376,15 @@ if anything is; the lab then stays registered, and down can be run again.`,
 			if err != nil {
 				return err
 			}
+			if podNetwork != "" {
+				if err := l.SetPodNetwork(args[0], podNetwork); err != nil {
+					return err
+				}
+			}
 			return l.Start(args[0])
 		},
 	}
+	startCmd.Flags().StringVar(&podNetwork, "pod-network", "", "restart the node with this pod network (host-gw or vxlan); default: the one it ran with")
 	addName(startCmd)
 	startCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
 	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)

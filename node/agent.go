@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -81,6 +82,9 @@ type Config struct {
 	// LogDir is the node's log directory served at /logs/ (default /var/log,
 	// as the kubelet serves it).
 	LogDir string
+	// PodNetwork is how pods reach the other nodes' pods: PodNetworkHostGW
+	// (the default) or PodNetworkVXLAN.
+	PodNetwork string
 }
 
 // Agent is a running node agent.
@@ -95,6 +99,12 @@ type Agent struct {
 
 	ipt                     iptables.Interface
 	masqApplied, masqJumped bool
+
+	// vtepMAC is the MAC of this node's VXLAN device (vxlan mode), and
+	// lastNetProblem the last unreachable-nodes message logged; both are
+	// owned by the Run loop's syncNetwork.
+	vtepMAC        net.HardwareAddr
+	lastNetProblem string
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -129,6 +139,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ResolvConf == "" {
 		cfg.ResolvConf = "/etc/resolv.conf"
 	}
+	var err error
+	if cfg.PodNetwork, err = ParsePodNetwork(cfg.PodNetwork); err != nil {
+		return nil, err
+	}
+	if cfg.PodNetwork == PodNetworkVXLAN && !cfg.NodeIP.IsValid() {
+		return nil, errors.New("the vxlan pod network needs the node's IP (--node-ip): its VXLAN device sends from it")
+	}
 	return &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
@@ -154,6 +171,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	a.net = &sandbox.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: cidr, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	// As flannel: the pods' MTU (cni0, veths, eth0) is the underlay's, and
+	// with vxlan the VXLAN device's, 50 bytes less for the outer headers. A
+	// switch of pod network changes the running pods' MTU in place.
+	if mtu, err := a.net.UnderlayMTU(a.cfg.NodeIP); err == nil {
+		a.net.MTU = mtu
+		if a.cfg.PodNetwork == PodNetworkVXLAN {
+			a.net.MTU = mtu - sandbox.VXLANOverhead
+		}
+	} else if a.cfg.PodNetwork == PodNetworkVXLAN {
+		return fmt.Errorf("finding the MTU of the link with the node IP %s: %w", a.cfg.NodeIP, err)
+	} else {
+		a.log.Warn("pods get the kernel's default MTU: no link holds the node IP", "nodeIP", a.cfg.NodeIP, "err", err)
+	}
 	if err := a.net.EnsureBridge(); err != nil {
 		return fmt.Errorf("setting up cni0 for %s: %w", cidr, err)
 	}
@@ -191,9 +221,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		default:
 		}
 	}
+	// Entries deleted by hand (a route, the VXLAN device, a neighbour or FDB
+	// entry) come back at once, not only at the next resync.
+	if err := a.net.WatchPodNetwork(ctx.Done(), func() { kick(nil) }, func(err error) {
+		if ctx.Err() == nil { // not the subscriptions' own end
+			a.log.Warn("watching the node's pod network routes and devices; the resync still repairs them", "err", err)
+		}
+	}); err != nil {
+		a.log.Warn("watching the node's pod network routes and devices; the resync still repairs them", "err", err)
+	}
 	nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: kick, UpdateFunc: func(o, n any) {
-			if o.(*corev1.Node).Spec.PodCIDR != n.(*corev1.Node).Spec.PodCIDR || internalIP(o.(*corev1.Node)) != internalIP(n.(*corev1.Node)) {
+			if o.(*corev1.Node).Spec.PodCIDR != n.(*corev1.Node).Spec.PodCIDR || internalIP(o.(*corev1.Node)) != internalIP(n.(*corev1.Node)) ||
+				flannelChanged(o.(*corev1.Node), n.(*corev1.Node)) {
 				kick(n)
 			}
 		}, DeleteFunc: kick,

@@ -18,7 +18,8 @@ import (
 
 // Down removes from the kernel every pod sandbox the agent with this data dir
 // created: it kills the containers' processes, unmounts the pod namespaces and
-// deletes the netns and veths, and when removeBridge is set the cni0 bridge and
+// deletes the netns and veths, the routes to other nodes and the VXLAN device
+// flannel.1 (vxlan pod network), and when removeBridge is set the cni0 bridge and
 // the sysctls it changed (back to their recorded values). It
 // works from the agent's persisted state alone, so it also cleans up after a crash.
 // It must run in the node's network namespace.
@@ -70,6 +71,10 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		removeTokenMountPoint()
 	}
 	if _, err := a.net.SyncRoutes(nil); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	// The vxlan pod network's device, with its neighbours and FDB entries.
+	if _, err := a.net.DeleteVXLAN(); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	if ipt, err := iptables.New(); err == nil {

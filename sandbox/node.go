@@ -680,6 +680,11 @@ func (n *Node) PodOK(p PodNet) (bool, string) {
 	if eth0.Attrs().Flags&net.FlagUp == 0 {
 		return false, PodIfName + " down"
 	}
+	if n.MTU > 0 && (veth.Attrs().MTU != n.MTU || eth0.Attrs().MTU != n.MTU) {
+		// The node's pod network changed (vxlan's MTU is 50 below host-gw's):
+		// SetupPod sets the new one in place.
+		return false, fmt.Sprintf("MTU %d, the node's pods have %d", eth0.Attrs().MTU, n.MTU)
+	}
 	if ok, err := hasAddr(pod.h, eth0, netip.PrefixFrom(p.IP, n.PodCIDR.Bits())); err != nil || !ok {
 		return false, "address missing"
 	}

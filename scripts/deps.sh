@@ -17,6 +17,12 @@ command -v python3 >/dev/null || need+=(python3)
 command -v nc >/dev/null || need+=(netcat-openbsd)
 # The ui's browser test (test/ui) drives Debian's Chromium headless through chromedp.
 [ -x /usr/bin/chromium ] || need+=(chromium)
+# examples/pod-network captures the VXLAN packets on the underlay; scripts/bench-podnet.sh
+# measures pod-to-pod throughput.
+command -v tcpdump >/dev/null || need+=(tcpdump)
+command -v iperf3 >/dev/null || need+=(iperf3)
+# scripts/pictures.sh (and TestPictures, which runs it) waits on trace and kubectl JSON with jq.
+command -v jq >/dev/null || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -5,6 +5,7 @@
 #   sudo ./scripts/tour.sh dns ingress      # some of them
 #   sudo VERBOSE=1 ./scripts/tour.sh        # also print what each check showed
 #   sudo ./scripts/tour.sh --proxy-mode nftables   # the lab's kube-proxy in nftables mode
+#   sudo ./scripts/tour.sh --pod-network vxlan     # pods reach other nodes' pods through Flannel's VXLAN
 #
 # It installs what is missing (scripts/deps.sh; MINIKIT_SKIP_DEPS=1 skips that),
 # builds minikit, brings up a two-node `minikit lab` (network namespaces with no
@@ -20,18 +21,22 @@ cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 # The order a student would read them in; examples not listed here run after them.
-ORDER=(clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress networkpolicy)
+ORDER=(pod-network clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress networkpolicy)
 PROXY_MODE=${PROXY_MODE:-iptables}
+POD_NETWORK=${POD_NETWORK:-host-gw}
 args=()
 while [ $# -gt 0 ]; do
   case $1 in
   --proxy-mode) [ $# -ge 2 ] || { echo "--proxy-mode needs a value: iptables or nftables" >&2; exit 2; }; PROXY_MODE=$2; shift 2 ;;
   --proxy-mode=*) PROXY_MODE=${1#*=}; shift ;;
+  --pod-network) [ $# -ge 2 ] || { echo "--pod-network needs a value: host-gw or vxlan" >&2; exit 2; }; POD_NETWORK=$2; shift 2 ;;
+  --pod-network=*) POD_NETWORK=${1#*=}; shift ;;
   *) args+=("$1"); shift ;;
   esac
 done
 case $PROXY_MODE in iptables | nftables) ;; *) echo "invalid --proxy-mode \"$PROXY_MODE\": must be iptables or nftables" >&2; exit 2 ;; esac
 export PROXY_MODE # examples/lib.sh checks the lab runs in this mode
+case $POD_NETWORK in host-gw | vxlan) ;; *) echo "invalid --pod-network \"$POD_NETWORK\": must be host-gw or vxlan" >&2; exit 2 ;; esac
 set -- ${args[@]+"${args[@]}"}
 examples=()
 if [ $# -gt 0 ]; then
@@ -73,8 +78,8 @@ trap 'exit 130' INT TERM
 bold "== building minikit"
 go build -o "$MINIKIT" ./minikit
 
-bold "== minikit lab up --name $LAB --nodes 2 --proxy-mode $PROXY_MODE"
-"$MINIKIT" lab up --name "$LAB" --nodes 2 --proxy-mode "$PROXY_MODE" --dir "$LAB_DIR" --kubeconfig-merge=false
+bold "== minikit lab up --name $LAB --nodes 2 --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
+"$MINIKIT" lab up --name "$LAB" --nodes 2 --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
 
 bold "== ${#examples[@]} examples (each: sudo examples/NAME/check.sh against a running lab; see its README.md)"
 passed=0 failed=()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/minikit/minikit/proxy"
+	"github.com/minikit/minikit/sandbox"
 )
 
 // trie merges paths on their common steps, so the rendering branches where
@@ -147,6 +148,8 @@ func (r *Route) String() string {
 		return s
 	case "node":
 		return fmt.Sprintf("out %s via %s (node %s)", r.Dev, r.Via, r.Node)
+	case "vxlan":
+		return fmt.Sprintf("out %s via %s, VXLAN encapsulated to %s's %s:%d (VNI %d)", r.Dev, r.Via, r.Node, r.Tunnel, sandbox.VXLANPort, sandbox.VXLANVNI)
 	case "local":
 		return "delivered locally (" + r.Dev + ")"
 	}

@@ -215,3 +215,22 @@ func TestDot(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteStrings: each kind of route out of a node reads as a hop; the vxlan
+// pod network's says where the encapsulated packet goes.
+func TestRouteStrings(t *testing.T) {
+	for _, tc := range []struct {
+		r    Route
+		want string
+	}{
+		{Route{Kind: "bridge", Dev: "cni0", Veth: "veth0a1b2c3d"}, "out cni0 (bridge) via veth veth0a1b2c3d"},
+		{Route{Kind: "node", Dev: "eth1", Via: "192.168.56.10", Node: "node1"}, "out eth1 via 192.168.56.10 (node node1)"},
+		{Route{Kind: "vxlan", Dev: "flannel.1", Via: "10.244.1.0", Node: "node2", Tunnel: "192.168.57.11"},
+			"out flannel.1 via 10.244.1.0, VXLAN encapsulated to node2's 192.168.57.11:8472 (VNI 1)"},
+		{Route{Kind: "local", Dev: "lo"}, "delivered locally (lo)"},
+	} {
+		if got := tc.r.String(); got != tc.want {
+			t.Errorf("%+v: got %q, want %q", tc.r, got, tc.want)
+		}
+	}
+}

@@ -241,6 +241,16 @@ func (r *run) nodeByIP(ip netip.Addr) *corev1.Node {
 	return nil
 }
 
+// nodeByPodIP is the node whose pod CIDR holds ip.
+func (r *run) nodeByPodIP(ip netip.Addr) *corev1.Node {
+	for i := range r.nodes {
+		if p, err := netip.ParsePrefix(r.nodes[i].Spec.PodCIDR); err == nil && p.Contains(ip) {
+			return &r.nodes[i]
+		}
+	}
+	return nil
+}
+
 // labNS is lab.NS: a lab host's namespace.
 func (r *run) labNS(host string) string { return r.o.Lab + "-" + host }
 
@@ -519,6 +529,16 @@ func (r *run) routes(ctx context.Context, res *Result, netns string, outs []trac
 		switch {
 		case rt.Local || outs[i].Local:
 			route.Kind = "local"
+		case rt.Via.IsValid() && rt.Dev == sandbox.VXLANDevice:
+			// The vxlan pod network: the gateway is the other node's subnet
+			// .0, its VXLAN device, and the packet leaves encapsulated.
+			route.Via = rt.Via.String()
+			if n := r.nodeByPodIP(rt.Via); n != nil {
+				route.Kind, route.Node = "vxlan", n.Name
+				if ip, err := node.PublicIP(n); err == nil {
+					route.Tunnel = ip.String()
+				}
+			}
 		case rt.Via.IsValid():
 			route.Via = rt.Via.String()
 			if n := r.nodeByIP(rt.Via); n != nil {

@@ -99,14 +99,17 @@ type Step struct {
 
 // Route is how the node sends the packet on after the rules.
 type Route struct {
-	Kind string `json:"kind"` // bridge, node, local, link
+	Kind string `json:"kind"` // bridge, node, vxlan, local, link
 	Dev  string `json:"dev"`
 	Via  string `json:"via,omitempty"`
 	Src  string `json:"src,omitempty"`
 	// Veth is the pod's host-side veth on the bridge (Kind bridge).
 	Veth string `json:"veth,omitempty"`
-	// Node is the node the packet is sent to (Kind node).
+	// Node is the node the packet is sent to (Kind node and vxlan).
 	Node string `json:"node,omitempty"`
+	// Tunnel is the node's underlay address that the VXLAN device sends the
+	// encapsulated packet to (Kind vxlan: the route is dev flannel.1).
+	Tunnel string `json:"tunnel,omitempty"`
 }
 
 // Pod is the final destination.

@@ -13,8 +13,10 @@ POD_NODE=$(k get pods -l app=echo -o jsonpath='{.items[0].spec.nodeName}')
 [ "$POD_NODE" = node1 ] || fail "the echo pod runs on $POD_NODE, want node1"
 
 say "Cluster: client -> node2:$NP -> the pod on node1. The echo server sees node2's address, not the client's"
+# node2's address toward the pod: 192.168.56.11 (host-gw), 10.244.1.0 (flannel.1, vxlan).
+SNAT=$(node_src node2 "$(k get pods -l app=echo -o jsonpath='{.items[0].status.podIP}')")
 printf '$ minikit lab exec client -- curl http://%s:%s/\n' "$NODE2" "$NP"
-eventually 15 curl_has client "http://$NODE2:$NP/" "client_address=$NODE2:" || fail "via node2 (Cluster) the echo server did not see node2 ($NODE2): $OUT"
+eventually 15 curl_has client "http://$NODE2:$NP/" "client_address=$SNAT:" || fail "via node2 (Cluster) the echo server did not see node2 ($SNAT): $OUT"
 echo "$OUT" | head -3
 
 if [ "$(proxy_mode)" = nftables ]; then
@@ -66,4 +68,4 @@ else
     fail "node2's filter table has no 'has no local endpoints' DROP for port $NP"
 fi
 
-shown "Cluster: via node2 the echo pod saw $NODE2 (mark 0x4000, MASQUERADE); Local: via node1 it saw the client $CLIENT, and node2 (no endpoint) dropped"
+shown "Cluster: via node2 the echo pod saw $SNAT (mark 0x4000, MASQUERADE); Local: via node1 it saw the client $CLIENT, and node2 (no endpoint) dropped"
