@@ -21,17 +21,20 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 )
 
-// TestTour runs the tour twice: with the lab's proxies in iptables mode (the
-// default, what the book shows) and in nftables mode (`--proxy-mode
-// nftables`): every example passes in both.
+// TestTour runs the tour three times: with the lab's proxies in iptables mode
+// (the default, what the book shows), in nftables mode (`--proxy-mode
+// nftables`), and over Flannel's VXLAN pod network (`--pod-network vxlan`):
+// every example passes in each.
 func TestTour(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, mode := range []string{"iptables", "nftables"} {
-		t.Run(mode, func(t *testing.T) { tour(t, mode) })
+	for _, tc := range []struct{ mode, podNetwork string }{
+		{"iptables", "host-gw"}, {"nftables", "host-gw"}, {"iptables", "vxlan"},
+	} {
+		t.Run(tc.mode+"/"+tc.podNetwork, func(t *testing.T) { tour(t, tc.mode, tc.podNetwork) })
 	}
 }
 
-func tour(t *testing.T, mode string) {
+func tour(t *testing.T, mode, podNetwork string) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +52,7 @@ func tour(t *testing.T, mode string) {
 	// Generous: the tour takes about a minute and a half on an idle machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode, "--pod-network", podNetwork)
 	cmd.Dir = repo
 	// deps.sh is skipped (CI installs the packages beforehand); the checks are the same.
 	cmd.Env = append(os.Environ(), "MINIKIT_SKIP_DEPS=1", "LAB="+name, "VERBOSE=")
@@ -58,9 +61,9 @@ func tour(t *testing.T, mode string) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
-	t.Logf("scripts/tour.sh --proxy-mode %s output:\n%s", mode, out.String())
-	if !strings.Contains(out.String(), "--proxy-mode "+mode) {
-		t.Errorf("the tour did not bring its lab up with --proxy-mode %s", mode)
+	t.Logf("scripts/tour.sh --proxy-mode %s --pod-network %s output:\n%s", mode, podNetwork, out.String())
+	if !strings.Contains(out.String(), "--proxy-mode "+mode+" --pod-network "+podNetwork) {
+		t.Errorf("the tour did not bring its lab up with --proxy-mode %s --pod-network %s", mode, podNetwork)
 	}
 	if err != nil {
 		t.Errorf("scripts/tour.sh: %v", err)
