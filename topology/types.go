@@ -26,7 +26,7 @@ const (
 	KindUnderlay = "underlay" // the lab's underlay bridge namespace (LAB-net)
 	// KindRouter is a routed lab's router namespace (LAB-router): a leg
 	// on each underlay segment, forwarding between them.
-	KindRouter = "router"
+	KindRouter   = "router"
 	KindNode     = "node"     // a node's namespace (LAB-nodeN)
 	KindClient   = "client"   // the lab's client host
 	KindExternal = "external" // the lab's external host
@@ -124,7 +124,7 @@ type Link struct {
 	// A and B are interface IDs; for "bridge" A is the port, B the
 	// bridge; for "vxlan" the two VXLAN devices, A in the host sorted first.
 	A string `json:"a"`
-	B    string `json:"b"`
+	B string `json:"b"`
 }
 
 // Service is a Service with its addresses, read from the API.
