@@ -62,7 +62,10 @@ func WriteDot(w io.Writer, g *Graph, hops []Hop) error {
 			attrs = append(attrs, "style=dashed")
 		case "vxlan":
 			label = vxlanLabel(g, l)
-			attrs = append(attrs, "style=dashed", "color="+dotQ(tunnelColor), "fontcolor="+dotQ(tunnelColor), "penwidth=2", "constraint=false")
+			attrs = append(attrs, "style=dashed", "fontcolor="+dotQ(tunnelColor), "constraint=false")
+			if !m.on(l.ID) {
+				attrs = append(attrs, "color="+dotQ(tunnelColor), "penwidth=2")
+			}
 		}
 		if m.on(l.ID) {
 			label = strings.TrimSpace(m.label(l.ID) + " " + label)

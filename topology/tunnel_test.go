@@ -308,7 +308,7 @@ func TestDotMermaidTunnel(t *testing.T) {
 	if err := WriteMermaid(&mmd, g, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(dot.String(), `"gtr-node1/flannel.1" -- "gtr-node2/flannel.1" [id="gtr-node1/flannel.1--gtr-node2/flannel.1" style=dashed color="`+tunnelColor) ||
+	if !strings.Contains(dot.String(), `"gtr-node1/flannel.1" -- "gtr-node2/flannel.1" [id="gtr-node1/flannel.1--gtr-node2/flannel.1" style=dashed fontcolor="`+tunnelColor) ||
 		!strings.Contains(dot.String(), `label="VXLAN VNI 1"]`) {
 		t.Errorf("dot lacks the tunnel:\n%s", dot.String())
 	}
