@@ -6,7 +6,10 @@
 // The collector (collect.go) enters each namespace once (sandbox.DoPath) for
 // a netlink handle and reads links, addresses and main-table routes; veth
 // peers are matched across namespaces by ifindex and confirmed with the
-// namespace ids each namespace gives the others (RTM_GETNSID). PathOf
+// namespace ids each namespace gives the others (RTM_GETNSID). A VXLAN
+// device's tunnels are read the same way, never assumed: its FDB entries
+// (AF_BRIDGE neighbours) name the underlay address each VTEP MAC lives at,
+// and the lab host holding that address is the tunnel's other end. PathOf
 // (path.go) lays a `minikit trace` path over the graph as hops. Stable
 // (stable.go) removes what differs each time a lab is made, for pictures
 // kept in the repository.
