@@ -2,7 +2,10 @@
 # The pictures in the documentation, drawn by `minikit lab graph` from a real lab:
 # docs/lab.svg (the README's), and for every example examples/NAME/lab.svg (the
 # lab with the example applied) and, where the example has a trace,
-# examples/NAME/trace.svg (the path of that trace over the lab).
+# examples/NAME/trace.svg (the path of that trace over the lab). The pod-network
+# example is drawn last, in a second lab of its own with the VXLAN pod network on
+# a routed underlay (`lab up --pod-network vxlan --topology routed`): the router
+# between the two segments and the tunnel between the nodes' flannel.1.
 #
 #   sudo ./scripts/pictures.sh           # draw them again (write the files)
 #   sudo ./scripts/pictures.sh --check   # compare with the files instead: fail,
@@ -223,6 +226,30 @@ settle networkpolicy '.paths[0].verdict == "REJECT"' pod/intruder svc/db:6379
 draw examples/networkpolicy/lab.svg
 draw examples/networkpolicy/trace.svg -n networkpolicy --trace pod/intruder svc/db:6379
 done_with networkpolicy networkpolicy-myproject
+
+# pod-network: a second lab, vxlan on two segments joined by a router (the first
+# lab goes first: one lab at a time). The client pod to the echo pod's address:
+# out node1's flannel.1, encapsulated to node2's address, across the router.
+"$MINIKIT" lab down --name "$LAB" --dir "$LAB_DIR" >/dev/null
+LAB=$LAB-vx
+LAB_DIR=$TMP/lab-vx
+export KUBECONFIG=$LAB_DIR/kubeconfig
+"$MINIKIT" lab up --name "$LAB" --nodes 2 --dir "$LAB_DIR" --kubeconfig-merge=false \
+  --pod-network vxlan --topology routed >/dev/null
+echo "lab $LAB is up (vxlan, routed)"
+example pod-network pods.yaml
+ECHO=$(kubectl -n pod-network get pod echo -o jsonpath='{.status.podIP}')
+settle pod-network '.paths[0].route.kind == "vxlan"' pod/client "$ECHO:8080"
+# Both nodes' FDB entries for the other: the tunnel the picture draws.
+deadline=$((SECONDS + 60))
+until "$MINIKIT" lab graph --name "$LAB" --dir "$LAB_DIR" -o json |
+  jq -e '[.links[] | select(.kind == "vxlan")] | length == 1' >/dev/null; do
+  [ $SECONDS -lt $deadline ] || { echo "lab $LAB: no VXLAN tunnel between node1 and node2 in lab graph" >&2; exit 1; }
+  sleep 0.5
+done
+draw examples/pod-network/lab.svg
+draw examples/pod-network/trace.svg -n pod-network --trace pod/client "$ECHO:8080"
+done_with pod-network
 
 if [ ${#stale[@]} -gt 0 ]; then
   echo "${#stale[@]} pictures are not current: ${stale[*]}; draw them again with: sudo ./scripts/pictures.sh" >&2

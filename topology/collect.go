@@ -87,7 +87,7 @@ func (c *Collector) Collect(ctx context.Context) (*Graph, error) {
 	for _, hr := range read {
 		g.Hosts = append(g.Hosts, hr.host)
 	}
-	g.Links = links(read)
+	g.Links = append(links(read), vxlanLinks(read)...)
 	g.Services = services(api, c.st.Name)
 	g.Ingresses = ingresses(api)
 	return g, nil
@@ -116,9 +116,9 @@ func (c *Collector) ReadHost(ctx context.Context, id string) (Host, []Link, erro
 		return Host{}, nil, err
 	}
 	read := []*hostRead{hr}
-	// Only the namespaces that can hold its veths' peers: for a pod its
-	// node, for the underlay every lab host, for a lab host the underlay
-	// and (a node) its pods.
+	// Only the namespaces that can hold its veths' peers or its tunnels'
+	// ends: for a pod its node, for the underlay every lab host, for a lab
+	// host the underlay and (a node) its pods and the other nodes.
 	for _, r := range refs {
 		if r.host.ID == id || !neighbours(self.host, r.host, c.st.Name) {
 			continue
@@ -134,7 +134,7 @@ func (c *Collector) ReadHost(ctx context.Context, id string) (Host, []Link, erro
 	}
 	resolvePeers(read)
 	var ls []Link
-	for _, l := range links(read) {
+	for _, l := range append(links(read), vxlanLinks(read)...) {
 		if strings.HasPrefix(l.A, id+"/") || strings.HasPrefix(l.B, id+"/") {
 			ls = append(ls, l)
 		}
@@ -149,7 +149,8 @@ func neighbours(a, b Host, labName string) bool {
 	case a.Kind == KindUnderlay:
 		return b.Kind != KindPod
 	case a.Kind == KindNode:
-		return b.Kind == KindUnderlay || (b.Kind == KindPod && b.Node == a.Name)
+		// The other nodes: the ends of its VXLAN tunnels.
+		return b.Kind == KindUnderlay || b.Kind == KindNode || (b.Kind == KindPod && b.Node == a.Name)
 	default:
 		return b.Kind == KindUnderlay
 	}
@@ -215,6 +216,12 @@ func (c *Collector) refs(api *apiState) []nsRef {
 		case h == "net":
 			host.Kind = KindUnderlay
 			host.Address = c.st.Subnet
+			if c.st.Subnet2 != "" {
+				host.Address += "," + c.st.Subnet2 // a routed lab's second segment
+			}
+		case h == lab.Router:
+			// Its address is its legs', read from the kernel (readNS).
+			host.Kind = KindRouter
 		case h == lab.Client:
 			host.Kind, order = KindClient, 1000
 		case h == lab.External:
@@ -347,8 +354,16 @@ func readNS(h Host) (*hostRead, error) {
 		case ifc.Kind == "loopback":
 			ifc.MAC = "00:00:00:00:00:00" // netlink leaves it empty; ip shows it
 		}
+		if vx, ok := l.(*netlink.Vxlan); ok {
+			if ifc.VXLAN, err = readVXLAN(nh, vx); err != nil {
+				return nil, fmt.Errorf("reading VXLAN device %s of %s: %w", at.Name, h.ID, err)
+			}
+		}
 		hr.host.Interfaces = append(hr.host.Interfaces, ifc)
 		hr.links = append(hr.links, l)
+	}
+	if h.Kind == KindRouter && h.Address == "" {
+		hr.host.Address = legAddrs(hr.host.Interfaces)
 	}
 	routes, err := sandbox.RetryDump(func() ([]netlink.Route, error) {
 		return nh.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
@@ -379,6 +394,50 @@ func readNS(h Host) (*hostRead, error) {
 		hr.host.Routes = append(hr.host.Routes, rt)
 	}
 	return hr, nil
+}
+
+// readVXLAN reads a VXLAN device's VNI, port and local address, and its
+// FDB entries that have a destination (`bridge fdb show dev IFNAME`: the
+// AF_BRIDGE neighbours of the device, "self" entries of the device's own
+// table).
+func readVXLAN(nh *netlink.Handle, vx *netlink.Vxlan) (*VXLAN, error) {
+	out := &VXLAN{VNI: vx.VxlanId, Port: vx.Port, FDB: []FDBEntry{}}
+	if vx.SrcAddr != nil && !vx.SrcAddr.IsUnspecified() {
+		out.Local = vx.SrcAddr.String()
+	}
+	idx := vx.Attrs().Index
+	fdb, err := sandbox.RetryDump(func() ([]netlink.Neigh, error) { return nh.NeighList(idx, unix.AF_BRIDGE) })
+	if err != nil {
+		return nil, fmt.Errorf("listing its fdb: %w", err)
+	}
+	for _, n := range fdb {
+		if n.LinkIndex != idx || n.IP == nil || n.IP.IsUnspecified() {
+			continue
+		}
+		e := FDBEntry{Dst: n.IP.String()}
+		if len(n.HardwareAddr) > 0 {
+			e.MAC = n.HardwareAddr.String()
+		}
+		out.FDB = append(out.FDB, e)
+	}
+	return out, nil
+}
+
+// legAddrs is a router's address: its legs' IPv4 addresses, in interface
+// order, comma-separated (as `lab status` shows it).
+func legAddrs(ifcs []Interface) string {
+	var out []string
+	for _, ifc := range ifcs {
+		if ifc.Kind == "loopback" {
+			continue
+		}
+		for _, a := range ifc.Addrs {
+			if p, err := netip.ParsePrefix(a); err == nil && p.Addr().Is4() {
+				out = append(out, p.Addr().String())
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // kindOf is the link's kind as `ip -d link` shows it (linkinfo's
@@ -562,6 +621,73 @@ func links(read []*hostRead) []Link {
 	if ls == nil {
 		ls = []Link{}
 	}
+	return ls
+}
+
+// vxlanLinks are the tunnels: for every FDB entry of a VXLAN device, a
+// link to the VXLAN device (same VNI) of the host whose underlay address
+// is the entry's destination, preferring the one whose MAC the entry
+// names. Both ends of a tunnel usually have an entry for the other: one
+// link per pair of devices, A in the host sorted first.
+func vxlanLinks(read []*hostRead) []Link {
+	type dev struct {
+		host Host
+		ifc  Interface
+		pos  int
+	}
+	byAddr := map[string][]dev{} // underlay address → VXLAN devices of the host that has it
+	var devs []dev
+	for i, hr := range read {
+		var vx []Interface
+		var addrs []string
+		for _, ifc := range hr.host.Interfaces {
+			if ifc.VXLAN != nil {
+				vx = append(vx, ifc)
+				continue
+			}
+			for _, a := range ifc.Addrs {
+				if p, err := netip.ParsePrefix(a); err == nil {
+					addrs = append(addrs, p.Addr().String())
+				}
+			}
+		}
+		for _, ifc := range vx {
+			d := dev{hr.host, ifc, i}
+			devs = append(devs, d)
+			for _, a := range addrs {
+				byAddr[a] = append(byAddr[a], d)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	ls := []Link{}
+	for _, d := range devs {
+		for _, e := range d.ifc.VXLAN.FDB {
+			var to *dev
+			for i, c := range byAddr[e.Dst] {
+				if c.host.ID == d.host.ID || c.ifc.VXLAN.VNI != d.ifc.VXLAN.VNI {
+					continue
+				}
+				if to == nil || (e.MAC != "" && c.ifc.MAC == e.MAC) {
+					to = &byAddr[e.Dst][i]
+				}
+			}
+			if to == nil {
+				continue // a destination outside the lab, or a host not read
+			}
+			a, b := d, *to
+			if b.pos < a.pos {
+				a, b = b, a
+			}
+			id := a.ifc.ID + "--" + b.ifc.ID
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			ls = append(ls, Link{ID: id, Kind: "vxlan", A: a.ifc.ID, B: b.ifc.ID})
+		}
+	}
+	sort.SliceStable(ls, func(i, j int) bool { return ls[i].ID < ls[j].ID })
 	return ls
 }
 

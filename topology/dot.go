@@ -2,11 +2,15 @@ package topology
 
 import (
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
 
-const hopColor = "#d6336c"
+const (
+	hopColor    = "#d6336c"
+	tunnelColor = "#1c7ed6" // VXLAN tunnels
+)
 
 // WriteDot writes the graph as Graphviz dot: a cluster per host with its
 // interfaces as nodes, veth pairs and bridge ports as edges, the Services
@@ -52,11 +56,23 @@ func WriteDot(w io.Writer, g *Graph, hops []Hop) error {
 	}
 	for _, l := range g.Links {
 		attrs := []string{"id=" + dotQ(l.ID)}
-		if l.Kind == "bridge" {
+		label := ""
+		switch l.Kind {
+		case "bridge":
 			attrs = append(attrs, "style=dashed")
+		case "vxlan":
+			label = vxlanLabel(g, l)
+			attrs = append(attrs, "style=dashed", "fontcolor="+dotQ(tunnelColor), "constraint=false")
+			if !m.on(l.ID) {
+				attrs = append(attrs, "color="+dotQ(tunnelColor), "penwidth=2")
+			}
 		}
 		if m.on(l.ID) {
-			attrs = append(attrs, "color="+dotQ(hopColor), "penwidth=4", "label="+dotQ(m.label(l.ID)))
+			label = strings.TrimSpace(m.label(l.ID) + " " + label)
+			attrs = append(attrs, "color="+dotQ(hopColor), "penwidth=4")
+		}
+		if label != "" {
+			attrs = append(attrs, "label="+dotQ(label))
 		}
 		e.printf("  %s -- %s [%s];\n", dotQ(l.A), dotQ(l.B), strings.Join(attrs, " "))
 	}
@@ -93,6 +109,8 @@ func hostFill(kind string) string {
 		return "#e8f3ec"
 	case KindPod:
 		return "#fff8e6"
+	case KindRouter:
+		return "#f7efe4"
 	case KindClient, KindExternal:
 		return "#eeeaf7"
 	}
@@ -147,15 +165,23 @@ func WriteMermaid(w io.Writer, g *Graph, hops []Hop) error {
 			styled = append(styled, id(h.ID))
 		}
 	}
-	var hopLinks []int
+	var hopLinks, tunnels []int
 	for i, l := range g.Links {
 		arrow := "---"
-		if l.Kind == "bridge" {
+		label := ""
+		switch l.Kind {
+		case "bridge":
 			arrow = "-.-"
+		case "vxlan":
+			arrow, label = "-.-", vxlanLabel(g, l)
+			tunnels = append(tunnels, i)
 		}
 		if n := m.label(l.ID); n != "" {
-			e.printf("  %s %s|%s| %s\n", id(l.A), arrow, mmQ(n), id(l.B))
+			label = strings.TrimSpace(n + " " + label)
 			hopLinks = append(hopLinks, i)
+		}
+		if label != "" {
+			e.printf("  %s %s|%s| %s\n", id(l.A), arrow, mmQ(label), id(l.B))
 		} else {
 			e.printf("  %s %s %s\n", id(l.A), arrow, id(l.B))
 		}
@@ -176,6 +202,11 @@ func WriteMermaid(w io.Writer, g *Graph, hops []Hop) error {
 	}
 	for _, s := range styled {
 		e.printf("  style %s stroke:%s,stroke-width:3px\n", s, hopColor)
+	}
+	for _, i := range tunnels {
+		if !slices.Contains(hopLinks, i) {
+			e.printf("  linkStyle %d stroke:%s,stroke-width:2px,stroke-dasharray:6 3\n", i, tunnelColor)
+		}
 	}
 	for _, i := range hopLinks {
 		e.printf("  linkStyle %d stroke:%s,stroke-width:4px\n", i, hopColor)

@@ -15,7 +15,15 @@ import (
 // hops at the host that takes it, with Verdict set. Between two hosts the
 // hops are: the interface the packet leaves by (a node's bridge when it
 // leaves to one of its pods), the link, the next host; the underlay's
-// bridge ports are not drawn as interfaces of their own.
+// bridge ports are not drawn as interfaces of their own; a routed lab's
+// underlay is two bridges, and a packet crosses from one to the other only
+// through the router host.
+//
+// A route out through a VXLAN device (trace's route kind "vxlan") goes:
+// the device, the vxlan link to the other node's device (the
+// encapsulation), the underlay hops the outer UDP packet takes from this
+// node to the other (labelled as the outer header), the other node
+// decapsulating, its VXLAN device, and on to the endpoint as usual.
 //
 // It returns nil when path is out of range or FROM's host is not in g.
 func PathOf(g *Graph, r *trace.Result, path int) []Hop {
@@ -81,6 +89,13 @@ func PathOf(g *Graph, r *trace.Result, path int) []Hop {
 		return w.hops
 	}
 	w.routeLabel = routeLabel(p.Route)
+	if p.Route != nil && p.Route.Kind == "vxlan" {
+		if peer := w.hostByKindName(KindNode, p.Route.Node); peer != "" && peer != node && w.iface(node, first) != "" {
+			w.vxlan(node, peer, p.Route)
+			node = peer
+			first = ""
+		}
+	}
 	w.walk(node, dst, first)
 	w.host(dst, endpointLabel(p))
 	return w.hops
@@ -95,6 +110,11 @@ type walker struct {
 	adj        map[string][]edge
 	hops       []Hop
 	routeLabel string
+	// outer, when set, is added to the labels of the hops walk adds: the
+	// underlay crossing of an encapsulated packet.
+	outer string
+	// tunnels is VXLAN device → the vxlan links out of it.
+	tunnels map[string][]edge
 }
 
 type edge struct {
@@ -102,7 +122,7 @@ type edge struct {
 }
 
 func newWalker(g *Graph) *walker {
-	w := &walker{g: g, hosts: map[string]*Host{}, ifcs: map[string]*Interface{}, adj: map[string][]edge{}}
+	w := &walker{g: g, hosts: map[string]*Host{}, ifcs: map[string]*Interface{}, adj: map[string][]edge{}, tunnels: map[string][]edge{}}
 	for i := range g.Hosts {
 		h := &g.Hosts[i]
 		w.hosts[h.ID] = h
@@ -111,6 +131,11 @@ func newWalker(g *Graph) *walker {
 		}
 	}
 	for _, l := range g.Links {
+		if l.Kind == "vxlan" {
+			w.tunnels[l.A] = append(w.tunnels[l.A], edge{l.A, l.ID, l.B, hostOf(l.B)})
+			w.tunnels[l.B] = append(w.tunnels[l.B], edge{l.B, l.ID, l.A, hostOf(l.A)})
+			continue
+		}
 		if l.Kind != "veth" {
 			continue
 		}
@@ -136,6 +161,47 @@ func (w *walker) host(id, label string) {
 	w.hops = append(w.hops, Hop{Element: id, Kind: "host", Label: label})
 }
 
+// vxlan adds the hops of a packet sent out of node's VXLAN device (the
+// route's) to peer: the device, the tunnel (the vxlan link to peer's
+// device, when the kernel has the FDB entry that makes it), the outer
+// packet's way over the underlay, peer decapsulating, peer's device.
+func (w *walker) vxlan(node, peer string, rt *trace.Route) {
+	dev := node + "/" + rt.Dev
+	vni, port := 1, 8472
+	if vx := w.ifcs[dev].VXLAN; vx != nil {
+		vni, port = vx.VNI, vx.Port
+	}
+	w.hops = append(w.hops, Hop{Element: dev, Kind: "interface", Label: w.routeLabel})
+	to := rt.Tunnel
+	if to == "" {
+		to = w.hosts[peer].Address
+	}
+	remote := ""
+	for _, e := range w.tunnels[dev] {
+		if e.to == peer {
+			w.hops = append(w.hops, Hop{Element: e.link, Kind: "link",
+				Label: fmt.Sprintf("VXLAN encapsulated to %s's %s:%d (VNI %d)", w.hostName(peer), to, port, vni)})
+			remote = e.remote
+			break
+		}
+	}
+	if remote == "" {
+		remote = w.iface(peer, rt.Dev)
+	}
+	w.outer = fmt.Sprintf(" (UDP %d outer header)", port)
+	w.walk(node, peer, "")
+	w.outer = ""
+	w.hops = append(w.hops, Hop{Element: peer, Kind: "host", Label: fmt.Sprintf("%s decapsulates (VNI %d)", w.hostName(peer), vni)})
+	if remote != "" {
+		w.hops = append(w.hops, Hop{Element: remote, Kind: "interface", Label: "in by " + w.ifName(remote)})
+	}
+}
+
+// step is where a packet is in the breadth-first search of walk: a host,
+// and in the underlay the bridge it is on (a routed lab's underlay holds
+// two segments, joined only through the router host).
+type step struct{ host, br string }
+
 // walk adds the hops from host a (already in the hops) to host b, found by
 // a breadth-first search over the veth links; out, when set, is the
 // interface the packet leaves a by (the route's device).
@@ -143,29 +209,53 @@ func (w *walker) walk(a, b, out string) {
 	if a == b {
 		return
 	}
-	prev := map[string]edge{a: {}}
-	queue := []string{a}
-	for len(queue) > 0 && prev[b].link == "" {
-		h := queue[0]
+	start := step{host: a}
+	prev := map[step]edge{start: {}}
+	var end step
+	queue := []step{start}
+	for len(queue) > 0 && end.host == "" {
+		cur := queue[0]
 		queue = queue[1:]
-		for _, e := range w.adj[h] {
-			if _, seen := prev[e.to]; seen {
+		for _, e := range w.adj[cur.host] {
+			if cur.br != "" && w.master(e.local) != cur.br {
+				continue // another segment of the underlay
+			}
+			next := step{host: e.to}
+			if h := w.hosts[e.to]; h != nil && h.Kind == KindUnderlay {
+				next.br = w.master(e.remote)
+			}
+			if _, seen := prev[next]; seen {
 				continue
 			}
 			// Never route through a pod or the client/external hosts.
-			if e.to != b && w.hosts[e.to] != nil && w.hosts[e.to].Kind != KindUnderlay && w.hosts[e.to].Kind != KindNode {
+			if e.to != b && w.hosts[e.to] != nil && !transit(w.hosts[e.to].Kind) {
 				continue
 			}
-			prev[e.to] = e
-			queue = append(queue, e.to)
+			prev[next] = e
+			if e.to == b {
+				end = next
+				break
+			}
+			queue = append(queue, next)
 		}
 	}
-	if prev[b].link == "" {
+	if end.host == "" {
 		return
 	}
 	var chain []edge
-	for h := b; h != a; h = hostOf(prev[h].local) {
-		chain = append([]edge{prev[h]}, chain...)
+	for st := end; st != start; {
+		e := prev[st]
+		chain = append([]edge{e}, chain...)
+		// The step the edge left from: its host, and in the underlay the
+		// bridge of the port it left by.
+		from := step{host: hostOf(e.local)}
+		if h := w.hosts[from.host]; h != nil && h.Kind == KindUnderlay {
+			from.br = w.master(e.local)
+		}
+		if from.host == a {
+			from = start
+		}
+		st = from
 	}
 	for i, e := range chain {
 		from := hostOf(e.local)
@@ -174,13 +264,13 @@ func (w *walker) walk(a, b, out string) {
 			if m := w.ifcs[ifc]; m != nil && m.Master != "" {
 				ifc = from + "/" + m.Master // leaving by the bridge to one of its ports
 			}
-			label := "out by " + w.ifName(ifc)
+			label := "out by " + w.ifName(ifc) + w.outer
 			if i == 0 && out != "" {
 				label = w.routeLabel
 			}
 			w.hops = append(w.hops, Hop{Element: ifc, Kind: "interface", Label: label})
 		}
-		w.hops = append(w.hops, Hop{Element: e.link, Kind: "link", Label: w.linkLabel(e)})
+		w.hops = append(w.hops, Hop{Element: e.link, Kind: "link", Label: w.linkLabel(e) + w.outer})
 		// Into a node from one of its pods: through the pod's veth onto
 		// the bridge.
 		if m := w.ifcs[e.remote]; m != nil && m.Master != "" && w.hosts[e.to] != nil && w.hosts[e.to].Kind != KindUnderlay {
@@ -194,12 +284,25 @@ func (w *walker) walk(a, b, out string) {
 				if m := w.ifcs[e.remote]; m != nil && m.Master != "" {
 					label += " " + m.Master
 				}
-			} else if h != nil && h.Kind == KindNode {
+			} else if h != nil && (h.Kind == KindNode || h.Kind == KindRouter) {
 				label = h.Name + " forwards"
 			}
-			w.hops = append(w.hops, Hop{Element: e.to, Kind: "host", Label: label})
+			w.hops = append(w.hops, Hop{Element: e.to, Kind: "host", Label: label + w.outer})
 		}
 	}
+}
+
+// transit reports whether a path may pass through a host of the kind.
+func transit(kind string) bool {
+	return kind == KindUnderlay || kind == KindNode || kind == KindRouter
+}
+
+// master is the bridge an interface is a port of ("" if none).
+func (w *walker) master(ifc string) string {
+	if m := w.ifcs[ifc]; m != nil {
+		return m.Master
+	}
+	return ""
 }
 
 func (w *walker) linkLabel(e edge) string {

@@ -60,6 +60,8 @@ func hostTitle(h Host) string {
 	switch h.Kind {
 	case KindUnderlay:
 		return "underlay " + h.Address
+	case KindRouter:
+		return "router " + h.Address
 	case KindNode:
 		t := h.Name + " " + h.Address
 		if h.PodCIDR != "" {
@@ -126,6 +128,7 @@ func ingressLines(in Ingress) []string {
 // nodes in order, client and external (and any other host), pods by node.
 type layoutHosts struct {
 	underlay *Host
+	routers  []*Host // a routed lab's router
 	nodes    []*Host
 	others   []*Host
 	pods     map[string][]*Host // by node name
@@ -143,6 +146,8 @@ func splitHosts(g *Graph) layoutHosts {
 		case KindNode:
 			lh.nodes = append(lh.nodes, h)
 			names[h.Name] = true
+		case KindRouter:
+			lh.routers = append(lh.routers, h)
 		case KindPod:
 		default:
 			lh.others = append(lh.others, h)
@@ -160,6 +165,19 @@ func splitHosts(g *Graph) layoutHosts {
 		}
 	}
 	return lh
+}
+
+// vxlanLabel is a vxlan link's label, "VXLAN VNI 1", with the VNI of
+// its A end as the kernel reports it.
+func vxlanLabel(g *Graph, l Link) string {
+	for _, h := range g.Hosts {
+		for _, ifc := range h.Interfaces {
+			if ifc.ID == l.A && ifc.VXLAN != nil {
+				return fmt.Sprintf("VXLAN VNI %d", ifc.VXLAN.VNI)
+			}
+		}
+	}
+	return "VXLAN"
 }
 
 // hopLegend writes "N. label" lines.

@@ -13,7 +13,8 @@ import (
 // name becomes "lab"; pods are named by their owner and an ordinal (by node,
 // then address: hostnames-1, hostnames-2), their hosts "pod.NAMESPACE.NAME",
 // and a node's veth to a pod "veth-NAME"; MAC addresses, interface indexes,
-// IPv6 link-local addresses (made from the MACs), hash labels
+// IPv6 link-local addresses (made from the MACs), the VTEP MACs of
+// VXLAN FDB entries, hash labels
 // (pod-template-hash, controller-revision-hash) and a ReplicaSet owner's
 // template hash are left out; and the
 // addresses the API allocates at random are replaced by their role: a
@@ -154,6 +155,14 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 			}
 			if ni.Master != "" {
 				ni.Master = ifName[h.ID+"/"+ni.Master]
+			}
+			if ifc.VXLAN != nil {
+				vx := *ifc.VXLAN
+				vx.FDB = []FDBEntry{}
+				for _, e := range ifc.VXLAN.FDB {
+					vx.FDB = append(vx.FDB, FDBEntry{Dst: e.Dst}) // the VTEP MACs are random
+				}
+				ni.VXLAN = &vx
 			}
 			nh.Interfaces = append(nh.Interfaces, ni)
 		}

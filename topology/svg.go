@@ -16,9 +16,14 @@ import (
 //	             │        │
 //	          node1     node2 ...     Services, Ingresses,
 //	          eth1      eth1          the hops of a trace
+//	          flannel.1┄┄flannel.1    (vxlan: the tunnel, dashed)
 //	          cni0      cni0
 //	          │ veth ─ pod
 //	          │ veth ─ pod
+//
+// A routed lab's underlay holds two bridges side by side (br0, br1) and
+// its router sits in a row of its own below them, between the first
+// node's column and the second's, a leg up to each bridge.
 //
 // so every host gets a fixed place: the underlay on top between the client
 // and the external host, one column per node with its uplink, its bridge,
@@ -38,6 +43,8 @@ const (
 	ifaceH     = 18
 	vethLaneW  = 140
 	hostStroke = "#6b7785"
+	routerRowH = 70 // a routed lab's router, between the underlay and the nodes
+	routerMaxW = 240
 )
 
 type point struct{ x, y float64 }
@@ -49,6 +56,25 @@ type svgWriter struct {
 	// underlayID is the underlay host's ID: its bridge ports are straight
 	// lines, a node's run along the bridge's lane.
 	underlayID string
+	// routerX is where a routed lab's router is drawn, routerIDs its
+	// hosts: the underlay's ports to it are drawn above its legs.
+	routerX, routerW float64
+	routerIDs        map[string]bool
+	ulX, ulW         float64 // the underlay's box
+	namesOnly        bool    // interfaces drawn with their names only
+}
+
+// nodePortX is the centre of the underlay's port to the node of column
+// i: above the column, inside the underlay's box.
+func (s *svgWriter) nodePortX(i int) float64 {
+	cx := float64(svgMargin) + float64(i)*colW + colW/2
+	if cx < s.ulX+50 {
+		cx = s.ulX + 50
+	}
+	if cx > s.ulX+s.ulW-50 {
+		cx = s.ulX + s.ulW - 50
+	}
+	return cx
 }
 
 // WriteSVG writes the graph as a standalone SVG document. Every host is a
@@ -71,6 +97,9 @@ func WriteSVG(w io.Writer, g *Graph, hops []Hop) error {
 	if topW < 880 {
 		topW = 880
 	}
+	if len(lh.routers) > 0 && topW < 1000 {
+		topW = 1000 // room for the router between node1's port and node2's
+	}
 	maxPods := len(lh.orphans)
 	for _, n := range lh.nodes {
 		if p := len(lh.pods[n.Name]); p > maxPods {
@@ -78,6 +107,9 @@ func WriteSVG(w io.Writer, g *Graph, hops []Hop) error {
 		}
 	}
 	nodeY := float64(svgMargin + topH + 60)
+	if len(lh.routers) > 0 {
+		nodeY += routerRowH
+	}
 	colH := nodeHeadH + float64(maxPods)*(podH+podGap) + 20
 	side := sideLines(g, hops)
 	height := nodeY + colH + svgMargin
@@ -89,7 +121,7 @@ func WriteSVG(w io.Writer, g *Graph, hops []Hop) error {
 	s.e.printf(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
 	s.e.printf(`<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="Helvetica, Arial, sans-serif" font-size="11">`+"\n", width, height, width, height)
 	s.e.printf(`<title>lab %s</title>`+"\n", esc(g.Lab))
-	s.e.printf(`<style>.host>rect.box{stroke:%s;stroke-width:1.2}.link{fill:none;stroke:#8a96a3;stroke-width:1.5}.link-bridge{stroke-dasharray:4 3}path.hop{stroke:%s;stroke-width:4}.iface>rect{fill:#fff;stroke:#8a96a3}.iface.hop>rect{stroke:%s;stroke-width:2.5;fill:#fdebf1}.badge circle{fill:%s}.badge text{fill:#fff;font-weight:bold;font-size:10px}.verdict>rect.box{fill:#ffd6d6!important}.sub{fill:#56606b;font-size:10px}</style>`+"\n", hostStroke, hopColor, hopColor, hopColor)
+	s.e.printf(`<style>.host>rect.box{stroke:%s;stroke-width:1.2}.link{fill:none;stroke:#8a96a3;stroke-width:1.5}.link-bridge{stroke-dasharray:4 3}path.hop{stroke:%s;stroke-width:4}.iface>rect{fill:#fff;stroke:#8a96a3}.iface.hop>rect{stroke:%s;stroke-width:2.5;fill:#fdebf1}.badge circle{fill:%s}.badge text{fill:#fff;font-weight:bold;font-size:10px}.verdict>rect.box{fill:#ffd6d6!important}.sub{fill:#56606b;font-size:10px}%s</style>`+"\n", hostStroke, hopColor, hopColor, hopColor, tunnelStyle(g))
 	s.e.printf(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
 
 	// Hosts first (they set the anchors), then links, then badges on top.
@@ -110,6 +142,23 @@ func WriteSVG(w io.Writer, g *Graph, hops []Hop) error {
 		}
 	}
 	ulX, ulW := x0+240, topW-480
+	// The router's place: below the underlay, between the first node's
+	// column and the second's (node1 is on the first segment, the others
+	// on the second), inside the underlay's width.
+	hs.ulX, hs.ulW = ulX, ulW
+	left, right := hs.nodePortX(0)+45, hs.nodePortX(1)-45
+	hs.routerW = routerMaxW
+	if right-left-20 < hs.routerW {
+		hs.routerW = right - left - 20
+	}
+	if hs.routerW < 120 {
+		hs.routerW = 120
+	}
+	hs.routerX = (left+right)/2 - hs.routerW/2
+	hs.routerIDs = map[string]bool{}
+	for _, r := range lh.routers {
+		hs.routerIDs[r.ID] = true
+	}
 	if lh.underlay != nil {
 		hs.underlay(lh.underlay, ulX, y0, ulW, topH, lh)
 	}
@@ -118,6 +167,9 @@ func WriteSVG(w io.Writer, g *Graph, hops []Hop) error {
 	}
 	for i, h := range external {
 		hs.smallHost(h, x0+topW-200, y0+float64(i)*(topH+10), 200, topH, "left")
+	}
+	for i, r := range lh.routers {
+		hs.router(r, hs.routerX+float64(i)*(hs.routerW+10), y0+topH+40)
 	}
 	for i, n := range lh.nodes {
 		hs.nodeColumn(n, lh.pods[n.Name], x0+float64(i)*colW+10, nodeY, colW-20, colH)
@@ -139,10 +191,26 @@ func WriteSVG(w io.Writer, g *Graph, hops []Hop) error {
 	for _, l := range hopLinks {
 		s.link(l)
 	}
+	for _, l := range g.Links {
+		if p, ok := s.anchor[l.ID+"#label"]; ok && l.Kind == "vxlan" {
+			s.e.printf(`<text class="tunnel-label" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", p.x, p.y, esc(vxlanLabel(g, l)))
+		}
+	}
 	s.badges(g)
 	s.side(side, x0+topW+30, y0)
 	s.e.printf("</svg>\n")
 	return s.e.err
+}
+
+// tunnelStyle is the style of VXLAN links and their labels, for a graph
+// that has any (other pictures stay as they were).
+func tunnelStyle(g *Graph) string {
+	for _, l := range g.Links {
+		if l.Kind == "vxlan" {
+			return fmt.Sprintf(".link-vxlan{stroke:%s;stroke-width:2;stroke-dasharray:6 3}.tunnel-label{fill:%s;font-size:9px;font-weight:bold;paint-order:stroke;stroke:#fff;stroke-width:3}", tunnelColor, tunnelColor)
+		}
+	}
+	return ""
 }
 
 func esc(s string) string { return html.EscapeString(s) }
@@ -192,8 +260,8 @@ func (s *svgWriter) iface(ifc Interface, x, y, w float64, at string) {
 	}
 	s.e.printf(`<g class="%s" data-id="%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%d" rx="3"/>`, cls, esc(ifc.ID), x, y, w, ifaceH)
 	t := ifaceText(ifc)
-	if w < 60 {
-		t = ifc.Name // a pod's: its address is on the pod's line
+	if w < 60 || s.namesOnly {
+		t = ifc.Name // a pod's or the router's: the addresses are on its title line
 	}
 	s.text(x+4, y+13, "", t, w-8)
 	s.e.printf(`<title>%s</title></g>`, esc(fmt.Sprintf("%s %s mtu %d %s", ifc.ID, ifc.Kind, ifc.MTU, ifc.State)))
@@ -214,6 +282,36 @@ func (s *svgWriter) iface(ifc Interface, x, y, w float64, at string) {
 	s.anchor[ifc.ID] = p
 	s.anchor[ifc.ID+"#in"] = in
 	s.anchor[ifc.ID+"#badge"] = point{x + w - 12, y}
+	s.anchor[ifc.ID+"#l"] = point{x, y + ifaceH/2}
+	s.anchor[ifc.ID+"#r"] = point{x + w, y + ifaceH/2}
+}
+
+// routerLeg is where a router's i-th leg is drawn (x, width).
+func (s *svgWriter) routerLeg(i int) (float64, float64) {
+	w := (s.routerW - 40) / 2.0 // the host's badge stays clear at the top right
+	return s.routerX + 6 + float64(i)*(w+6), w
+}
+
+// router draws a routed lab's router: its legs side by side, each
+// attached at the top to its port on the underlay, and its title.
+func (s *svgWriter) router(h *Host, x, y float64) {
+	s.hostOpen(h, x, y, s.routerW, 58)
+	// The legs on top, where the links from the underlay come in; the
+	// title below them.
+	s.text(x+8, y+38, "", "router "+strings.ReplaceAll(h.Address, ",", " · "), s.routerW-16)
+	s.text(x+8, y+51, "sub", "netns "+h.ID, s.routerW-16)
+	s.namesOnly = true
+	defer func() { s.namesOnly = false }()
+	i := 0
+	for _, ifc := range h.Interfaces {
+		if !drawn(ifc) {
+			continue
+		}
+		lx, lw := s.routerLeg(i)
+		s.iface(ifc, lx+(x-s.routerX), y+6, lw, "top")
+		i++
+	}
+	s.e.printf("</g>\n")
 }
 
 func (s *svgWriter) underlay(h *Host, x, y, w, hh float64, lh layoutHosts) {
@@ -226,7 +324,7 @@ func (s *svgWriter) underlay(h *Host, x, y, w, hh float64, lh layoutHosts) {
 		nodeCol[n.ID] = i
 	}
 	var left, right, rest []Interface
-	var bottom []Interface
+	var bottom, toRouter []Interface
 	var bridges []Interface
 	for _, ifc := range h.Interfaces {
 		if !drawn(ifc) {
@@ -240,6 +338,8 @@ func (s *svgWriter) underlay(h *Host, x, y, w, hh float64, lh layoutHosts) {
 			left = append(left, ifc)
 		case ifc.PeerID != "" && strings.HasSuffix(peer, "-external"):
 			right = append(right, ifc)
+		case ifc.PeerID != "" && s.routerIDs[peer]:
+			toRouter = append(toRouter, ifc)
 		case ifc.PeerID != "":
 			if _, ok := nodeCol[peer]; ok {
 				bottom = append(bottom, ifc)
@@ -250,9 +350,22 @@ func (s *svgWriter) underlay(h *Host, x, y, w, hh float64, lh layoutHosts) {
 			rest = append(rest, ifc)
 		}
 	}
-	bx := x + w/2 - 90
-	for i, b := range bridges {
-		s.iface(b, bx, y+30+float64(i)*(ifaceH+4), 180, "center")
+	// Bridges side by side (a routed lab's two segments), between the
+	// client's and the external host's ports.
+	if n := float64(len(bridges)); n > 0 {
+		bw := (w - 220 - 10*(n-1)) / n
+		if bw > 180 {
+			bw = 180
+		}
+		bx := x + w/2 - (n*bw+10*(n-1))/2
+		for i, b := range bridges {
+			s.iface(b, bx+float64(i)*(bw+10), y+30, bw, "center")
+		}
+	}
+	// The ports to the router above its legs (p-router0 to its eth1, ...).
+	for i, ifc := range toRouter {
+		lx, lw := s.routerLeg(i)
+		s.iface(ifc, lx, y+hh-ifaceH-6, lw, "bottom")
 	}
 	for i, ifc := range left {
 		s.iface(ifc, x+6, y+30+float64(i)*(ifaceH+4), 90, "left")
@@ -261,14 +374,7 @@ func (s *svgWriter) underlay(h *Host, x, y, w, hh float64, lh layoutHosts) {
 		s.iface(ifc, x+w-96, y+30+float64(i)*(ifaceH+4), 90, "right")
 	}
 	for _, ifc := range bottom {
-		i := nodeCol[hostOf(ifc.PeerID)]
-		cx := float64(svgMargin) + float64(i)*colW + colW/2
-		if cx < x+50 {
-			cx = x + 50
-		}
-		if cx > x+w-50 {
-			cx = x + w - 50
-		}
+		cx := s.nodePortX(nodeCol[hostOf(ifc.PeerID)])
 		s.iface(ifc, cx-45, y+hh-ifaceH-6, 90, "bottom")
 	}
 	for i, ifc := range rest {
@@ -328,7 +434,13 @@ func (s *svgWriter) nodeColumn(n *Host, pods []*Host, x, y, w, hh float64) {
 				if ifc.PeerID != "" && hostOf(ifc.PeerID) == s.underlayID {
 					at = "top"
 				}
-				s.iface(ifc, x+10, iy, w-20, at)
+				if ifc.VXLAN != nil {
+					// Narrower: its tunnels to the next column run
+					// beside it, labelled in the gap.
+					s.iface(ifc, x+40, iy, w-80, at)
+				} else {
+					s.iface(ifc, x+10, iy, w-20, at)
+				}
 				iy += ifaceH + 4
 			}
 		}
@@ -412,6 +524,23 @@ func (s *svgWriter) link(l Link) {
 	}
 	var d string
 	switch {
+	case l.Kind == "vxlan":
+		// From the side of one VXLAN device to the facing side of the
+		// other: straight between neighbouring columns, an arch over the
+		// columns between them otherwise.
+		if a.x > b.x {
+			a, b = s.anchor[l.B+"#r"], s.anchor[l.A+"#l"]
+		} else {
+			a, b = s.anchor[l.A+"#r"], s.anchor[l.B+"#l"]
+		}
+		if b.x-a.x <= colW || a.y != b.y {
+			d = fmt.Sprintf("M%.1f %.1f L%.1f %.1f", a.x, a.y, b.x, b.y)
+			s.anchor[l.ID+"#label"] = point{(a.x + b.x) / 2, (a.y+b.y)/2 - 10}
+		} else {
+			h := 26.0
+			d = fmt.Sprintf("M%.1f %.1f C%.1f %.1f %.1f %.1f %.1f %.1f", a.x, a.y, a.x+60, a.y-h, b.x-60, b.y-h, b.x, b.y)
+			s.anchor[l.ID+"#label"] = point{(a.x + b.x) / 2, a.y - h*0.75 - 4}
+		}
 	case l.Kind == "bridge" && hostOf(l.B) != s.underlayID:
 		// Port a (a veth in the lane) up the bridge's lane to b (the bridge).
 		d = fmt.Sprintf("M%.1f %.1f H%.1f V%.1f", a.x, a.y, b.x, b.y)

@@ -6,7 +6,10 @@
 // The collector (collect.go) enters each namespace once (sandbox.DoPath) for
 // a netlink handle and reads links, addresses and main-table routes; veth
 // peers are matched across namespaces by ifindex and confirmed with the
-// namespace ids each namespace gives the others (RTM_GETNSID). PathOf
+// namespace ids each namespace gives the others (RTM_GETNSID). A VXLAN
+// device's tunnels are read the same way, never assumed: its FDB entries
+// (AF_BRIDGE neighbours) name the underlay address each VTEP MAC lives at,
+// and the lab host holding that address is the tunnel's other end. PathOf
 // (path.go) lays a `minikit trace` path over the graph as hops. Stable
 // (stable.go) removes what differs each time a lab is made, for pictures
 // kept in the repository.
@@ -24,6 +27,9 @@ package topology
 // Host kinds.
 const (
 	KindUnderlay = "underlay" // the lab's underlay bridge namespace (LAB-net)
+	// KindRouter is a routed lab's router namespace (LAB-router): a leg
+	// on each underlay segment, forwarding between them.
+	KindRouter   = "router"
 	KindNode     = "node"     // a node's namespace (LAB-nodeN)
 	KindClient   = "client"   // the lab's client host
 	KindExternal = "external" // the lab's external host
@@ -33,11 +39,14 @@ const (
 // Graph is one lab at one moment.
 type Graph struct {
 	Lab string `json:"lab"`
-	// Hosts are the lab's network namespaces, sorted: underlay, nodes,
-	// client, external, then pods by node, namespace and name.
+	// Hosts are the lab's network namespaces, sorted: underlay, router
+	// (a routed lab's), nodes, client, external, then pods by node,
+	// namespace and name.
 	Hosts []Host `json:"hosts"`
-	// Links are the edges: a veth pair between two hosts ("veth"), or an
-	// interface enslaved to a bridge in the same host ("bridge").
+	// Links are the edges: a veth pair between two hosts ("veth"), an
+	// interface enslaved to a bridge in the same host ("bridge"), or a
+	// VXLAN tunnel between two nodes' VXLAN devices ("vxlan", from the
+	// kernel's FDB entries: the device sends to the other node's address).
 	Links []Link `json:"links"`
 	// Services and Ingresses from the API (never Secrets or their data).
 	Services  []Service `json:"services"`
@@ -76,6 +85,26 @@ type Interface struct {
 	Master string   `json:"master,omitempty"` // the bridge's name in this host
 	Addrs  []string `json:"addrs,omitempty"`  // CIDR, IPv4 then IPv6, in kernel order
 	PeerID string   `json:"peer,omitempty"`   // a veth's peer interface ID (in any lab host)
+	// VXLAN is a VXLAN device's tunnel, as `ip -d link` and `bridge fdb
+	// show dev IFNAME` show it.
+	VXLAN *VXLAN `json:"vxlan,omitempty"`
+}
+
+// VXLAN is a VXLAN device's VNI, UDP port, local address and the FDB
+// entries that send its frames to other hosts' underlay addresses.
+type VXLAN struct {
+	VNI   int    `json:"vni"`
+	Port  int    `json:"port"`
+	Local string `json:"local,omitempty"`
+	// FDB is the device's forwarding entries with a destination, in
+	// kernel order: a VTEP MAC and the underlay address it lives at.
+	FDB []FDBEntry `json:"fdb"`
+}
+
+// FDBEntry is one `bridge fdb` entry of a VXLAN device.
+type FDBEntry struct {
+	MAC string `json:"mac,omitempty"`
+	Dst string `json:"dst"`
 }
 
 // Route is one route of the main table, as `ip -j route` shows it.
@@ -94,9 +123,11 @@ type Route struct {
 // Link is an edge.
 type Link struct {
 	ID   string `json:"id"`   // A + "--" + B
-	Kind string `json:"kind"` // veth, bridge
-	A    string `json:"a"`    // interface IDs; for "bridge" A is the port, B the bridge
-	B    string `json:"b"`
+	Kind string `json:"kind"` // veth, bridge, vxlan
+	// A and B are interface IDs; for "bridge" A is the port, B the
+	// bridge; for "vxlan" the two VXLAN devices, A in the host sorted first.
+	A string `json:"a"`
+	B string `json:"b"`
 }
 
 // Service is a Service with its addresses, read from the API.

@@ -26,6 +26,11 @@ type ipLink struct {
 	NetNSID   *int   `json:"link_netnsid"`
 	LinkInfo  *struct {
 		Kind string `json:"info_kind"`
+		Data struct {
+			ID    int    `json:"id"`
+			Port  int    `json:"port"`
+			Local string `json:"local"`
+		} `json:"info_data"`
 	} `json:"linkinfo"`
 }
 
@@ -45,6 +50,34 @@ type ipRoute struct {
 	PrefSrc  string `json:"prefsrc"`
 	Scope    string `json:"scope"`
 	Type     string `json:"type"`
+}
+
+// fdbEntry is one line of `bridge -j fdb show dev IFNAME`.
+type fdbEntry struct {
+	MAC string `json:"mac"`
+	Dst string `json:"dst"`
+}
+
+// fdbOf is a VXLAN device's FDB entries with a destination, as `bridge -j
+// fdb show dev IFNAME` in its namespace shows them.
+func fdbOf(t *testing.T, ns, dev string) []topology.FDBEntry {
+	t.Helper()
+	argv := []string{"netns", "exec", ns, "bridge", "-j", "fdb", "show", "dev", dev}
+	out, err := exec.Command("ip", argv...).Output()
+	if err != nil {
+		t.Fatalf("ip %s: %v", strings.Join(argv, " "), err)
+	}
+	var es []fdbEntry
+	if err := json.Unmarshal(out, &es); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	fdb := []topology.FDBEntry{}
+	for _, e := range es {
+		if e.Dst != "" {
+			fdb = append(fdb, topology.FDBEntry{MAC: e.MAC, Dst: e.Dst})
+		}
+	}
+	return fdb
 }
 
 type ipNSID struct {
@@ -105,8 +138,20 @@ func compareHost(t *testing.T, h topology.Host) {
 		}
 		want := topology.Interface{ID: h.ID + "/" + l.Name, Name: l.Name, Index: l.Index, Kind: kind, MAC: l.Address, MTU: l.MTU,
 			State: l.OperState, Master: l.Master, Addrs: addrsOf[l.Name], PeerID: peerOf(t, h.ID, l, ids)}
+		// A VXLAN device: its VNI, port and local address as ip -d link
+		// shows them, its FDB as bridge fdb shows it.
+		var wantVX *topology.VXLAN
+		if kind == "vxlan" {
+			d := l.LinkInfo.Data
+			wantVX = &topology.VXLAN{VNI: d.ID, Port: d.Port, Local: d.Local, FDB: fdbOf(t, h.ID, l.Name)}
+		}
+		gotVX := got.VXLAN
+		got.VXLAN = nil
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s: interface\n  got  %+v\n  want %+v (ip)", h.ID, got, want)
+		}
+		if (gotVX == nil) != (wantVX == nil) || (gotVX != nil && fmt.Sprintf("%+v", *gotVX) != fmt.Sprintf("%+v", *wantVX)) {
+			t.Errorf("%s: %s's VXLAN\n  got  %+v\n  want %+v (ip -d link, bridge fdb)", h.ID, l.Name, deref(gotVX), deref(wantVX))
 		}
 	}
 	var want []topology.Route
@@ -157,4 +202,11 @@ func peerOf(t *testing.T, ns string, l ipLink, ids []ipNSID) string {
 	}
 	t.Errorf("%s: %s's peer index %d is not in %s", ns, l.Name, l.LinkIndex, peerNS)
 	return ""
+}
+
+func deref(v *topology.VXLAN) any {
+	if v == nil {
+		return nil
+	}
+	return *v
 }

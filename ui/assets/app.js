@@ -20,7 +20,8 @@ const state = {
 
 const $ = (id) => document.getElementById(id);
 const NS = "http://www.w3.org/2000/svg";
-const kindRank = { underlay: 0, node: 1, client: 2, external: 3, pod: 4 };
+// A routed lab's router hangs below the underlay, beside the nodes.
+const kindRank = { underlay: 0, router: 0.5, node: 1, client: 2, external: 3, pod: 4 };
 
 function esc(s) {
   return String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
@@ -261,6 +262,16 @@ function render() {
   for (const l of state.links.values()) {
     const a = anchor(l.a, l.b), b = anchor(l.b, l.a);
     if (!a || !b) continue;
+    if (l.kind === "vxlan" && pos.get(l.a) && pos.get(l.b)) {
+      // A tunnel between two nodes' VXLAN devices: a dashed arc below
+      // them, labelled with the VNI.
+      const ifc = (state.hosts.get(hostOf(l.a))?.interfaces || []).find((i) => i.id === l.a);
+      const label = ifc && ifc.vxlan ? `VXLAN VNI ${ifc.vxlan.vni}` : "VXLAN";
+      const ya = pos.get(l.a).bottom, yb = pos.get(l.b).bottom, my = Math.max(ya, yb) + 28;
+      parts.push(`<path class="link link-vxlan" data-id="${esc(l.id)}" d="M${a.x} ${ya} C${a.x} ${my} ${b.x} ${my} ${b.x} ${yb}"><title>${esc(l.id)}</title></path>` +
+        `<text class="tunnel-label" x="${(a.x + b.x) / 2}" y="${my - 2}" text-anchor="middle">${esc(label)}</text>`);
+      continue;
+    }
     parts.push(`<line class="link link-${esc(l.kind)}" data-id="${esc(l.id)}" x1="${a.x}" y1="${a.y}" x2="${b.x}" y2="${b.y}"><title>${esc(l.id)}</title></line>`);
   }
   for (const [id, p] of ports) {
