@@ -47,9 +47,20 @@ sets a cookie. Without it the answer is 401.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log := newLogger(logLevel)
-			t, err := defaultFinder().find("", labName)
-			if err != nil {
-				return err
+			f := defaultFinder()
+			var t target
+			if labName != "" {
+				// --lab names the lab to draw, whatever KUBECONFIG says.
+				e, ok := f.lookup(labName)
+				if !ok {
+					return fmt.Errorf("no lab %q on this machine%s", labName, f.labList())
+				}
+				t = target{kubeconfig: e.Kubeconfig, lab: e.Name, how: "--lab"}
+			} else {
+				var err error
+				if t, err = f.find("", ""); err != nil {
+					return err
+				}
 			}
 			if t.lab == "" {
 				return fmt.Errorf("minikit ui draws a lab, and %s is no lab's (labs: sudo minikit lab list)", t.how)
@@ -58,9 +69,12 @@ sets a cookie. Without it the answer is 401.`,
 			if err != nil {
 				return err
 			}
-			rc, err := clientcmd.BuildConfigFromFlags("", t.kubeconfig)
+			// As kubectl reads it: t.kubeconfig, or (empty) KUBECONFIG's files.
+			rules := clientcmd.NewDefaultClientConfigLoadingRules()
+			rules.ExplicitPath = t.kubeconfig
+			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 			if err != nil {
-				return fmt.Errorf("reading the lab's kubeconfig %s: %w", t.kubeconfig, err)
+				return fmt.Errorf("reading the lab's kubeconfig (%s): %w", t.how, err)
 			}
 			token, err := uiToken(rc, tokenFile)
 			if err != nil {
