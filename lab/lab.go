@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,26 +140,21 @@ func (c *Config) defaults() error {
 	if !c.Subnet.IsValid() {
 		c.Subnet = netip.MustParsePrefix("192.168.56.0/24")
 	}
-	switch c.ProxyMode {
-	case "":
-		c.ProxyMode = "iptables"
-	case "iptables", "nftables":
-	default:
-		return fmt.Errorf("unknown proxy mode %q: want iptables or nftables", c.ProxyMode)
-	}
-	switch c.PodNetwork {
-	case "":
-		c.PodNetwork = "host-gw"
-	case "host-gw", "vxlan":
-	default:
-		return fmt.Errorf("unknown pod network %q: want host-gw or vxlan", c.PodNetwork)
-	}
-	switch c.Topology {
-	case "":
-		c.Topology = TopologyFlat
-	case TopologyFlat, TopologyRouted:
-	default:
-		return fmt.Errorf("unknown topology %q: want flat or routed", c.Topology)
+	for _, o := range []struct {
+		v       *string
+		what    string
+		allowed []string // the first is the default
+	}{
+		{&c.ProxyMode, "proxy mode", []string{"iptables", "nftables"}},
+		{&c.PodNetwork, "pod network", []string{"host-gw", "vxlan"}},
+		{&c.Topology, "topology", []string{TopologyFlat, TopologyRouted}},
+	} {
+		switch {
+		case *o.v == "":
+			*o.v = o.allowed[0]
+		case !slices.Contains(o.allowed, *o.v):
+			return fmt.Errorf("unknown %s %q: want %s", o.what, *o.v, strings.Join(o.allowed, " or "))
+		}
 	}
 	if c.Topology == TopologyRouted && (c.Subnet.Bits() < 16 || c.Subnet.Bits() > 24 || !c.Subnet.Addr().Is4()) {
 		return fmt.Errorf("the routed topology's underlay subnet %s must be an IPv4 prefix of /16 to /24", c.Subnet)

@@ -140,55 +140,46 @@ func (l *Lab) Client() (kubernetes.Interface, error) {
 
 // waitPodCIDR waits until the node is registered and has its pod range.
 func (l *Lab) waitPodCIDR(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var last string
-	for {
-		client, err := l.Client()
-		if err == nil {
-			var n *corev1.Node
-			n, err = client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-			if err == nil && n.Spec.PodCIDR != "" {
-				return nil
-			}
-			if err == nil {
-				last = "no pod CIDR yet"
-			}
-		}
+	return l.pollNodes(ctx, "waiting for "+name+" to register", func(client kubernetes.Interface) (bool, string, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			last = err.Error()
+			return false, "", err
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to register: %s (logs in %s)", name, last, l.cfg.Dir)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return n.Spec.PodCIDR != "", "no pod CIDR yet", nil
+	})
 }
 
 // WaitReady waits until every node of the lab is registered and Ready.
 func (l *Lab) WaitReady(ctx context.Context) error {
+	return l.pollNodes(ctx, "waiting for the lab's nodes", func(client kubernetes.Interface) (bool, string, error) {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, "", err
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && n.Spec.PodCIDR != "" {
+					ready++
+				}
+			}
+		}
+		return ready >= l.cfg.Nodes, fmt.Sprintf("%d of %d nodes Ready", ready, l.cfg.Nodes), nil
+	})
+}
+
+// pollNodes asks the lab's API every 50 ms, for up to a minute, until done
+// says so; the error names what, and the last reason it was not done.
+func (l *Lab) pollNodes(ctx context.Context, what string, done func(kubernetes.Interface) (bool, string, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	var last string
 	for {
 		client, err := l.Client()
 		if err == nil {
-			var nodes *corev1.NodeList
-			nodes, err = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			if err == nil {
-				ready := 0
-				for _, n := range nodes.Items {
-					for _, c := range n.Status.Conditions {
-						if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue && n.Spec.PodCIDR != "" {
-							ready++
-						}
-					}
-				}
-				if ready >= l.cfg.Nodes {
-					return nil
-				}
-				last = fmt.Sprintf("%d of %d nodes Ready", ready, l.cfg.Nodes)
+			var ok bool
+			if ok, last, err = done(client); ok && err == nil {
+				return nil
 			}
 		}
 		if err != nil {
@@ -196,7 +187,7 @@ func (l *Lab) WaitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the lab's nodes: %s (logs in %s)", last, l.cfg.Dir)
+			return fmt.Errorf("%s: %s (logs in %s)", what, last, l.cfg.Dir)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

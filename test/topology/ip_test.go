@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -100,6 +101,25 @@ func ipJSON(t *testing.T, ns string, v any, args ...string) {
 // compareHost checks a host against ip -j -d link, ip -j addr, ip -j route
 // in its namespace, and each veth's peer against the namespace iproute2
 // names for the veth's link-netnsid (ip netns list-id) and the peer index.
+// compareHosts checks that the graph's hosts are exactly the namespaces
+// want, each as `ip -j` shows it.
+func compareHosts(t *testing.T, g topology.Graph, want []string) {
+	t.Helper()
+	var got []string
+	for _, h := range g.Hosts {
+		got = append(got, h.ID)
+	}
+	want = slices.Clone(want)
+	sort.Strings(want)
+	sort.Strings(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("hosts %v, want the lab's namespaces and its pods' %v", got, want)
+	}
+	for _, h := range g.Hosts {
+		compareHost(t, h)
+	}
+}
+
 func compareHost(t *testing.T, h topology.Host) {
 	t.Helper()
 	var links []ipLink

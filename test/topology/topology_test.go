@@ -56,18 +56,7 @@ func TestLabGraph(t *testing.T) {
 		for _, p := range pods {
 			want = append(want, testenv.SandboxName(t, c, p))
 		}
-		var got []string
-		for _, h := range g.Hosts {
-			got = append(got, h.ID)
-		}
-		sort.Strings(want)
-		sort.Strings(got)
-		if !slices.Equal(got, want) {
-			t.Fatalf("hosts %v, want the lab's namespaces and its pods' %v", got, want)
-		}
-		for _, h := range g.Hosts {
-			compareHost(t, h)
-		}
+		compareHosts(t, g, want)
 	})
 
 	t.Run("pods and nodes from the API", func(t *testing.T) {
