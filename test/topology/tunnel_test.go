@@ -54,25 +54,27 @@ func testVXLAN(t *testing.T, topo string) {
 	}
 
 	// The agents write each other's FDB entries from the Node objects:
-	// wait until both nodes have theirs.
-	var g topology.Graph
-	testenv.Eventually(t, 30*time.Second, "a vxlan link between node1 and node2", func() error {
-		g = topology.Graph{}
-		if err := json.Unmarshal([]byte(minikit(t, "lab", "graph", "--name", l.Name(), "-o", "json")), &g); err != nil {
-			return err
-		}
+	// wait until both nodes have theirs in the kernel, and only then read
+	// the graph, so that the picture and ip -j read the same state (the
+	// agents only add entries once both nodes are up).
+	testenv.Eventually(t, 30*time.Second, "FDB entries on both nodes' flannel.1", func() error {
 		for _, n := range []string{"node1", "node2"} {
 			if len(fdbOf(t, ns(n), "flannel.1")) == 0 {
 				return fmt.Errorf("%s has no FDB entry on flannel.1", n)
 			}
-		}
-		for _, lk := range g.Links {
-			if lk.Kind == "vxlan" {
-				return nil
+			// The route is the last of neigh, fdb, route the agent adds.
+			var routes []ipRoute
+			ipJSON(t, ns(n), &routes, "route", "show", "dev", "flannel.1")
+			if len(routes) == 0 {
+				return fmt.Errorf("%s has no route via flannel.1", n)
 			}
 		}
-		return fmt.Errorf("no vxlan link in %d links", len(g.Links))
+		return nil
 	})
+	var g topology.Graph
+	if err := json.Unmarshal([]byte(minikit(t, "lab", "graph", "--name", l.Name(), "-o", "json")), &g); err != nil {
+		t.Fatal(err)
+	}
 	st, err := lab.Load(l.Name(), l.Dir())
 	if err != nil {
 		t.Fatal(err)
