@@ -7,12 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/apilb"
 	"github.com/minikit/minikit/dns"
 	"github.com/minikit/minikit/iptables"
 	"github.com/minikit/minikit/netpol"
@@ -26,8 +30,13 @@ import (
 	"k8s.io/client-go/rest"
 )
 
+// AgentLBPort is the loopback port where an agent with several servers
+// reaches them (k3s's agents use 6444 the same way).
+const AgentLBPort = 6444
+
 // AgentConfig is the configuration of `minikit agent`, which joins a node to a server.
 type AgentConfig struct {
+	// ServerURL is the server's API, or several servers' comma-separated.
 	ServerURL string
 	Token     string
 	CAFile    string
@@ -63,29 +72,66 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = DefaultDataDir
 	}
-	if !strings.HasPrefix(cfg.ServerURL, "https://") {
-		return nil, fmt.Errorf("--server must be an https:// URL: agents join over TLS with a token, got %q", cfg.ServerURL)
+	var addrs []string
+	for _, u := range strings.Split(cfg.ServerURL, ",") {
+		pu, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || pu.Scheme != "https" || pu.Host == "" || (pu.Path != "" && pu.Path != "/") {
+			return nil, fmt.Errorf("--server must be an https:// URL (or several, comma-separated): agents join over TLS with a token, got %q", u)
+		}
+		host := pu.Host
+		if pu.Port() == "" {
+			host = net.JoinHostPort(pu.Hostname(), "443")
+		}
+		addrs = append(addrs, host)
 	}
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("a token is required to join (the server's DATA_DIR/token)")
 	}
-	rc := &rest.Config{Host: cfg.ServerURL, BearerToken: cfg.Token, QPS: 100, Burst: 200}
-	if cfg.CAFile != "" {
-		rc.TLSClientConfig.CAFile = cfg.CAFile
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkJoin(client, cfg.ServerURL, cfg.Logger); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Agent{cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
+	server := cfg.ServerURL
+	if len(addrs) > 1 {
+		// Several servers: the node's clients reach them through a local
+		// failover listener, as k3s agents do (apilb); every server's
+		// certificate names 127.0.0.1.
+		lb, err := apilb.New(addrs, nil, cfg.Logger.With("component", "apilb"))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(AgentLBPort)))
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("listening for the API servers' failover: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lb.Serve(ctx, ln)
+		}()
+		server = "https://" + ln.Addr().String()
+		cfg.Logger.Info("API servers behind a local failover listener", "listen", server, "servers", addrs)
+	}
+	rc := &rest.Config{Host: server, BearerToken: cfg.Token, QPS: 100, Burst: 200}
+	if cfg.CAFile != "" {
+		rc.TLSClientConfig.CAFile = cfg.CAFile
+	}
+	fail := func(err error) (*Agent, error) {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkJoin(client, cfg.ServerURL, cfg.Logger); err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fail(err)
+	}
 	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, DataDir: cfg.DataDir,
 		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
 		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork}
@@ -96,8 +142,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 		nc.ClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	}
 	if a.Node, err = runNode(ctx, &wg, nc, cfg.Token, nil); err != nil {
-		cancel()
-		return nil, err
+		return fail(err)
 	}
 	go func() { wg.Wait(); close(a.done) }()
 	return a, nil

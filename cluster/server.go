@@ -67,6 +67,20 @@ type ServerConfig struct {
 	// PodNetwork is how this node reaches other nodes' pods: host-gw
 	// (default) or vxlan.
 	PodNetwork PodNetwork
+
+	// Datastore is where objects live: DatastoreBolt (default) or
+	// DatastoreEtcd, external (Etcd) or embedded (ClusterInit, Join).
+	Datastore string
+	Etcd      EtcdOptions
+	// ClusterInit starts an HA control plane's first server: an etcd member
+	// embedded in this server, which others join (k3s --cluster-init).
+	ClusterInit bool
+	// Join is the https:// URL of a server of an HA cluster to join, with
+	// JoinToken (K10 form, DATA_DIR/server-token of that server) or a bare
+	// token and JoinCAFile.
+	Join       string
+	JoinToken  string
+	JoinCAFile string
 }
 
 // Server is a running minikit server.
@@ -78,7 +92,8 @@ type Server struct {
 	cancelRequests context.CancelFunc
 	Agent          *node.Agent
 	log            *slog.Logger
-	store          store.Interface
+	store          *datastore
+	token          string
 	api            *apiserver.Server
 	http           *http.Server
 	listener       net.Listener
@@ -114,8 +129,28 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("parsing --listen %q: %w", cfg.Listen, err)
 	}
 	loopback := isLoopback(host)
+	if err := cfg.checkDatastore(); err != nil {
+		return nil, err
+	}
+	if cfg.embedded() && loopback {
+		return nil, fmt.Errorf("--cluster-init and --join need --listen off loopback (got %s): the other servers join this one over TLS", cfg.Listen)
+	}
+	if !cfg.ServiceCIDR.IsValid() {
+		cfg.ServiceCIDR = vcfg.ServiceCIDR
+	}
+	if !cfg.PodCIDR.IsValid() {
+		cfg.PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
+	members, err := cfg.joinSecrets(context.Background(), log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Join != "" {
+		// The joiner's ranges are now the cluster's.
+		vcfg.ServiceCIDR = cfg.ServiceCIDR
 	}
 	token, err := ensureToken(cfg.DataDir)
 	if err != nil {
@@ -139,7 +174,14 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("preparing TLS for %s (required when listening off loopback): %w", cfg.Listen, err)
 		}
 	}
-	st, err := store.OpenBolt(filepath.Join(cfg.DataDir, "minikit.db"), 0)
+	adv := cfg.AdvertiseAddress
+	if adv == "" {
+		adv = host
+		if host == "" || host == "0.0.0.0" || host == "::" {
+			adv = firstAddress()
+		}
+	}
+	st, err := cfg.openDatastore(context.Background(), adv, members, log)
 	if err != nil {
 		return nil, err
 	}
@@ -151,13 +193,6 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	port, _ := strconv.Atoi(portStr)
 	if p := ln.Addr().(*net.TCPAddr).Port; p != 0 {
 		port = p
-	}
-	adv := cfg.AdvertiseAddress
-	if adv == "" {
-		adv = host
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			adv = firstAddress()
-		}
 	}
 	saKey, err := ensureServiceAccountKey(cfg.DataDir)
 	if err != nil {
@@ -177,7 +212,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, store: st, api: api, listener: ln}
+	s := &Server{cfg: cfg, log: log, store: st, api: api, listener: ln, token: token}
 	baseCtx, cancelBase := context.WithCancel(context.Background())
 	s.cancelRequests = cancelBase
 	// The API's own limits (header, body, idle and stream-write timeouts) bound
@@ -188,6 +223,17 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	urlHost := net.JoinHostPort(host, strconv.Itoa(port))
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		urlHost = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	}
+	if cfg.embedded() {
+		// An HA server hands the cluster's secrets to servers that join it.
+		s.http.Handler = bootstrapHandler(s.http.Handler, creds.caPEM, token, s.bootstrapData)
+		path := filepath.Join(cfg.DataDir, "server-token")
+		if err := writeFileAtomic(path, []byte(JoinToken(creds.caPEM, token)+"\n"), 0o600); err != nil {
+			ln.Close()
+			st.Close()
+			return nil, fmt.Errorf("writing the join token: %w", err)
+		}
+		log.Info("other servers join with: minikit server --join https://"+net.JoinHostPort(adv, strconv.Itoa(port))+" --token-file "+path, "etcd", "embedded")
 	}
 	if creds != nil {
 		s.http.TLSConfig = &tls.Config{Certificates: []tls.Certificate{creds.cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}

@@ -40,6 +40,10 @@ type Info struct {
 	// InternalAPIServer from inside the lab (node1's underlay address).
 	APIServer         string `json:"apiServer"`
 	InternalAPIServer string `json:"internalAPIServer"`
+	// Servers are the nodes running `minikit server` (node1 up); with more
+	// than one they form an HA control plane on an embedded etcd, and the
+	// forwarder fails over among them.
+	Servers []string `json:"servers"`
 	Underlay          string `json:"underlay"`
 	ServiceCIDR       string `json:"serviceCIDR"`
 	ClusterCIDR       string `json:"clusterCIDR"`
@@ -82,6 +86,9 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 	if sub2, err := netip.ParsePrefix(st.Subnet2); err == nil && subnet.IsValid() {
 		in.Router = &HostInfo{Name: Router, Role: Router, Netns: NS(st.Name, Router),
 			Address: routerAddr(subnet).String() + "," + routerAddr(sub2).String()}
+	}
+	for i := 1; i <= max(st.Servers, 1); i++ {
+		in.Servers = append(in.Servers, nodeName(i))
 	}
 	if subnet.IsValid() {
 		in.InternalAPIServer = "https://" + net.JoinHostPort(hostAddr(subnet, nodeName(1)).String(), strconv.Itoa(APIPort))
@@ -183,6 +190,9 @@ func PrintInfo(w io.Writer, in Info) {
 		fmt.Fprintf(w, "  %-9s %-21s netns %-16s %s%s\n", h.Name, h.Address, h.Netns, state, extra)
 	}
 	fmt.Fprintf(w, "API: %s (inside the lab: %s)\n", in.APIServer, in.InternalAPIServer)
+	if len(in.Servers) > 1 {
+		fmt.Fprintf(w, "HA control plane: %s (embedded etcd)\n", strings.Join(in.Servers, ", "))
+	}
 	fmt.Fprintf(w, "services %s (DNS %s), pods %s, LoadBalancer pool %s\n", in.ServiceCIDR, in.ClusterDNS, in.ClusterCIDR, in.LoadBalancerPool)
 	if in.Router != nil {
 		fmt.Fprintf(w, "routed underlay: %s and %s joined by %s (netns %s, %s)\n", in.Underlay, in.Underlay2, in.Router.Name, in.Router.Netns, in.Router.Address)

@@ -31,11 +31,15 @@ import (
 
 // Config describes a lab.
 type Config struct {
-	Name   string       // prefix of every namespace, default "lab"
-	Nodes  int          // default 2
-	Dir    string       // state, data dirs, logs, kubeconfig
-	Binary string       // the minikit binary (default: this executable)
-	Subnet netip.Prefix // underlay, default 192.168.56.0/24 like a Vagrant private network
+	Name  string // prefix of every namespace, default "lab"
+	Nodes int    // default 2
+	// Servers is how many of the nodes (node1 up) run `minikit server`:
+	// 1 (default) on bbolt, or an odd number forming an HA control plane on
+	// an etcd embedded in them (node1 --cluster-init, the others --join).
+	Servers int
+	Dir     string       // state, data dirs, logs, kubeconfig
+	Binary  string       // the minikit binary (default: this executable)
+	Subnet  netip.Prefix // underlay, default 192.168.56.0/24 like a Vagrant private network
 	// APIPort is the loopback port of the forwarder in the root namespace (0 picks one).
 	APIPort int
 	Logger  *slog.Logger
@@ -80,6 +84,7 @@ const (
 type State struct {
 	Name       string         `json:"name"`
 	Nodes      int            `json:"nodes"`
+	Servers    int            `json:"servers,omitempty"`
 	Dir        string         `json:"dir"`
 	Subnet     string         `json:"subnet"`
 	Namespaces []string       `json:"namespaces"`
@@ -123,6 +128,17 @@ func (c *Config) defaults() error {
 	}
 	if c.Nodes < 1 || c.Nodes > 50 {
 		return fmt.Errorf("a lab has 1 to 50 nodes, not %d", c.Nodes)
+	}
+	if c.Servers == 0 {
+		c.Servers = 1
+	}
+	switch {
+	case c.Servers < 1 || c.Servers > c.Nodes:
+		return fmt.Errorf("--servers %d: a lab of %d nodes has 1 to %d servers", c.Servers, c.Nodes, c.Nodes)
+	case c.Servers%2 == 0:
+		return fmt.Errorf("--servers %d: etcd needs a majority of its members, so %d servers survive no more failures than %d; use an odd number", c.Servers, c.Servers, c.Servers-1)
+	case c.Servers > 7:
+		return fmt.Errorf("--servers %d: at most 7 (etcd's recommended largest cluster)", c.Servers)
 	}
 	if len(c.Name) > 20 || strings.ContainsAny(c.Name, "/ .") {
 		return fmt.Errorf("lab name %q must be at most 20 characters without '/', '.' or spaces", c.Name)
@@ -307,7 +323,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, err
 	}
 	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
-		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
+		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
 			PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
 			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
 	l = made
@@ -617,6 +633,11 @@ func (l *Lab) RemoveNode(ctx context.Context, host string) error {
 	if host == nodeName(1) {
 		return fmt.Errorf("node1 runs the server and cannot be removed")
 	}
+	for i := 2; i <= l.cfg.Servers; i++ {
+		if host == nodeName(i) {
+			return fmt.Errorf("%s is a server of the lab's HA control plane (an etcd member) and cannot be removed; stop it with lab stop %s", host, host)
+		}
+	}
 	if pid := l.state.PIDs[host]; pid != 0 && alive(pid) {
 		if err := l.Stop(host, syscall.SIGTERM); err != nil {
 			return err
@@ -716,7 +737,7 @@ func Open(name, dir, binary string, log *slog.Logger) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := Config{Name: st.Name, Nodes: st.Nodes, Dir: st.Dir, Binary: binary, Logger: log,
+	cfg := Config{Name: st.Name, Nodes: st.Nodes, Servers: st.Servers, Dir: st.Dir, Binary: binary, Logger: log,
 		PodNetwork: st.PodNetwork, Topology: st.Topology}
 	if cfg.Subnet, err = netip.ParsePrefix(st.Subnet); err != nil {
 		return nil, err

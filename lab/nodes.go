@@ -20,22 +20,33 @@ import (
 // APIPort is where a lab's server listens on its node address.
 const APIPort = 6443
 
-// startNodes runs `minikit server` on node1 and `minikit agent` on the others,
-// with the same flags a Vagrant VM uses, then the loopback forwarder, and waits
-// until every node is Ready.
+// startNodes runs `minikit server` on node1 (and, with Servers > 1, on the
+// next nodes, joining node1's HA control plane) and `minikit agent` on the
+// others, with the same flags a Vagrant VM uses, then the loopback
+// forwarder, and waits until every node is Ready.
 func (l *Lab) startNodes(ctx context.Context) error {
-	server := l.Addr(nodeName(1))
 	dir1 := filepath.Join(l.cfg.Dir, nodeName(1))
-	err := l.start(nodeName(1), "minikit server", l.cfg.Binary, "server",
-		"--data-dir", dir1,
-		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
-		"--advertise-address", server.String(),
-		"--node-name", nodeName(1), "--node-ip", server.String(),
-		"--lb-pool", l.LBPool(),
-		"--dns-upstream", l.Addr(External).String(),
-		"--proxy-mode", l.cfg.ProxyMode,
-		"--pod-network", l.cfg.PodNetwork)
-	if err != nil {
+	var servers []string // host:port of every server's API
+	for i := 1; i <= l.cfg.Servers; i++ {
+		servers = append(servers, net.JoinHostPort(l.Addr(nodeName(i)).String(), strconv.Itoa(APIPort)))
+	}
+	serverArgs := func(i int) []string {
+		h := nodeName(i)
+		return []string{"server",
+			"--data-dir", filepath.Join(l.cfg.Dir, h),
+			"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
+			"--advertise-address", l.Addr(h).String(),
+			"--node-name", h, "--node-ip", l.Addr(h).String(),
+			"--lb-pool", l.LBPool(),
+			"--dns-upstream", l.Addr(External).String(),
+			"--proxy-mode", l.cfg.ProxyMode,
+			"--pod-network", l.cfg.PodNetwork}
+	}
+	args := serverArgs(1)
+	if l.cfg.Servers > 1 {
+		args = append(args, "--cluster-init")
+	}
+	if err := l.start(nodeName(1), "minikit server", append([]string{l.cfg.Binary}, args...)...); err != nil {
 		return err
 	}
 	// The server writes its token and CA before it serves.
@@ -47,8 +58,7 @@ func (l *Lab) startNodes(ctx context.Context) error {
 		return fmt.Errorf("waiting for the server's kubeconfig: %w", err)
 	}
 	caFile := filepath.Join(dir1, "tls", "ca.crt")
-	url := "https://" + net.JoinHostPort(server.String(), strconv.Itoa(APIPort))
-	if err := l.startForwarder(); err != nil {
+	if err := l.startForwarder(servers); err != nil {
 		return err
 	}
 	ca, err := os.ReadFile(caFile)
@@ -66,14 +76,24 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	if err := l.waitPodCIDR(ctx, nodeName(1)); err != nil {
 		return err
 	}
+	var urls []string
+	for _, s := range servers {
+		urls = append(urls, "https://"+s)
+	}
 	for i := 2; i <= l.cfg.Nodes; i++ {
 		h := nodeName(i)
-		err := l.start(h, "minikit agent", l.cfg.Binary, "agent",
-			"--server", url, "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
-			"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
-			"--dns-upstream", l.Addr(External).String(),
-			"--proxy-mode", l.cfg.ProxyMode,
-			"--pod-network", l.cfg.PodNetwork)
+		var err error
+		if i <= l.cfg.Servers {
+			err = l.start(h, "minikit server", append(append([]string{l.cfg.Binary}, serverArgs(i)...),
+				"--join", urls[0], "--token-file", filepath.Join(dir1, "server-token"))...)
+		} else {
+			err = l.start(h, "minikit agent", l.cfg.Binary, "agent",
+				"--server", strings.Join(urls, ","), "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
+				"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
+				"--dns-upstream", l.Addr(External).String(),
+				"--proxy-mode", l.cfg.ProxyMode,
+				"--pod-network", l.cfg.PodNetwork)
+		}
 		if err != nil {
 			return err
 		}
@@ -97,8 +117,9 @@ func (l *Lab) subnetAddr(n byte) netip.Addr {
 }
 
 // startForwarder runs the loopback forwarder in the root namespace: the only
-// thing a lab puts there, a listener on 127.0.0.1 that dials into node1.
-func (l *Lab) startForwarder() error {
+// thing a lab puts there, a listener on 127.0.0.1 that dials from node1's
+// namespace to the first of the servers that answers.
+func (l *Lab) startForwarder(servers []string) error {
 	port := l.cfg.APIPort
 	if port == 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -117,7 +138,7 @@ func (l *Lab) startForwarder() error {
 	cmd := execCommand(l.cfg.Binary, "__lab-forward",
 		"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--netns", NS(l.cfg.Name, nodeName(1)),
-		"--to", net.JoinHostPort(l.Addr(nodeName(1)).String(), strconv.Itoa(APIPort)))
+		"--to", strings.Join(servers, ","))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setpgid(cmd)
 	if err := cmd.Start(); err != nil {

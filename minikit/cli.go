@@ -251,6 +251,8 @@ func newServerCommand() *cobra.Command {
 	)
 	var lbPool string
 	var dnsOpts cluster.DNSOptions
+	var ha cluster.ServerConfig // the datastore and HA flags
+	var joinTokenFile string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API server, the controllers and this node's agent",
@@ -258,24 +260,41 @@ func newServerCommand() *cobra.Command {
   sudo minikit server --log-level debug --lb-pool 192.168.56.240-192.168.56.250
   sudo minikit server --listen 0.0.0.0:6443 --advertise-address 192.168.56.10 --node-ip 192.168.56.10
   sudo minikit server --disable-agent --data-dir /tmp/minikit-api
-  sudo minikit server --proxy-mode nftables`,
+  sudo minikit server --proxy-mode nftables
+  sudo minikit server --datastore etcd --etcd-endpoints https://10.0.0.5:2379 --etcd-cafile ca.crt --etcd-certfile c.crt --etcd-keyfile c.key
+  sudo minikit server --cluster-init --listen 0.0.0.0:6443 --node-ip 192.168.56.10
+  sudo minikit server --join https://192.168.56.10:6443 --token-file server-token --listen 0.0.0.0:6443 --node-ip 192.168.56.11`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
 				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel), DisableAgent: disableAgent, NodeName: nodeName}
 			cfg.LBPool = lbPool
 			cfg.DNS = dnsOpts
+			cfg.Datastore, cfg.Etcd, cfg.ClusterInit, cfg.Join, cfg.JoinToken, cfg.JoinCAFile =
+				ha.Datastore, ha.Etcd, ha.ClusterInit, ha.Join, ha.JoinToken, ha.JoinCAFile
 			var err error
+			if joinTokenFile != "" {
+				b, err := os.ReadFile(joinTokenFile)
+				if err != nil {
+					return fmt.Errorf("reading --token-file: %w", err)
+				}
+				cfg.JoinToken = strings.TrimSpace(string(b))
+			}
 			if nodeIP != "" {
 				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
 					return fmt.Errorf("parsing --node-ip: %w", err)
 				}
 			}
-			if cfg.PodCIDR, err = netip.ParsePrefix(podCIDR); err != nil {
-				return fmt.Errorf("parsing --cluster-cidr: %w", err)
+			// A joining server takes the cluster's ranges unless told otherwise.
+			if cfg.Join == "" || cmd.Flags().Changed("cluster-cidr") {
+				if cfg.PodCIDR, err = netip.ParsePrefix(podCIDR); err != nil {
+					return fmt.Errorf("parsing --cluster-cidr: %w", err)
+				}
 			}
-			if cfg.ServiceCIDR, err = netip.ParsePrefix(serviceCIDR); err != nil {
-				return fmt.Errorf("parsing --service-cidr: %w", err)
+			if cfg.Join == "" || cmd.Flags().Changed("service-cidr") {
+				if cfg.ServiceCIDR, err = netip.ParsePrefix(serviceCIDR); err != nil {
+					return fmt.Errorf("parsing --service-cidr: %w", err)
+				}
 			}
 			if cfg.ProxyMode, err = cluster.ParseProxyMode(proxyMode); err != nil {
 				return fmt.Errorf("parsing --proxy-mode: %w", err)
@@ -316,6 +335,17 @@ func newServerCommand() *cobra.Command {
 	addPodNetworkFlag(cmd, &podNetwork)
 	fl.StringVar(&lbPool, "lb-pool", "", "addresses for LoadBalancer Services, CIDRs or FIRST-LAST ranges, comma-separated, "+
 		"on the nodes' network (e.g. 192.168.56.240-192.168.56.250); empty leaves them <pending>")
+	fl.StringVar(&ha.Datastore, "datastore", cluster.DatastoreBolt, "where objects live: bolt (DATA_DIR/minikit.db) or etcd")
+	fl.StringSliceVar(&ha.Etcd.Endpoints, "etcd-endpoints", nil, "an external etcd's client URLs, comma-separated (with --datastore etcd)")
+	fl.StringVar(&ha.Etcd.CAFile, "etcd-cafile", "", "CA certificate that signed the etcd servers' certificates")
+	fl.StringVar(&ha.Etcd.CertFile, "etcd-certfile", "", "client certificate minikit presents to etcd")
+	fl.StringVar(&ha.Etcd.KeyFile, "etcd-keyfile", "", "key of --etcd-certfile")
+	fl.BoolVar(&ha.ClusterInit, "cluster-init", false, "start an HA control plane: this server runs an embedded etcd member that other servers --join")
+	fl.StringVar(&ha.Join, "join", "", "join the HA control plane of the server at this https:// URL (an embedded etcd member here too)")
+	fl.StringVar(&ha.JoinToken, "token", "", "the cluster's join token (the first server's DATA_DIR/server-token), with --join")
+	fl.StringVar(&joinTokenFile, "token-file", "", "read --token from this file")
+	fl.StringVar(&ha.JoinCAFile, "ca-file", "", "the cluster's CA certificate, needed with --join only when --token is a bare token")
+	cmd.RegisterFlagCompletionFunc("datastore", cobra.FixedCompletions([]string{cluster.DatastoreBolt, cluster.DatastoreEtcd}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

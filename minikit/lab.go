@@ -151,6 +151,7 @@ lab down removes them again and makes the previous context current again.
   sudo minikit lab up --name np --nodes 3
   sudo minikit lab up --proxy-mode nftables
   sudo minikit lab up --pod-network vxlan --topology routed
+  sudo minikit lab up --nodes 4 --servers 3
   sudo minikit lab up --kubeconfig-merge=false -o json`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
@@ -194,6 +195,7 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().StringVar(&cfg.Name, "name", "lab", "lab name (prefix of its namespaces)")
 	up.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default /var/lib/minikit-lab/NAME)")
 	up.Flags().IntVar(&cfg.Nodes, "nodes", 2, "number of nodes")
+	up.Flags().IntVar(&cfg.Servers, "servers", 1, "how many nodes run `minikit server`: 1 (bbolt), or 3, 5, 7 for an HA control plane on an etcd embedded in them")
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
 	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
 	addProxyModeFlag(up, &cfg.ProxyMode)

@@ -6,6 +6,7 @@
 #   sudo VERBOSE=1 ./scripts/tour.sh        # also print what each check showed
 #   sudo ./scripts/tour.sh --proxy-mode nftables   # the lab's kube-proxy in nftables mode
 #   sudo ./scripts/tour.sh --pod-network vxlan     # pods reach other nodes' pods through Flannel's VXLAN
+#   sudo ./scripts/tour.sh --servers 3             # three nodes, all servers: an HA control plane on embedded etcd
 #
 # It installs what is missing (scripts/deps.sh; MINIKIT_SKIP_DEPS=1 skips that),
 # builds minikit, brings up a two-node `minikit lab` (network namespaces with no
@@ -24,6 +25,7 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 ORDER=(pod-network clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress networkpolicy)
 PROXY_MODE=${PROXY_MODE:-iptables}
 POD_NETWORK=${POD_NETWORK:-host-gw}
+SERVERS=${SERVERS:-1}
 args=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,12 +33,18 @@ while [ $# -gt 0 ]; do
   --proxy-mode=*) PROXY_MODE=${1#*=}; shift ;;
   --pod-network) [ $# -ge 2 ] || { echo "--pod-network needs a value: host-gw or vxlan" >&2; exit 2; }; POD_NETWORK=$2; shift 2 ;;
   --pod-network=*) POD_NETWORK=${1#*=}; shift ;;
+  --servers) [ $# -ge 2 ] || { echo "--servers needs a value: 1, 3, 5 or 7" >&2; exit 2; }; SERVERS=$2; shift 2 ;;
+  --servers=*) SERVERS=${1#*=}; shift ;;
   *) args+=("$1"); shift ;;
   esac
 done
 case $PROXY_MODE in iptables | nftables) ;; *) echo "invalid --proxy-mode \"$PROXY_MODE\": must be iptables or nftables" >&2; exit 2 ;; esac
 export PROXY_MODE # examples/lib.sh checks the lab runs in this mode
 case $POD_NETWORK in host-gw | vxlan) ;; *) echo "invalid --pod-network \"$POD_NETWORK\": must be host-gw or vxlan" >&2; exit 2 ;; esac
+case $SERVERS in 1 | 3 | 5 | 7) ;; *) echo "invalid --servers \"$SERVERS\": must be 1, 3, 5 or 7" >&2; exit 2 ;; esac
+# Two nodes, as the book draws; with an HA control plane every node is a server.
+NODES=2
+[ "$SERVERS" = 1 ] || NODES=$SERVERS
 set -- ${args[@]+"${args[@]}"}
 examples=()
 if [ $# -gt 0 ]; then
@@ -78,8 +86,8 @@ trap 'exit 130' INT TERM
 bold "== building minikit"
 go build -o "$MINIKIT" ./minikit
 
-bold "== minikit lab up --name $LAB --nodes 2 --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
-"$MINIKIT" lab up --name "$LAB" --nodes 2 --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
+bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
+"$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
 
 bold "== ${#examples[@]} examples (each: sudo examples/NAME/check.sh against a running lab; see its README.md)"
 passed=0 failed=()

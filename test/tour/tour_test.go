@@ -9,10 +9,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,20 +23,28 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 )
 
-// TestTour runs the tour three times: with the lab's proxies in iptables mode
+// TestTour runs the tour four times: with the lab's proxies in iptables mode
 // (the default, what the book shows), in nftables mode (`--proxy-mode
-// nftables`), and over Flannel's VXLAN pod network (`--pod-network vxlan`):
+// nftables`), over Flannel's VXLAN pod network (`--pod-network vxlan`), and
+// on an HA control plane of three servers on embedded etcd (`--servers 3`):
 // every example passes in each.
 func TestTour(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, tc := range []struct{ mode, podNetwork string }{
-		{"iptables", "host-gw"}, {"nftables", "host-gw"}, {"iptables", "vxlan"},
+	for _, tc := range []struct {
+		mode, podNetwork string
+		servers          int
+	}{
+		{"iptables", "host-gw", 1}, {"nftables", "host-gw", 1}, {"iptables", "vxlan", 1}, {"iptables", "host-gw", 3},
 	} {
-		t.Run(tc.mode+"/"+tc.podNetwork, func(t *testing.T) { tour(t, tc.mode, tc.podNetwork) })
+		name := tc.mode + "/" + tc.podNetwork
+		if tc.servers > 1 {
+			name += fmt.Sprintf("/%d-servers", tc.servers)
+		}
+		t.Run(name, func(t *testing.T) { tour(t, tc.mode, tc.podNetwork, tc.servers) })
 	}
 }
 
-func tour(t *testing.T, mode, podNetwork string) {
+func tour(t *testing.T, mode, podNetwork string, servers int) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +62,8 @@ func tour(t *testing.T, mode, podNetwork string) {
 	// Generous: the tour takes about a minute and a half on an idle machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode, "--pod-network", podNetwork)
+	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode, "--pod-network", podNetwork,
+		"--servers", strconv.Itoa(servers))
 	cmd.Dir = repo
 	// deps.sh is skipped (CI installs the packages beforehand); the checks are the same.
 	cmd.Env = append(os.Environ(), "MINIKIT_SKIP_DEPS=1", "LAB="+name, "VERBOSE=")
@@ -62,8 +73,8 @@ func tour(t *testing.T, mode, podNetwork string) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	t.Logf("scripts/tour.sh --proxy-mode %s --pod-network %s output:\n%s", mode, podNetwork, out.String())
-	if !strings.Contains(out.String(), "--proxy-mode "+mode+" --pod-network "+podNetwork) {
-		t.Errorf("the tour did not bring its lab up with --proxy-mode %s --pod-network %s", mode, podNetwork)
+	if flags := fmt.Sprintf("--servers %d --proxy-mode %s --pod-network %s", servers, mode, podNetwork); !strings.Contains(out.String(), flags) {
+		t.Errorf("the tour did not bring its lab up with %s", flags)
 	}
 	if err != nil {
 		t.Errorf("scripts/tour.sh: %v", err)
