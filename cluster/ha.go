@@ -9,9 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/minikit/minikit/etcdserver"
 	"github.com/minikit/minikit/store"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Datastores a server keeps its objects in.
@@ -85,8 +88,8 @@ func memberDir(dataDir string) string { return filepath.Join(dataDir, "etcd") }
 // hasMember reports whether dataDir already holds an etcd member (a server of
 // an HA cluster restarting), which rejoins with its own data.
 func hasMember(dataDir string) bool {
-	_, err := os.Stat(filepath.Join(memberDir(dataDir), "member"))
-	return err == nil
+	wal, err := os.ReadDir(filepath.Join(memberDir(dataDir), "member", "wal"))
+	return err == nil && len(wal) > 0
 }
 
 // joinSecrets fetches the cluster's shared secrets before a joining server
@@ -144,7 +147,7 @@ func (c *ServerConfig) openDatastore(ctx context.Context, advertise string, memb
 		}
 		ecfg := etcdserver.Config{Name: strings.ToLower(name), DataDir: memberDir(c.DataDir), AdvertiseIP: advertise,
 			CACertPEM: caPEM, CAKeyPEM: caKey, ClusterInit: c.ClusterInit, Join: members, Logger: c.Logger}
-		member, err := etcdserver.Start(ctx, ecfg)
+		member, err := startMember(ctx, ecfg, log)
 		if err != nil {
 			return nil, fmt.Errorf("starting the embedded etcd: %w", err)
 		}
@@ -171,6 +174,29 @@ func (c *ServerConfig) openDatastore(ctx context.Context, advertise string, memb
 			return nil, err
 		}
 		return &datastore{Interface: st}, nil
+	}
+}
+
+// joinRetry bounds how long a joining member waits for the cluster to accept
+// it: etcd refuses a new member while one added just before is not yet
+// healthy, and holds one learner at a time, so servers started together
+// join one after the other.
+const joinRetry = 2 * time.Minute
+
+func startMember(ctx context.Context, cfg etcdserver.Config, log *slog.Logger) (*etcdserver.Server, error) {
+	deadline := time.Now().Add(joinRetry)
+	for {
+		m, err := etcdserver.Start(ctx, cfg)
+		if err == nil || len(cfg.Join) == 0 || time.Now().After(deadline) ||
+			!(errors.Is(err, rpctypes.ErrUnhealthy) || errors.Is(err, rpctypes.ErrTooManyLearners)) {
+			return m, err
+		}
+		log.Info("the etcd cluster cannot take a member yet; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 }
 

@@ -22,7 +22,6 @@ import (
 	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/controllers"
 	"github.com/minikit/minikit/node"
-	"github.com/minikit/minikit/store"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -175,6 +174,9 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	adv := cfg.AdvertiseAddress
+	if adv == "" && cfg.NodeIP.IsValid() && !loopback {
+		adv = cfg.NodeIP.String()
+	}
 	if adv == "" {
 		adv = host
 		if host == "" || host == "0.0.0.0" || host == "::" {

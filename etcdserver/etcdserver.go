@@ -158,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.PeerTLSInfo = ec.ClientTLSInfo
 	ec.InitialClusterToken = "minikit"
 	ec.MaxTxnOps, ec.MaxRequestBytes = maxTxnOps, maxRequestBytes
-	ec.AutoCompactionMode, ec.AutoCompactionRetention = "", "0" // the store compacts
+	ec.AutoCompactionMode, ec.AutoCompactionRetention = "periodic", "0" // the store compacts
 
 	restart := hasMember(cfg.DataDir)
 	var joinCli *clientv3.Client

@@ -334,6 +334,9 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	defer func() {
 		// made, not l: a failed return has already set l to nil.
 		if err != nil {
+			if kept := made.keepLogs(); kept != "" {
+				err = fmt.Errorf("%w (the lab's logs are kept in %s)", err, kept)
+			}
 			made.Down()
 		}
 	}()
@@ -360,6 +363,32 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 // makeDir makes the lab's directory. When it is shared with a user, the
 // directories made here may be entered (0711) but not listed by others: the
 // kubeconfig inside is the user's own (0600), every other file root's.
+// keepLogs copies a failed lab's logs (its processes' and each embedded etcd
+// member's) out of the lab directory that Down removes, and returns where.
+func (l *Lab) keepLogs() string {
+	logs, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*.log"))
+	etcd, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*", "etcd", "etcd.log"))
+	if len(logs)+len(etcd) == 0 {
+		return ""
+	}
+	dst, err := os.MkdirTemp("", "minikit-lab-"+l.cfg.Name+"-logs-")
+	if err != nil {
+		return ""
+	}
+	for _, p := range append(logs, etcd...) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		name := filepath.Base(p)
+		if filepath.Base(filepath.Dir(p)) == "etcd" {
+			name = filepath.Base(filepath.Dir(filepath.Dir(p))) + "-etcd.log"
+		}
+		os.WriteFile(filepath.Join(dst, name), b, 0o600)
+	}
+	return dst
+}
+
 func makeDir(dir string, shared bool) error {
 	var made []string
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {

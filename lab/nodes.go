@@ -208,7 +208,7 @@ func (l *Lab) pollNodes(ctx context.Context, what string, done func(kubernetes.I
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s (logs in %s)", what, last, l.cfg.Dir)
+			return fmt.Errorf("%s: %s", what, last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -457,6 +457,7 @@ func (e *Etcd) Update(fn func(tx Tx) error) (int64, error) {
 	default:
 	}
 	for attempt := 0; attempt <= maxConflictRetries; attempt++ {
+		cached := e.known
 		if !e.known {
 			if err := e.refreshSnapshot(); err != nil {
 				return 0, err
@@ -477,6 +478,12 @@ func (e *Etcd) Update(fn func(tx Tx) error) (int64, error) {
 		}
 		if err != nil {
 			cancel()
+			if cached && e.stale() {
+				// fn judged a snapshot another server has written past (e.g. a
+				// resourceVersion conflict): judge the current state instead.
+				e.known = false
+				continue
+			}
 			return 0, err
 		}
 		ops := t.ops()
@@ -514,6 +521,22 @@ func (e *Etcd) Update(fn func(tx Tx) error) (int64, error) {
 	}
 	e.known = false
 	return 0, fmt.Errorf("committing store transaction at %s: %d conflicts in a row with other servers' commits, giving up", e.where(), maxConflictRetries+1)
+}
+
+// stale reports whether another writer committed since the cached snapshot
+// (an unreachable etcd counts as not stale: fn's error stands).
+func (e *Etcd) stale() bool {
+	ctx, cancel := e.requestCtx()
+	defer cancel()
+	resp, err := e.cli.Get(ctx, e.sentinel, clientv3.WithKeysOnly())
+	if err != nil {
+		return false
+	}
+	var cur int64
+	if len(resp.Kvs) > 0 {
+		cur = resp.Kvs[0].ModRevision
+	}
+	return cur != e.snapSentinel
 }
 
 // refreshSnapshot reads the current revision and the sentinel's mod revision.

@@ -215,7 +215,7 @@ func TestHAControlPlane(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "the informer has every Service", func() error {
 			missing := 0
 			for n := range have {
-				if _, ok := inf.GetStore().GetByKey("ha/" + n); !ok {
+				if _, ok, _ := inf.GetStore().GetByKey("ha/" + n); !ok {
 					missing++
 				}
 			}
