@@ -43,12 +43,12 @@ type Info struct {
 	// Servers are the nodes running `minikit server` (node1 up); with more
 	// than one they form an HA control plane on an embedded etcd, and the
 	// forwarder fails over among them.
-	Servers []string `json:"servers"`
-	Underlay          string `json:"underlay"`
-	ServiceCIDR       string `json:"serviceCIDR"`
-	ClusterCIDR       string `json:"clusterCIDR"`
-	ClusterDNS        string `json:"clusterDNS"`
-	LoadBalancerPool  string `json:"loadBalancerPool"`
+	Servers          []string `json:"servers"`
+	Underlay         string   `json:"underlay"`
+	ServiceCIDR      string   `json:"serviceCIDR"`
+	ClusterCIDR      string   `json:"clusterCIDR"`
+	ClusterDNS       string   `json:"clusterDNS"`
+	LoadBalancerPool string   `json:"loadBalancerPool"`
 	// PodNetwork is the nodes' --pod-network at lab up (host-gw or vxlan).
 	PodNetwork string `json:"podNetwork,omitempty"`
 	// Topology is the underlay's shape (flat or routed); a routed lab's

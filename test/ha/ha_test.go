@@ -377,4 +377,3 @@ func clientCert(caPEM, caKeyPEM []byte) (tls.Certificate, error) {
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
-
