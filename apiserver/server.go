@@ -38,6 +38,13 @@ type Config struct {
 	// AdvertiseAddress and Port are written into the default/kubernetes Endpoints.
 	AdvertiseAddress string
 	Port             int32
+	// Identity names this API server among several sharing one store: its
+	// identity Lease (kube-system/apiserver-<hash of Identity>, as
+	// kube-apiserver names its own) carries AdvertiseAddress, and the
+	// default/kubernetes endpoints are the addresses of every server whose
+	// lease is fresh (endpoints.go). The wiring passes the node name; empty
+	// means the hostname.
+	Identity string
 	// Version is reported by /version.
 	Version string
 	// NodeToken authenticates the API server to node agents (pods/log).

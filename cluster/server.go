@@ -21,6 +21,7 @@ import (
 	"github.com/minikit/minikit/apiserver"
 	"github.com/minikit/minikit/apiserver/validation"
 	"github.com/minikit/minikit/controllers"
+	"github.com/minikit/minikit/leader"
 	"github.com/minikit/minikit/node"
 	"github.com/minikit/minikit/store"
 
@@ -67,6 +68,11 @@ type ServerConfig struct {
 	// PodNetwork is how this node reaches other nodes' pods: host-gw
 	// (default) or vxlan.
 	PodNetwork PodNetwork
+	// LeaderElection times the election (kube-system/minikit-controller-manager)
+	// that picks the one server running the cluster's singletons (controllers,
+	// LoadBalancer allocator, ingress control plane); zero fields take
+	// kube-controller-manager's defaults (15s/10s/2s). The identity is NodeName.
+	LeaderElection leader.Timing
 }
 
 // Server is a running minikit server.
