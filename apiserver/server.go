@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // Config is what the API server needs from its wiring.
@@ -67,6 +68,9 @@ type Server struct {
 	watches      atomic.Int64 // watch streams being served
 	proxy        proxyTransports
 	localAgent   atomic.Pointer[localAgent] // the node agent in this process, if any (stream.go)
+	// instance tells this process's identity lease from an earlier one of the
+	// same server (endpoints.go).
+	instance string
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -85,7 +89,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.ServiceAccountKey = key
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now,
+		instance: string(uuid.NewUUID())}
 	if err := s.bootstrap(); err != nil {
 		return nil, fmt.Errorf("creating built-in objects: %w", err)
 	}
