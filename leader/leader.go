@@ -8,7 +8,9 @@
 // Unlike kube-controller-manager, which exits when it loses the lease, a
 // minikit server stops its singletons, waits for them to return, and campaigns
 // again: the per-server parts of the process (the API, this node's agent) keep
-// running, and the singletons never run twice in one process.
+// running, and the singletons never run twice in one process. A server that
+// stops releases the lease only after its singletons have returned, so a
+// graceful handover never runs them on two servers at once.
 package leader
 
 import (
@@ -92,8 +94,9 @@ type Config struct {
 // Run campaigns for the lease until ctx ends. Each time this candidate wins,
 // lead runs with a context that ends when the lease is lost (or ctx ends);
 // Run waits for lead to return before campaigning again, so two terms never
-// overlap in this process. On ctx's end a held lease is released, so another
-// server takes over at once instead of after LeaseDuration.
+// overlap in this process. On ctx's end, once lead has returned, a held lease
+// is released, so another server takes over at once instead of after
+// LeaseDuration.
 func Run(ctx context.Context, cfg Config, lead func(ctx context.Context)) error {
 	if cfg.Client == nil {
 		return errors.New("leader election: no client")
@@ -128,11 +131,13 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context)) error 
 	}
 	for ctx.Err() == nil {
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock:            lock,
-			LeaseDuration:   t.LeaseDuration,
-			RenewDeadline:   t.RenewDeadline,
-			RetryPeriod:     t.RetryPeriod,
-			ReleaseOnCancel: true,
+			Lock:          lock,
+			LeaseDuration: t.LeaseDuration,
+			RenewDeadline: t.RenewDeadline,
+			RetryPeriod:   t.RetryPeriod,
+			// Released below, once the term has ended: client-go's
+			// ReleaseOnCancel releases while the term may still be running.
+			ReleaseOnCancel: false,
 			Name:            cfg.Name,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: func(lctx context.Context) {
@@ -164,7 +169,28 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context)) error 
 			log.Warn("lost the lease; singletons stopped, campaigning again")
 		}
 	}
+	release(lock, cfg.Identity, t, log)
 	return nil
+}
+
+// release gives the lease up, if this candidate holds it, as client-go's
+// ReleaseOnCancel does (holder cleared, duration 1s), but only after the term
+// has ended, so that the next leader never starts while this one's
+// singletons still run.
+func release(lock resourcelock.Interface, identity string, t Timing, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.RenewDeadline)
+	defer cancel()
+	rec, _, err := lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != identity {
+		return
+	}
+	now := metav1.Now()
+	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+		LeaderTransitions: rec.LeaderTransitions}); err != nil {
+		log.Warn("releasing the lease", "err", err)
+		return
+	}
+	log.Info("released the lease")
 }
 
 // termLock counts a term in when the elector records "became leader", which
