@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -456,4 +457,36 @@ func TestNamespaceDeletionResumedByAnotherServer(t *testing.T) {
 	if fresh.Status.Phase != corev1.NamespaceTerminating {
 		t.Errorf("namespace fresh: phase %s, want still Terminating (its server may be working on it)", fresh.Status.Phase)
 	}
+}
+
+// A service account token one server issued works on another sharing the
+// store and key whose clock is behind, within kube-apiserver's minute of
+// leeway (a token "issued in the future" was refused).
+func TestTokenFromAnotherServer(t *testing.T) {
+	st := openShared(t)
+	key, err := NewServiceAccountKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "0123456789abcdef0123456789abcdef0123456789abcdef"
+	var apis [2]*tokenAPI
+	for i := range apis {
+		srv, err := New(Config{Store: st, Token: token, ServiceAccountKey: key, Logger: quietLog, Identity: fmt.Sprintf("server-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		apis[i] = &tokenAPI{t: t, srv: srv, h: srv.Handler(), token: token}
+	}
+	apis[0].srv.now = func() time.Time { return time.Now().Add(30 * time.Second) }
+	r := apis[0].do("POST", "/api/v1/namespaces/default/serviceaccounts/default/token", token, `{"spec":{}}`)
+	if r.Code != http.StatusCreated {
+		t.Fatalf("token request: HTTP %d: %s", r.Code, r.Body)
+	}
+	var tr struct {
+		Status struct{ Token string }
+	}
+	if err := json.Unmarshal(r.Body.Bytes(), &tr); err != nil || tr.Status.Token == "" {
+		t.Fatalf("token request answer %s: %v", r.Body, err)
+	}
+	wantCode(t, "token from the other server", apis[1].do("GET", servicesPath, tr.Status.Token, ""), http.StatusOK, "")
 }
