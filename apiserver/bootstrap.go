@@ -10,7 +10,6 @@ import (
 	"github.com/minikit/minikit/store"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -49,100 +48,14 @@ func (s *Server) bootstrap() error {
 	if err := s.repairIPAddresses(); err != nil {
 		return err
 	}
-	if ip, err := netip.ParseAddr(s.cfg.AdvertiseAddress); err == nil && !ip.IsLoopback() && !ip.IsUnspecified() {
-		if err := s.ensureAPIEndpoints(); err != nil {
+	if s.publishesEndpoints() {
+		// This server's lease and the endpoints it makes (endpoints.go); from
+		// here on RunEndpointReconciler keeps both current.
+		if err := s.syncAPIEndpoints(false); err != nil {
 			return err
 		}
 	}
-	kvs, _, err := s.store.List(nsResource.prefix(""))
-	if err != nil {
-		return err
-	}
-	for _, kv := range kvs {
-		var n corev1.Namespace
-		if decodeStored(kv.Value, &n) == nil && n.Status.Phase == corev1.NamespaceTerminating {
-			s.finalizeNamespace(n.Name)
-		}
-	}
-	return nil
-}
-
-// ensureAPIEndpoints points default/kubernetes at the API server, as the
-// kube-apiserver's endpoint reconciler does.
-func (s *Server) ensureAPIEndpoints() error {
-	epRes := lookup("", "v1", "endpoints")
-	want := []corev1.EndpointSubset{{
-		Addresses: []corev1.EndpointAddress{{IP: s.cfg.AdvertiseAddress}},
-		Ports:     []corev1.EndpointPort{{Name: "https", Port: s.cfg.Port, Protocol: corev1.ProtocolTCP}},
-	}}
-	ep := &corev1.Endpoints{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default",
-			Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
-		Subsets: want,
-	}
-	_, err := s.Create(epRes, "default", ep)
-	if apierrors.IsAlreadyExists(err) {
-		_, err = s.Update(epRes, "default", "kubernetes", "", func(cur runtime.Object) (runtime.Object, error) {
-			e := cur.(*corev1.Endpoints)
-			e.Subsets = want
-			e.ResourceVersion = ""
-			return e, nil
-		})
-	}
-	if err != nil {
-		return fmt.Errorf("writing endpoints default/kubernetes: %w", err)
-	}
-	return s.ensureAPIEndpointSlice()
-}
-
-// ensureAPIEndpointSlice writes the EndpointSlice of default/kubernetes that the
-// proxies read, as kube-apiserver's endpoints adapter does next to the Endpoints:
-// named after the Service, labelled with its name only (no managed-by label, so
-// the endpoints controller, which leaves selector-less Services alone, never
-// touches it), one ready endpoint per API server.
-func (s *Server) ensureAPIEndpointSlice() error {
-	ip, err := netip.ParseAddr(s.cfg.AdvertiseAddress)
-	if err != nil {
-		return fmt.Errorf("parsing advertise address %q: %w", s.cfg.AdvertiseAddress, err)
-	}
-	addrType := discoveryv1.AddressTypeIPv4
-	if !ip.Unmap().Is4() {
-		addrType = discoveryv1.AddressTypeIPv6
-	}
-	ready := true
-	name, proto, port := "https", corev1.ProtocolTCP, s.cfg.Port
-	want := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Namespace: "default",
-			Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
-		AddressType: addrType,
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{ip.Unmap().String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-		}},
-		Ports: []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &port}},
-	}
-	// The address type is immutable: a server that changed family replaces the slice.
-	if cur, gerr := s.get(proxySliceResource, "default", "kubernetes"); gerr == nil && cur.(*discoveryv1.EndpointSlice).AddressType != addrType {
-		if _, err := s.Delete(proxySliceResource, "default", "kubernetes", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("replacing endpointslice default/kubernetes: %w", err)
-		}
-	}
-	_, err = s.Create(proxySliceResource, "default", want)
-	if apierrors.IsAlreadyExists(err) {
-		_, err = s.Update(proxySliceResource, "default", "kubernetes", "", func(cur runtime.Object) (runtime.Object, error) {
-			sl := cur.(*discoveryv1.EndpointSlice)
-			sl.Labels = want.Labels
-			sl.AddressType = want.AddressType
-			sl.Endpoints = want.Endpoints
-			sl.Ports = want.Ports
-			sl.ResourceVersion = ""
-			return sl, nil
-		})
-	}
-	if err != nil {
-		return fmt.Errorf("writing endpointslice default/kubernetes: %w", err)
-	}
-	return nil
+	return s.resumeNamespaceDeletions(0)
 }
 
 // defaultServiceCIDRName is the ServiceCIDR kube-apiserver creates for its

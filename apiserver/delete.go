@@ -65,6 +65,7 @@ func (s *Server) Delete(res *resource, ns, name string, opts metav1.DeleteOption
 	var result runtime.Object
 	var finalizeNS bool
 	_, err := s.store.Update(func(tx store.Tx) error {
+		result, finalizeNS = nil, false // the store may run this more than once
 		kv, ok := tx.Get(key)
 		if !ok {
 			return apierrors.NewNotFound(res.gr(), name)

@@ -53,6 +53,31 @@ func (s *Server) finalizeNamespace(name string) {
 	}()
 }
 
+// resumeNamespaceDeletions finalizes the namespaces left Terminating, marked
+// more than olderThan ago: all of them at start (a crash stopped their
+// finalization), and, as the servers sharing a store run it periodically,
+// those whose server stopped mid-way. A namespace whose server is still
+// working on it may be finalized by two servers at once; a pass only repeats
+// deletes that the other has done (NotFound) and writes conditions in store
+// transactions, so that is harmless.
+func (s *Server) resumeNamespaceDeletions(olderThan time.Duration) error {
+	kvs, _, err := s.store.List(nsResource.prefix(""))
+	if err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		var n corev1.Namespace
+		if decodeStored(kv.Value, &n) != nil || n.Status.Phase != corev1.NamespaceTerminating {
+			continue
+		}
+		if olderThan > 0 && n.DeletionTimestamp != nil && s.now().Sub(n.DeletionTimestamp.Time) < olderThan {
+			continue
+		}
+		s.finalizeNamespace(n.Name)
+	}
+	return nil
+}
+
 // nsContent is what a deletion pass found in the namespace.
 type nsContent struct {
 	remaining  map[string]int // resource (group-qualified) -> objects left

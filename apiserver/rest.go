@@ -264,7 +264,14 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 		return nil, apierrors.NewInvalid(res.gvk().GroupKind(), m.GetName(), errs)
 	}
 	key := res.key(m.GetNamespace(), m.GetName())
+	var created runtime.Object
+	// The store may run this more than once (the etcd backend does on a
+	// conflicting commit): each run starts again from the validated object,
+	// so a ClusterIP or NodePort a discarded run picked is not taken for one
+	// the client asked for.
 	_, err := s.store.Update(func(tx store.Tx) error {
+		created = nil
+		o := obj.DeepCopyObject()
 		if res.namespaced {
 			if err := checkNamespace(tx, m.GetNamespace()); err != nil {
 				return err
@@ -273,7 +280,7 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 		if _, exists := tx.Get(key); exists {
 			return apierrors.NewAlreadyExists(res.gr(), m.GetName())
 		}
-		if err := s.beforeWrite(tx, res, obj, nil); err != nil {
+		if err := s.beforeWrite(tx, res, o, nil); err != nil {
 			return err
 		}
 		if res == nsResource {
@@ -281,12 +288,13 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 				return err
 			}
 		}
-		return s.put(tx, res, key, obj)
+		created = o
+		return s.put(tx, res, key, o)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return obj, nil
+	return created, nil
 }
 
 // put encodes obj at the transaction's revision and writes it.
@@ -360,7 +368,8 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 	if rq.res.namespaced && m.GetNamespace() != "" && m.GetNamespace() != rq.namespace {
 		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
-	updated, err := s.Update(rq.res, rq.namespace, rq.name, rq.sub, func(runtime.Object) (runtime.Object, error) { return obj, nil })
+	// A copy per run: Update may run mutate more than once and changes what it returns.
+	updated, err := s.Update(rq.res, rq.namespace, rq.name, rq.sub, func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil })
 	if err != nil {
 		return err
 	}
@@ -371,10 +380,17 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 // Update replaces an object with the one mutate returns, given the current one,
 // inside one store transaction. A resourceVersion in the returned object is a
 // precondition (409 Conflict when stale). sub is "" or "status".
+//
+// mutate runs inside the store transaction, which the store may run more than
+// once (the etcd backend retries a commit that lost a race with another
+// server): it gets a fresh copy of the current object each time, and must
+// return an object of its own making (cur, or one built in this call) and
+// change nothing outside it.
 func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
 	key := res.key(ns, name)
 	var result runtime.Object
 	_, err := s.store.Update(func(tx store.Tx) error {
+		result = nil
 		kv, ok := tx.Get(key)
 		if !ok {
 			return apierrors.NewNotFound(res.gr(), name)

@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
 )
 
 // Config is what the API server needs from its wiring.
@@ -38,6 +39,13 @@ type Config struct {
 	// AdvertiseAddress and Port are written into the default/kubernetes Endpoints.
 	AdvertiseAddress string
 	Port             int32
+	// Identity names this API server among several sharing one store: its
+	// identity Lease (kube-system/apiserver-<hash of Identity>, as
+	// kube-apiserver names its own) carries AdvertiseAddress, and the
+	// default/kubernetes endpoints are the addresses of every server whose
+	// lease is fresh (endpoints.go). The wiring passes the node name; empty
+	// means the hostname.
+	Identity string
 	// Version is reported by /version.
 	Version string
 	// NodeToken authenticates the API server to node agents (pods/log).
@@ -60,6 +68,9 @@ type Server struct {
 	watches      atomic.Int64 // watch streams being served
 	proxy        proxyTransports
 	localAgent   atomic.Pointer[localAgent] // the node agent in this process, if any (stream.go)
+	// instance tells this process's identity lease from an earlier one of the
+	// same server (endpoints.go).
+	instance string
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -78,7 +89,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.ServiceAccountKey = key
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now}
+	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now,
+		instance: string(uuid.NewUUID())}
 	if err := s.bootstrap(); err != nil {
 		return nil, fmt.Errorf("creating built-in objects: %w", err)
 	}

@@ -128,7 +128,10 @@ func (s *Server) verifyToken(raw string) (*serviceAccountUser, error) {
 	if err := tok.Claims(&s.cfg.ServiceAccountKey.PublicKey, &std, &priv); err != nil {
 		return nil, fmt.Errorf("verifying token: %w", err)
 	}
-	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: TokenIssuer, AnyAudience: jwt.Audience{TokenIssuer}, Time: s.now()}, 0); err != nil {
+	// A minute's leeway on iat, nbf and exp, as kube-apiserver allows
+	// (jwt.DefaultLeeway): a token one server issued is used on another whose
+	// clock may be a little behind.
+	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: TokenIssuer, AnyAudience: jwt.Audience{TokenIssuer}, Time: s.now()}, jwt.DefaultLeeway); err != nil {
 		return nil, fmt.Errorf("validating token: %w", err)
 	}
 	k := priv.Kubernetes

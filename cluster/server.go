@@ -16,15 +16,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 
 	"github.com/minikit/minikit/apiserver"
 	"github.com/minikit/minikit/apiserver/validation"
-	"github.com/minikit/minikit/controllers"
+	"github.com/minikit/minikit/leader"
 	"github.com/minikit/minikit/node"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -80,6 +77,11 @@ type ServerConfig struct {
 	Join       string
 	JoinToken  string
 	JoinCAFile string
+	// LeaderElection times the election (kube-system/minikit-controller-manager)
+	// that picks the one server running the cluster's singletons (controllers,
+	// LoadBalancer allocator, ingress control plane); zero fields take
+	// kube-controller-manager's defaults (15s/10s/2s). The identity is NodeName.
+	LeaderElection leader.Timing
 }
 
 // Server is a running minikit server.
@@ -260,57 +262,6 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// startComponents starts the controllers and, unless disabled, this node's agent,
-// as clients of the API like every other component.
-func (s *Server) startComponents(token string, caPEM []byte) error {
-	rc := &rest.Config{Host: s.URL, QPS: 200, Burst: 400}
-	if caPEM != nil {
-		rc.BearerToken, rc.TLSClientConfig.CAData = token, caPEM
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.done = cancel, make(chan struct{})
-	podCIDR := s.cfg.PodCIDR
-	if !podCIDR.IsValid() {
-		podCIDR = netip.MustParsePrefix("10.244.0.0/16")
-	}
-	ctrl := controllers.New(client, s.cfg.Logger, controllers.Options{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := ctrl.Run(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("controllers stopped", "err", err)
-		}
-	}()
-	svcCIDR := s.cfg.ServiceCIDR
-	if !svcCIDR.IsValid() {
-		svcCIDR = netip.MustParsePrefix("10.96.0.0/12")
-	}
-	if err := startServerComponents(ctx, &wg, serverContext{Client: client, DataDir: s.cfg.DataDir, ServiceCIDR: svcCIDR,
-		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool}); err != nil {
-		cancel()
-		return err
-	}
-	if !s.cfg.DisableAgent {
-		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
-			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
-			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork}
-		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
-		if err != nil {
-			cancel()
-			return err
-		}
-		s.Agent = agent
-		s.api.SetLocalAgent(agent.Kubelet())
-	}
-	go func() { wg.Wait(); close(s.done) }()
-	return nil
 }
 
 func (s *Server) serve(fn func() error) {
