@@ -141,11 +141,7 @@ func (c *ServerConfig) openDatastore(ctx context.Context, advertise string, memb
 		if err != nil {
 			return nil, fmt.Errorf("an embedded etcd needs the cluster CA's key: %w", err)
 		}
-		name := c.NodeName
-		if name == "" {
-			name, _ = os.Hostname()
-		}
-		ecfg := etcdserver.Config{Name: strings.ToLower(name), DataDir: memberDir(c.DataDir), AdvertiseIP: advertise,
+		ecfg := etcdserver.Config{Name: serverNodeName(c.NodeName), DataDir: memberDir(c.DataDir), AdvertiseIP: advertise,
 			CACertPEM: caPEM, CAKeyPEM: caKey, ClusterInit: c.ClusterInit, Join: members, Logger: c.Logger}
 		member, err := startMember(ctx, ecfg, log)
 		if err != nil {

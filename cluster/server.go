@@ -205,7 +205,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	apiCfg := apiserver.Config{Store: st, Validation: vcfg, Logger: cfg.Logger, AdvertiseAddress: adv,
-		Port: int32(port), Version: cfg.Version, ServiceAccountKey: saKey}
+		Port: int32(port), Version: cfg.Version, ServiceAccountKey: saKey, Identity: serverNodeName(cfg.NodeName)}
 	if !loopback {
 		apiCfg.Token = token
 	}
