@@ -63,7 +63,7 @@ type Info struct {
 // HostInfo is a host of the lab.
 type HostInfo struct {
 	Name    string `json:"name"`
-	Role    string `json:"role"` // node, client, external or forwarder
+	Role    string `json:"role"` // node, client, external, etcd (--datastore etcd) or forwarder
 	Address string `json:"address"`
 	Netns   string `json:"netns,omitempty"`
 	PodCIDR string `json:"podCIDR,omitempty"` // nodes, from their Node object
@@ -103,11 +103,14 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 		hosts = append(hosts, h)
 	}
 	sort.Slice(hosts, func(i, j int) bool { return hostOrder(hosts[i]) < hostOrder(hosts[j]) })
-	for _, h := range append(hosts, "forwarder") {
+	for _, h := range append(hosts, EtcdHost, "forwarder") {
 		hi := HostInfo{Name: h, Address: st.Addresses[h], Netns: NS(st.Name, h), PodCIDR: cidrs[h]}
 		switch {
 		case h == "forwarder":
 			hi.Role, hi.Address, hi.Netns = "forwarder", strings.TrimPrefix(in.APIServer, "https://"), ""
+		case h == EtcdHost:
+			hi.Role, hi.Netns = EtcdHost, NS(st.Name, External)
+			hi.Address = net.JoinHostPort(st.Addresses[External], strconv.Itoa(EtcdClientPort))
 		case h == Client || h == External:
 			hi.Role = h
 		default:
@@ -117,7 +120,7 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 			hi.PID = pid
 			hi.Running = pid > 0 && alive(pid) && st.owns(h, pid)
 			in.Running = in.Running && hi.Running
-		} else if h == "forwarder" {
+		} else if h == "forwarder" || h == EtcdHost {
 			continue
 		}
 		in.Hosts = append(in.Hosts, hi)
@@ -178,6 +181,10 @@ func PrintInfo(w io.Writer, in Info) {
 			if h.Running {
 				state = "running (pid " + strconv.Itoa(h.PID) + ")"
 			}
+		}
+		if h.Role == EtcdHost {
+			fmt.Fprintf(w, "  %-9s %-21s netns %-16s %s  (external etcd: the server's datastore)\n", h.Name, h.Address, h.Netns, state)
+			continue
 		}
 		if h.Role == "forwarder" {
 			fmt.Fprintf(w, "  %-9s %-21s %-22s %s\n", h.Name, h.Address, "root netns (loopback)", state)

@@ -33,6 +33,9 @@ import (
 type Config struct {
 	Name  string // prefix of every namespace, default "lab"
 	Nodes int    // default 2
+	// Datastore is the server's store: "bolt" (default) or "etcd", an
+	// external etcd the lab runs on its external host.
+	Datastore string
 	// Servers is how many of the nodes (node1 up) run `minikit server`:
 	// 1 (default) on bbolt, or an odd number forming an HA control plane on
 	// an etcd embedded in them (node1 --cluster-init, the others --join).
@@ -85,6 +88,7 @@ type State struct {
 	Name       string         `json:"name"`
 	Nodes      int            `json:"nodes"`
 	Servers    int            `json:"servers,omitempty"`
+	Datastore  string         `json:"datastore,omitempty"`
 	Dir        string         `json:"dir"`
 	Subnet     string         `json:"subnet"`
 	Namespaces []string       `json:"namespaces"`
@@ -139,6 +143,16 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("--servers %d: etcd needs a majority of its members, so %d servers survive no more failures than %d; use an odd number", c.Servers, c.Servers, c.Servers-1)
 	case c.Servers > 7:
 		return fmt.Errorf("--servers %d: at most 7 (etcd's recommended largest cluster)", c.Servers)
+	}
+	switch c.Datastore {
+	case "":
+		c.Datastore = "bolt"
+	case "bolt", "etcd":
+	default:
+		return fmt.Errorf("unknown datastore %q: want bolt or etcd", c.Datastore)
+	}
+	if c.Datastore == "etcd" && c.Servers > 1 {
+		return fmt.Errorf("--datastore etcd runs one server on an external etcd; --servers %d runs etcd embedded in the servers: choose one", c.Servers)
 	}
 	if len(c.Name) > 20 || strings.ContainsAny(c.Name, "/ .") {
 		return fmt.Errorf("lab name %q must be at most 20 characters without '/', '.' or spaces", c.Name)
@@ -323,7 +337,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, err
 	}
 	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
-		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
+		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
 			PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
 			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
 	l = made
@@ -520,7 +534,13 @@ func (l *Lab) addNS(name string) error {
 
 // start runs argv in host's namespace in the background, logging to DIR/host.log.
 func (l *Lab) start(host, role string, argv ...string) error {
-	logf, err := os.OpenFile(filepath.Join(l.cfg.Dir, host+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	return l.startAs(host, host, role, argv...)
+}
+
+// startAs starts a process recorded as key (its log KEY.log) on host: the
+// external etcd (EtcdHost) runs on the external host beside its services.
+func (l *Lab) startAs(key, host, role string, argv ...string) error {
+	logf, err := os.OpenFile(filepath.Join(l.cfg.Dir, key+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -531,8 +551,8 @@ func (l *Lab) start(host, role string, argv ...string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s on %s: %w", role, host, err)
 	}
-	l.recordPID(host, cmd.Process.Pid)
-	l.state.Args[host] = argv
+	l.recordPID(key, cmd.Process.Pid)
+	l.state.Args[key] = argv
 	go cmd.Wait()
 	return l.saveState()
 }
@@ -572,6 +592,9 @@ func (l *Lab) Start(host string) error {
 	}
 	if pid := l.state.PIDs[host]; pid != 0 && alive(pid) {
 		return fmt.Errorf("%s already runs process %d", host, pid)
+	}
+	if host == EtcdHost {
+		return l.startAs(EtcdHost, External, "external etcd", argv...)
 	}
 	return l.start(host, "minikit", argv...)
 }
@@ -766,7 +789,7 @@ func Open(name, dir, binary string, log *slog.Logger) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := Config{Name: st.Name, Nodes: st.Nodes, Servers: st.Servers, Dir: st.Dir, Binary: binary, Logger: log,
+	cfg := Config{Name: st.Name, Nodes: st.Nodes, Servers: st.Servers, Datastore: st.Datastore, Dir: st.Dir, Binary: binary, Logger: log,
 		PodNetwork: st.PodNetwork, Topology: st.Topology}
 	if cfg.Subnet, err = netip.ParsePrefix(st.Subnet); err != nil {
 		return nil, err

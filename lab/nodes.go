@@ -46,6 +46,13 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	if l.cfg.Servers > 1 {
 		args = append(args, "--cluster-init")
 	}
+	if l.cfg.Datastore == "etcd" {
+		flags, err := l.startEtcd(ctx)
+		if err != nil {
+			return err
+		}
+		args = append(args, flags...)
+	}
 	if err := l.start(nodeName(1), "minikit server", append([]string{l.cfg.Binary}, args...)...); err != nil {
 		return err
 	}

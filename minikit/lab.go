@@ -152,6 +152,7 @@ lab down removes them again and makes the previous context current again.
   sudo minikit lab up --proxy-mode nftables
   sudo minikit lab up --pod-network vxlan --topology routed
   sudo minikit lab up --nodes 4 --servers 3
+  sudo minikit lab up --datastore etcd
   sudo minikit lab up --kubeconfig-merge=false -o json`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
@@ -195,6 +196,7 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().StringVar(&cfg.Name, "name", "lab", "lab name (prefix of its namespaces)")
 	up.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default /var/lib/minikit-lab/NAME)")
 	up.Flags().IntVar(&cfg.Nodes, "nodes", 2, "number of nodes")
+	up.Flags().StringVar(&cfg.Datastore, "datastore", "bolt", "the server's store: bolt, or etcd (an external etcd the lab runs on its external host, with client certificates)")
 	up.Flags().IntVar(&cfg.Servers, "servers", 1, "how many nodes run `minikit server`: 1 (bbolt), or 3, 5, 7 for an HA control plane on an etcd embedded in them")
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
 	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
@@ -434,6 +436,21 @@ func newLabHelperCommands() []*cobra.Command {
 			return lab.Forward(ctx, listen, netns, to, newLogger("info"))
 		},
 	}
+	var etcdDir string
+	etcdCmd := &cobra.Command{
+		Use: "__lab-etcd", Hidden: true, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := netip.ParseAddr(address)
+			if err != nil {
+				return err
+			}
+			return lab.RunEtcd(ctx, etcdDir, a, newLogger("info"))
+		},
+	}
+	etcdCmd.Flags().StringVar(&etcdDir, "dir", "", "")
+	etcdCmd.Flags().StringVar(&address, "address", "", "")
 	fwd.Flags().StringVar(&listen, "listen", "", "")
 	fwd.Flags().StringVar(&netns, "netns", "", "")
 	fwd.Flags().StringVar(&to, "to", "", "")
@@ -450,5 +467,5 @@ func newLabHelperCommands() []*cobra.Command {
 		},
 	}
 	ext.Flags().StringVar(&address, "address", "", "")
-	return []*cobra.Command{fwd, ext}
+	return []*cobra.Command{fwd, ext, etcdCmd}
 }

@@ -7,6 +7,7 @@
 #   sudo ./scripts/tour.sh --proxy-mode nftables   # the lab's kube-proxy in nftables mode
 #   sudo ./scripts/tour.sh --pod-network vxlan     # pods reach other nodes' pods through Flannel's VXLAN
 #   sudo ./scripts/tour.sh --servers 3             # three nodes, all servers: an HA control plane on embedded etcd
+#   sudo ./scripts/tour.sh --datastore etcd        # the server on an external etcd (run on the lab's external host)
 #
 # It installs what is missing (scripts/deps.sh; MINIKIT_SKIP_DEPS=1 skips that),
 # builds minikit, brings up a two-node `minikit lab` (network namespaces with no
@@ -26,6 +27,7 @@ ORDER=(pod-network clusterip headless dns nodeport snat-and-local externalname e
 PROXY_MODE=${PROXY_MODE:-iptables}
 POD_NETWORK=${POD_NETWORK:-host-gw}
 SERVERS=${SERVERS:-1}
+DATASTORE=${DATASTORE:-bolt}
 args=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -35,6 +37,8 @@ while [ $# -gt 0 ]; do
   --pod-network=*) POD_NETWORK=${1#*=}; shift ;;
   --servers) [ $# -ge 2 ] || { echo "--servers needs a value: 1, 3, 5 or 7" >&2; exit 2; }; SERVERS=$2; shift 2 ;;
   --servers=*) SERVERS=${1#*=}; shift ;;
+  --datastore) [ $# -ge 2 ] || { echo "--datastore needs a value: bolt or etcd" >&2; exit 2; }; DATASTORE=$2; shift 2 ;;
+  --datastore=*) DATASTORE=${1#*=}; shift ;;
   *) args+=("$1"); shift ;;
   esac
 done
@@ -42,6 +46,7 @@ case $PROXY_MODE in iptables | nftables) ;; *) echo "invalid --proxy-mode \"$PRO
 export PROXY_MODE # examples/lib.sh checks the lab runs in this mode
 case $POD_NETWORK in host-gw | vxlan) ;; *) echo "invalid --pod-network \"$POD_NETWORK\": must be host-gw or vxlan" >&2; exit 2 ;; esac
 case $SERVERS in 1 | 3 | 5 | 7) ;; *) echo "invalid --servers \"$SERVERS\": must be 1, 3, 5 or 7" >&2; exit 2 ;; esac
+case $DATASTORE in bolt | etcd) ;; *) echo "invalid --datastore \"$DATASTORE\": must be bolt or etcd" >&2; exit 2 ;; esac
 # Two nodes, as the book draws; with an HA control plane every node is a server.
 NODES=2
 [ "$SERVERS" = 1 ] || NODES=$SERVERS
@@ -86,8 +91,8 @@ trap 'exit 130' INT TERM
 bold "== building minikit"
 go build -o "$MINIKIT" ./minikit
 
-bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
-"$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
+bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --datastore $DATASTORE --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
+"$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --datastore "$DATASTORE" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
 
 bold "== ${#examples[@]} examples (each: sudo examples/NAME/check.sh against a running lab; see its README.md)"
 passed=0 failed=()

@@ -23,28 +23,34 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 )
 
-// TestTour runs the tour four times: with the lab's proxies in iptables mode
+// TestTour runs the tour five times: with the lab's proxies in iptables mode
 // (the default, what the book shows), in nftables mode (`--proxy-mode
-// nftables`), over Flannel's VXLAN pod network (`--pod-network vxlan`), and
-// on an HA control plane of three servers on embedded etcd (`--servers 3`):
-// every example passes in each.
+// nftables`), over Flannel's VXLAN pod network (`--pod-network vxlan`), on
+// an HA control plane of three servers on embedded etcd (`--servers 3`), and
+// with the server on an external etcd (`--datastore etcd`): every example
+// passes in each.
 func TestTour(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tc := range []struct {
 		mode, podNetwork string
 		servers          int
+		datastore        string
 	}{
-		{"iptables", "host-gw", 1}, {"nftables", "host-gw", 1}, {"iptables", "vxlan", 1}, {"iptables", "host-gw", 3},
+		{"iptables", "host-gw", 1, "bolt"}, {"nftables", "host-gw", 1, "bolt"}, {"iptables", "vxlan", 1, "bolt"},
+		{"iptables", "host-gw", 3, "bolt"}, {"iptables", "host-gw", 1, "etcd"},
 	} {
 		name := tc.mode + "/" + tc.podNetwork
 		if tc.servers > 1 {
 			name += fmt.Sprintf("/%d-servers", tc.servers)
 		}
-		t.Run(name, func(t *testing.T) { tour(t, tc.mode, tc.podNetwork, tc.servers) })
+		if tc.datastore != "bolt" {
+			name += "/" + tc.datastore
+		}
+		t.Run(name, func(t *testing.T) { tour(t, tc.mode, tc.podNetwork, tc.servers, tc.datastore) })
 	}
 }
 
-func tour(t *testing.T, mode, podNetwork string, servers int) {
+func tour(t *testing.T, mode, podNetwork string, servers int, datastore string) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +69,7 @@ func tour(t *testing.T, mode, podNetwork string, servers int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode, "--pod-network", podNetwork,
-		"--servers", strconv.Itoa(servers))
+		"--servers", strconv.Itoa(servers), "--datastore", datastore)
 	cmd.Dir = repo
 	// deps.sh is skipped (CI installs the packages beforehand); the checks are the same.
 	cmd.Env = append(os.Environ(), "MINIKIT_SKIP_DEPS=1", "LAB="+name, "VERBOSE=")
@@ -73,7 +79,7 @@ func tour(t *testing.T, mode, podNetwork string, servers int) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	t.Logf("scripts/tour.sh --proxy-mode %s --pod-network %s output:\n%s", mode, podNetwork, out.String())
-	if flags := fmt.Sprintf("--servers %d --proxy-mode %s --pod-network %s", servers, mode, podNetwork); !strings.Contains(out.String(), flags) {
+	if flags := fmt.Sprintf("--servers %d --datastore %s --proxy-mode %s --pod-network %s", servers, datastore, mode, podNetwork); !strings.Contains(out.String(), flags) {
 		t.Errorf("the tour did not bring its lab up with %s", flags)
 	}
 	if err != nil {
