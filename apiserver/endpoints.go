@@ -231,7 +231,9 @@ func (s *Server) liveServers(tx store.Tx, addrType discoveryv1.AddressType, now 
 			live = append(live, ip)
 		}
 	}
-	slices.SortFunc(live, netip.Addr.Compare)
+	// In the order of their text, as kube-apiserver's come from listing
+	// /masterleases/IP keys: 192.0.2.10 before 192.0.2.9.
+	slices.SortFunc(live, func(a, b netip.Addr) int { return strings.Compare(a.String(), b.String()) })
 	return live, nil
 }
 
