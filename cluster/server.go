@@ -210,7 +210,6 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		apiCfg.Token = token
 	}
 	apiCfg.NodeToken = token
-	apiCfg.Identity = serverNodeName(cfg.NodeName) // servers of a lab share a hostname
 	api, err := apiserver.New(apiCfg)
 	if err != nil {
 		ln.Close()
