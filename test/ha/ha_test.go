@@ -31,6 +31,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -234,6 +235,39 @@ func TestHAControlPlane(t *testing.T) {
 		if relists > 1 {
 			t.Errorf("the informer relisted %d times, want at most once", relists)
 		}
+
+		// The cluster's singletons moved with the lease: a Deployment created
+		// now gets its pods (on the agent, which runs).
+		testenv.Eventually(t, 60*time.Second, "the controller-manager lease held by a running server", func() error {
+			l, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "minikit-controller-manager", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if h := l.Spec.HolderIdentity; h == nil || *h == leader || *h == "" {
+				return fmt.Errorf("held by %v", h)
+			}
+			return nil
+		})
+		two := int32(2)
+		labels := map[string]string{"app": "after-kill"}
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "after-kill"}, Spec: appsv1.DeploymentSpec{
+			Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				NodeSelector: map[string]string{"kubernetes.io/hostname": fmt.Sprintf("node%d", servers+1)},
+				Containers:   []corev1.Container{{Name: "c", Image: "minikit/echo"}}}}}}
+		if _, err := c.AppsV1().Deployments("ha").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 90*time.Second, "deployment after-kill available", func() error {
+			d, err := c.AppsV1().Deployments("ha").Get(ctx, "after-kill", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if d.Status.AvailableReplicas != 2 {
+				return fmt.Errorf("%d of 2 available", d.Status.AvailableReplicas)
+			}
+			return nil
+		})
 
 		// The killed server comes back as a member with its own data.
 		if err := l.Start(leader); err != nil {
