@@ -205,7 +205,7 @@ func (e *Etcd) wrap(doing string, err error) error {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("%s at %s: %w", doing, e.where(), ErrExpired)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s at %s: no answer within %s (is etcd running and reachable?): %w", doing, e.where(), etcdRequestTimeout, err)
+		return fmt.Errorf("%s at %s: no answer (is etcd running and reachable?): %w", doing, e.where(), err)
 	}
 	return fmt.Errorf("%s at %s: %w", doing, e.where(), err)
 }
