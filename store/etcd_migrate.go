@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"sync"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	bolt "go.etcd.io/bbolt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Migration batches: etcd refuses more than 128 operations (--max-txn-ops) or 1.5 MiB
