@@ -23,7 +23,7 @@ import (
 )
 
 // testCA makes a cluster CA as cluster/tls.go writes it (ECDSA P-256, "EC PRIVATE KEY").
-func testCA(t *testing.T) (certPEM, keyPEM []byte) {
+func testCA(t testing.TB) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -44,7 +44,7 @@ func testCA(t *testing.T) (certPEM, keyPEM []byte) {
 }
 
 // freePorts returns n loopback ports free right now.
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	var ls []net.Listener
@@ -63,7 +63,7 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 type testCluster struct {
-	t        *testing.T
+	t        testing.TB
 	ca, key  []byte
 	cfgs     map[string]Config
 	logger   *slog.Logger
@@ -73,12 +73,29 @@ type testCluster struct {
 	nextPort []int
 }
 
-func newTestCluster(t *testing.T) *testCluster {
+// newTestCluster's members log etcd's warnings through t.Log.
+func newTestCluster(t testing.TB) *testCluster {
+	return newCluster(t, slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// newBenchCluster's members log nothing.
+func newBenchCluster(t testing.TB) *testCluster {
+	return newCluster(t, slog.New(slog.DiscardHandler))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func newCluster(t testing.TB, logger *slog.Logger) *testCluster {
 	ca, key := testCA(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	c := &testCluster{t: t, ca: ca, key: key, cfgs: map[string]Config{}, started: map[string]*Server{},
-		ctx: ctx, baseDir: t.TempDir(), logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		ctx: ctx, baseDir: t.TempDir(), logger: logger}
 	t.Cleanup(func() {
 		for _, s := range c.started {
 			s.Close()
