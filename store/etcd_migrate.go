@@ -153,9 +153,6 @@ func (b *Bolt) raiseRev(rev int64) (int64, error) {
 // only moves one write at a time. The writes go in parallel; minikit servers sharing
 // the etcd just see their next commit conflict once and retry.
 func (e *Etcd) raiseRev(ctx context.Context, rev int64) (int64, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.known = false
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
