@@ -542,7 +542,7 @@ func (e *Etcd) committer() {
 	var (
 		base    sentinelState // newest state known committed
 		known   bool          // base is worth guarding on
-		retry   []*etcdReq  // to run again, in order, before new requests
+		retry   []*etcdReq    // to run again, in order, before new requests
 		flying  []*flight
 		broken  bool // a commit failed: send nothing until the flights are answered
 		refresh bool // an answer was lost: read the sentinel before going on
