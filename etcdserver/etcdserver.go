@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -61,8 +62,8 @@ const (
 	// maxTxnOps bounds the keys one store transaction writes (etcd's default, 128, is
 	// less than a namespace deletion may touch).
 	maxTxnOps = 10000
-	// maxRequestBytes bounds one request (etcd's default is 1.5 MiB).
-	maxRequestBytes = 16 << 20
+	// maxRequestBytes bounds one request (etcd's default is 1.5 MiB; 10 MiB is the most it recommends).
+	maxRequestBytes = 10 << 20
 	// promoteEvery is how often a learner asks to be promoted until it is.
 	promoteEvery = 500 * time.Millisecond
 )
@@ -75,6 +76,7 @@ type Server struct {
 	clientURL string
 	closeLog  func()
 	closeOnce sync.Once
+	closing   *atomic.Bool // set by Close: the listeners' errors then are expected
 }
 
 func (c *Config) validate() (net.IP, error) {
@@ -158,7 +160,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.PeerTLSInfo = ec.ClientTLSInfo
 	ec.InitialClusterToken = "minikit"
 	ec.MaxTxnOps, ec.MaxRequestBytes = maxTxnOps, maxRequestBytes
-	ec.AutoCompactionMode, ec.AutoCompactionRetention = "periodic", "0" // the store compacts
+	ec.AutoCompactionRetention = "0" // off: the store compacts
 
 	restart := hasMember(cfg.DataDir)
 	var joinCli *clientv3.Client
@@ -187,7 +189,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("etcd member %q: %s holds no member: set ClusterInit or Join", cfg.Name, cfg.DataDir)
 	}
 
-	lg, closeLog, err := newZap(filepath.Join(cfg.DataDir, "etcd.log"), log)
+	closing := new(atomic.Bool)
+	lg, closeLog, err := newZap(filepath.Join(cfg.DataDir, "etcd.log"), log, closing)
 	if err != nil {
 		return nil, fmt.Errorf("etcd member %q: log: %w", cfg.Name, err)
 	}
@@ -198,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		closeLog()
 		return nil, fmt.Errorf("etcd member %q: starting (see %s): %w", cfg.Name, filepath.Join(cfg.DataDir, "etcd.log"), err)
 	}
-	s := &Server{cfg: cfg, etcd: e, pki: p, clientURL: clientURL, closeLog: closeLog}
+	s := &Server{cfg: cfg, etcd: e, pki: p, clientURL: clientURL, closeLog: closeLog, closing: closing}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
@@ -249,9 +252,9 @@ func addLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string)
 	}
 	members := list.Members
 	if id == 0 {
-		resp, err := cli.MemberAddAsLearner(rctx, []string{peerURL})
+		resp, err := memberAddAsLearner(ctx, cli, peerURL)
 		if err != nil {
-			return "", fmt.Errorf("adding learner %s: %w", peerURL, err)
+			return "", err
 		}
 		id, members = resp.Member.ID, resp.Members
 	} else if list, err = cli.MemberList(rctx); err == nil {
@@ -268,6 +271,30 @@ func addLearner(ctx context.Context, cli *clientv3.Client, name, peerURL string)
 		}
 	}
 	return strings.Join(parts, ","), nil
+}
+
+// memberAddAsLearner adds the learner, waiting while etcd refuses for a reason that
+// passes: a member that joined just now is not yet counted healthy, and only one
+// learner at a time may catch up (servers joining together take turns).
+func memberAddAsLearner(ctx context.Context, cli *clientv3.Client, peerURL string) (*clientv3.MemberAddResponse, error) {
+	tick := time.NewTicker(promoteEvery)
+	defer tick.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		resp, err := cli.MemberAddAsLearner(rctx, []string{peerURL})
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		if !errors.Is(err, rpctypes.ErrUnhealthy) && !errors.Is(err, rpctypes.ErrTooManyLearners) {
+			return nil, fmt.Errorf("adding learner %s: %w", peerURL, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("adding learner %s (last answer: %v): %w", peerURL, err, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 func contains(list []string, s string) bool {
@@ -354,6 +381,7 @@ func (s *Server) IsLeader() bool {
 // Close stops the member; it stays in the cluster (RemoveMember takes it out).
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		s.etcd.Close()
 		s.closeLog()
 	})

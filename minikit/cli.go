@@ -43,6 +43,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), execCmd, newDownCommand(),
 		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newProxyCommand(), newDocsCommand())
 	root.AddCommand(newUICommand())
+	root.AddCommand(newStoreCommand())
 	root.AddCommand(newLabHelperCommands()...)
 	root.AddCommand(newKubectlCommands()...)
 	requireRoot(root)

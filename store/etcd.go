@@ -3,13 +3,16 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -48,6 +51,8 @@ const (
 	// maxConflictRetries bounds how often Update re-runs its function when another
 	// server committed between its read and its commit.
 	maxConflictRetries = 64
+	// maxInFlight bounds the commits sent and not yet answered.
+	maxInFlight = 64
 )
 
 // Etcd is the etcd backend: several minikit servers may share one etcd.
@@ -72,14 +77,12 @@ type Etcd struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu serializes this server's updates, so that they conflict only with other
-	// servers' updates; it guards the cached snapshot below.
-	mu sync.Mutex
-	// snapRev and snapSentinel are the revision and the sentinel's mod revision as of
-	// this server's last commit (or conflict). They are only a guess for the next
-	// update: the sentinel compare catches any other server's commit since.
-	snapRev, snapSentinel int64
-	known                 bool
+	// reqs feeds the committer, the one goroutine that runs update functions.
+	reqs chan *etcdReq
+	// id makes this store's commit tokens unique among servers.
+	id string
+	// lastRev is the newest revision this store saw, for Rev when etcd is away.
+	lastRev atomic.Int64
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -110,11 +113,14 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	e := &Etcd{
 		cli: cli, endpoints: cfg.Endpoints, prefix: prefix, sentinel: prefix + "#commit", log: log,
 		ctx: sctx, cancel: scancel, closed: make(chan struct{}),
+		reqs: make(chan *etcdReq), id: rand.Text()[:12],
 	}
 	if err := e.checkDedicated(ctx); err != nil {
 		e.Close()
 		return nil, err
 	}
+	e.wg.Add(1)
+	go e.committer()
 	interval := cfg.CompactInterval
 	if interval == 0 {
 		interval = DefaultCompactInterval
@@ -205,7 +211,7 @@ func (e *Etcd) wrap(doing string, err error) error {
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("%s at %s: %w", doing, e.where(), ErrExpired)
 	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%s at %s: no answer within %s (is etcd running and reachable?): %w", doing, e.where(), etcdRequestTimeout, err)
+		return fmt.Errorf("%s at %s: no answer (is etcd running and reachable?): %w", doing, e.where(), err)
 	}
 	return fmt.Errorf("%s at %s: %w", doing, e.where(), err)
 }
@@ -276,19 +282,21 @@ func (e *Etcd) Rev() int64 {
 	defer cancel()
 	resp, err := e.cli.Get(ctx, e.sentinel, clientv3.WithKeysOnly())
 	if err != nil {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.snapRev
+		return e.lastRev.Load()
 	}
+	e.lastRev.Store(resp.Header.Revision)
 	return resp.Header.Revision
 }
 
-// etcdTx reads at one snapshot revision and buffers its writes; Update commits them
-// as one etcd transaction.
+// etcdTx reads at one snapshot revision, seen through the writes of this server's
+// commits still in flight, and buffers its own writes; the committer sends them as
+// one etcd transaction.
 type etcdTx struct {
 	e      *Etcd
 	ctx    context.Context
-	snap   int64 // the revision reads see
+	snap   int64     // the last revision known committed; reads see it
+	flying []*flight // commits sent after snap, oldest first: reads see their writes
+	rev    int64     // the revision this transaction commits at
 	writes map[string]*pending
 	order  []string // keys in first-write order
 	failed error
@@ -297,19 +305,33 @@ type etcdTx struct {
 type pending struct {
 	value     []byte
 	deleted   bool
-	existed   bool  // present at the snapshot
-	createRev int64 // at the snapshot, if existed
+	existed   bool  // present before this transaction
+	createRev int64 // before this transaction, if existed
 }
 
-func (t *etcdTx) Rev() int64 { return t.snap + 1 }
+func (t *etcdTx) Rev() int64 { return t.rev }
 
-// read gets key at the snapshot; a failure fails the whole Update.
+func (t *etcdTx) fail(err error) {
+	if t.failed == nil {
+		t.failed = err
+	}
+}
+
+// read gets key as of the snapshot plus the writes in flight; a failure fails the
+// whole Update.
 func (t *etcdTx) read(key string) (KV, bool) {
+	for i := len(t.flying) - 1; i >= 0; i-- {
+		f := t.flying[i]
+		if p, ok := f.tx.writes[key]; ok {
+			if p.deleted {
+				return KV{}, false
+			}
+			return pendingKV(key, p, f.tx.rev), true
+		}
+	}
 	resp, err := t.e.cli.Get(t.ctx, t.e.prefix+key, clientv3.WithRev(t.snap))
 	if err != nil {
-		if t.failed == nil {
-			t.failed = err
-		}
+		t.fail(err)
 		return KV{}, false
 	}
 	if len(resp.Kvs) == 0 {
@@ -323,58 +345,70 @@ func (t *etcdTx) Get(key string) (KV, bool) {
 		if p.deleted {
 			return KV{}, false
 		}
-		return t.pendingKV(key, p), true
+		return pendingKV(key, p, t.rev), true
 	}
 	return t.read(key)
 }
 
-func (t *etcdTx) pendingKV(key string, p *pending) KV {
-	create := t.Rev()
+func pendingKV(key string, p *pending, rev int64) KV {
+	create := rev
 	if p.existed {
 		create = p.createRev
 	}
-	return KV{Key: key, Value: p.value, CreateRev: create, ModRev: t.Rev()}
+	return KV{Key: key, Value: p.value, CreateRev: create, ModRev: rev}
 }
 
 func (t *etcdTx) List(prefix string) []KV {
 	key, end := t.e.rangeOf(prefix)
 	resp, err := t.e.cli.Get(t.ctx, key, clientv3.WithRange(end), clientv3.WithRev(t.snap))
 	if err != nil {
-		if t.failed == nil {
-			t.failed = err
-		}
+		t.fail(err)
 		return nil
 	}
 	out := make([]KV, 0, len(resp.Kvs))
-	seen := map[string]bool{}
 	for _, kv := range resp.Kvs {
-		if string(kv.Key) == t.e.sentinel {
-			continue
-		}
-		k := t.e.toKV(kv)
-		if p, ok := t.writes[k.Key]; ok {
-			seen[k.Key] = true
-			if p.deleted {
-				continue
-			}
-			k = t.pendingKV(k.Key, p)
-		}
-		out = append(out, k)
-	}
-	added := false
-	for k, p := range t.writes {
-		if !seen[k] && !p.deleted && strings.HasPrefix(k, prefix) {
-			out = append(out, t.pendingKV(k, p))
-			added = true
+		if string(kv.Key) != t.e.sentinel {
+			out = append(out, t.e.toKV(kv))
 		}
 	}
-	if added {
-		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	layers := make([]*etcdTx, 0, len(t.flying)+1)
+	for _, f := range t.flying {
+		layers = append(layers, f.tx)
+	}
+	for _, l := range append(layers, t) {
+		out = overlay(out, prefix, l)
 	}
 	return out
 }
 
-// state returns the pending entry for key, reading the snapshot the first time.
+// overlay applies l's writes under prefix to the sorted list kvs.
+func overlay(kvs []KV, prefix string, l *etcdTx) []KV {
+	touched := false
+	for k := range l.writes {
+		if strings.HasPrefix(k, prefix) {
+			touched = true
+			break
+		}
+	}
+	if !touched {
+		return kvs
+	}
+	out := kvs[:0:0]
+	for _, kv := range kvs {
+		if _, ok := l.writes[kv.Key]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for k, p := range l.writes {
+		if strings.HasPrefix(k, prefix) && !p.deleted {
+			out = append(out, pendingKV(k, p, l.rev))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// state returns the pending entry for key, reading it the first time.
 func (t *etcdTx) state(key string) *pending {
 	if p, ok := t.writes[key]; ok {
 		return p
@@ -429,7 +463,9 @@ func (t *etcdTx) Delete(key string) error {
 }
 
 // ops is the transaction's net effect, one operation per key (etcd refuses a key twice
-// in one transaction); a key created and deleted again is no operation at all.
+// in one transaction); a key created and deleted again is no operation at all. It
+// drops such keys from writes, so that later transactions reading through this one
+// see what etcd will hold.
 func (t *etcdTx) ops() []clientv3.Op {
 	var ops []clientv3.Op
 	for _, k := range t.order {
@@ -439,119 +475,283 @@ func (t *etcdTx) ops() []clientv3.Op {
 			ops = append(ops, clientv3.OpDelete(t.e.prefix+k))
 		case !p.deleted:
 			ops = append(ops, clientv3.OpPut(t.e.prefix+k, string(p.value)))
+		default:
+			delete(t.writes, k)
 		}
 	}
 	return ops
 }
 
+// etcdReq is one Update waiting for the committer.
+type etcdReq struct {
+	fn       func(tx Tx) error
+	done     chan struct{}
+	rev      int64
+	err      error
+	attempts int
+	// judged: fn's last outcome that wrote nothing (an error, or nothing to
+	// change) was reached on a state read from etcd just before it ran.
+	judged bool
+}
+
+// flight is a commit sent to etcd whose answer has not been handled yet.
+type flight struct {
+	req   *etcdReq
+	tx    *etcdTx
+	token string // the sentinel's value once it commits
+	res   chan txnResult
+}
+
+type txnResult struct {
+	resp *clientv3.TxnResponse
+	err  error
+}
+
+// sentinelState is what the sentinel held at a revision: the next commit is guarded
+// by it.
+type sentinelState struct {
+	rev   int64  // the store revision this was read at (or committed)
+	mod   int64  // the sentinel's mod revision; 0: absent
+	value string // the sentinel's value (a commit token)
+}
+
 // Update implements Interface. fn runs against a snapshot and its writes are committed
-// as one etcd transaction guarded by the sentinel's mod revision; if another server
-// committed in between, fn runs again on a fresh snapshot. So fn may run more than
-// once and must have no effect outside tx.
+// as one etcd transaction guarded by the sentinel: if another server committed in
+// between, fn runs again on a fresh snapshot. So fn may run more than once and must
+// have no effect outside tx.
+//
+// One committer goroutine runs the functions in turn and pipelines their commits: it
+// runs the next function on the state the commits in flight will leave (their writes
+// overlay the snapshot) and sends its transaction guarded by the previous one's
+// commit token, without waiting for the previous answer. etcd then commits them in
+// one batch of disk writes, each at its own revision, as bbolt's group commit does.
+// If a commit fails, every later one in flight fails with it (its guard names a token
+// that never committed); once they are all answered, their functions run again, in
+// order, on a fresh snapshot.
 func (e *Etcd) Update(fn func(tx Tx) error) (int64, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	req := &etcdReq{fn: fn, done: make(chan struct{})}
 	select {
 	case <-e.closed:
 		return 0, ErrClosed
-	default:
+	case e.reqs <- req:
 	}
-	for attempt := 0; attempt <= maxConflictRetries; attempt++ {
-		cached := e.known
-		if !e.known {
-			if err := e.refreshSnapshot(); err != nil {
-				return 0, err
+	<-req.done
+	return req.rev, req.err
+}
+
+// committer owns the sentinel state and the commits in flight (see Update).
+func (e *Etcd) committer() {
+	defer e.wg.Done()
+	var (
+		base    sentinelState // newest state known committed
+		known   bool          // base is worth guarding on
+		retry   []*etcdReq    // to run again, in order, before new requests
+		flying  []*flight
+		broken  bool // a commit failed: send nothing until the flights are answered
+		refresh bool // an answer was lost: read the sentinel before going on
+	)
+	finish := func(r *etcdReq, rev int64, err error) {
+		r.rev, r.err = rev, err
+		close(r.done)
+	}
+	learn := func(s sentinelState) {
+		if s.rev > base.rev || !known {
+			base, known = s, true
+			e.lastRev.Store(s.rev)
+		}
+	}
+	// land handles the answer of the oldest flight.
+	land := func(res txnResult) {
+		f := flying[0]
+		flying = flying[1:]
+		switch {
+		case res.err != nil:
+			// The outcome is unknown (a timeout may have committed): read afresh.
+			broken, refresh = true, true
+			finish(f.req, 0, e.wrap("committing store transaction", res.err))
+		case res.resp.Succeeded:
+			rev := res.resp.Header.Revision
+			if rev != f.tx.rev {
+				e.log.Error("etcd commit landed at an unexpected revision: something besides minikit writes to this etcd, and the resourceVersions of this commit's objects are wrong",
+					"predicted", f.tx.rev, "committed", rev, "endpoints", e.where())
 			}
+			learn(sentinelState{rev: rev, mod: rev, value: f.token})
+			finish(f.req, rev, nil)
+		default:
+			broken = true
+			s := sentinelState{rev: res.resp.Header.Revision}
+			if r := res.resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+				s.mod, s.value = r.Kvs[0].ModRevision, string(r.Kvs[0].Value)
+			}
+			learn(s)
+			f.req.attempts++
+			if f.req.attempts > maxConflictRetries {
+				finish(f.req, 0, fmt.Errorf("committing store transaction at %s: %d conflicts in a row with other servers' commits, giving up", e.where(), f.req.attempts))
+			} else {
+				retry = append(retry, f.req)
+			}
+		}
+	}
+	var seq uint64
+	for {
+		// Answers first, in the order the commits were sent.
+		for len(flying) > 0 {
+			select {
+			case res := <-flying[0].res:
+				land(res)
+				continue
+			default:
+			}
+			break
+		}
+		if broken && len(flying) == 0 {
+			broken = false
+		}
+		var req *etcdReq
+		if !broken && len(flying) < maxInFlight {
+			if len(retry) > 0 {
+				req, retry = retry[0], retry[1:]
+			} else {
+				select {
+				case req = <-e.reqs:
+				default:
+				}
+			}
+		}
+		if req == nil {
+			// Nothing to start now: wait for an answer or a request.
+			var reqs chan *etcdReq
+			if !broken && len(flying) < maxInFlight {
+				reqs = e.reqs
+			}
+			var answer chan txnResult
+			if len(flying) > 0 {
+				answer = flying[0].res
+			}
+			select {
+			case res := <-answer:
+				land(res)
+			case req = <-reqs:
+			case <-e.ctx.Done():
+				if len(flying) == 0 {
+					e.drain(retry)
+					return
+				}
+				land(<-flying[0].res)
+			}
+			if req == nil {
+				continue
+			}
+		}
+		fresh := false
+		if refresh || !known {
+			s, err := e.readSentinel()
+			if err != nil {
+				finish(req, 0, err)
+				continue
+			}
+			refresh, fresh = false, true
+			base, known = s, true
+		}
+		// The state this function sees: base, then the writes in flight.
+		prev := base
+		if n := len(flying); n > 0 {
+			last := flying[n-1]
+			prev = sentinelState{rev: last.tx.rev, mod: last.tx.rev, value: last.token}
 		}
 		ctx, cancel := e.requestCtx()
-		t := &etcdTx{e: e, ctx: ctx, snap: e.snapRev, writes: map[string]*pending{}}
-		err := fn(t)
+		t := &etcdTx{e: e, ctx: ctx, snap: base.rev, flying: slices.Clone(flying), rev: prev.rev + 1, writes: map[string]*pending{}}
+		err := req.fn(t)
+		t.flying = nil
 		if t.failed != nil {
 			cancel()
-			if errors.Is(t.failed, rpctypes.ErrCompacted) {
-				// The cached snapshot is older than the history: another server wrote
-				// and compacted since. Read afresh.
-				e.known = false
+			if errors.Is(t.failed, rpctypes.ErrCompacted) && req.attempts < maxConflictRetries {
+				// The snapshot is older than the kept history: another server wrote
+				// and compacted since. Read afresh once the flights are answered.
+				req.attempts++
+				refresh, broken = true, true
+				retry = append([]*etcdReq{req}, retry...)
 				continue
 			}
-			return 0, e.wrap("reading in store transaction", t.failed)
-		}
-		if err != nil {
-			cancel()
-			if cached && e.stale() {
-				// fn judged a snapshot another server has written past (e.g. a
-				// resourceVersion conflict): judge the current state instead.
-				e.known = false
-				continue
-			}
-			return 0, err
+			finish(req, 0, e.wrap("reading in store transaction", t.failed))
+			continue
 		}
 		ops := t.ops()
-		if len(ops) == 0 {
+		if err != nil || len(ops) == 0 {
 			cancel()
-			return e.snapRev, nil
-		}
-		ops = append(ops, clientv3.OpPut(e.sentinel, ""))
-		resp, err := e.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(e.sentinel), "=", e.snapSentinel)).
-			Then(ops...).
-			Else(clientv3.OpGet(e.sentinel, clientv3.WithKeysOnly())).
-			Commit()
-		cancel()
-		if err != nil {
-			// The outcome is unknown (a timeout may have committed): read afresh.
-			e.known = false
-			return 0, e.wrap("committing store transaction", err)
-		}
-		if !resp.Succeeded {
-			e.snapRev = resp.Header.Revision
-			e.snapSentinel = 0
-			if r := resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
-				e.snapSentinel = r.Kvs[0].ModRevision
+			// An outcome that writes nothing is never checked by a commit's
+			// guard, and base may be older than another server's commits
+			// (a resourceVersion conflict, a NotFound, "nothing to change"
+			// judged on an old object): unless base was just read, judge
+			// again on the current state.
+			if !fresh && !req.judged {
+				if len(flying) > 0 {
+					req.judged = true
+					refresh, broken = true, true
+					retry = append([]*etcdReq{req}, retry...)
+					continue
+				}
+				if s, rerr := e.readSentinel(); rerr == nil && (s.mod != base.mod || s.value != base.value) {
+					req.judged = true
+					learn(s)
+					base = s
+					retry = append([]*etcdReq{req}, retry...)
+					continue
+				}
+			}
+			if err != nil {
+				finish(req, 0, err)
+			} else {
+				finish(req, prev.rev, nil)
 			}
 			continue
 		}
-		rev := resp.Header.Revision
-		if rev != t.Rev() {
-			e.log.Error("etcd commit landed at an unexpected revision: something besides minikit writes to this etcd, and the resourceVersions of this commit's objects are wrong",
-				"predicted", t.Rev(), "committed", rev, "endpoints", e.where())
+		seq++
+		f := &flight{req: req, tx: t, token: fmt.Sprintf("%s-%d", e.id, seq), res: make(chan txnResult, 1)}
+		guard := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.sentinel), "=", prev.mod)}
+		if prev.mod != 0 {
+			guard = append(guard, clientv3.Compare(clientv3.Value(e.sentinel), "=", prev.value))
 		}
-		e.snapRev, e.snapSentinel = rev, rev
-		return rev, nil
+		ops = append(ops, clientv3.OpPut(e.sentinel, f.token))
+		flying = append(flying, f)
+		go func() {
+			defer cancel()
+			resp, err := e.cli.Txn(ctx).If(guard...).Then(ops...).Else(clientv3.OpGet(e.sentinel)).Commit()
+			f.res <- txnResult{resp, err}
+		}()
 	}
-	e.known = false
-	return 0, fmt.Errorf("committing store transaction at %s: %d conflicts in a row with other servers' commits, giving up", e.where(), maxConflictRetries+1)
 }
 
-// stale reports whether another writer committed since the cached snapshot
-// (an unreachable etcd counts as not stale: fn's error stands).
-func (e *Etcd) stale() bool {
-	ctx, cancel := e.requestCtx()
-	defer cancel()
-	resp, err := e.cli.Get(ctx, e.sentinel, clientv3.WithKeysOnly())
-	if err != nil {
-		return false
+// drain fails the updates that will not run because the store closed.
+func (e *Etcd) drain(retry []*etcdReq) {
+	for _, r := range retry {
+		r.err = ErrClosed
+		close(r.done)
 	}
-	var cur int64
-	if len(resp.Kvs) > 0 {
-		cur = resp.Kvs[0].ModRevision
+	for {
+		select {
+		case r := <-e.reqs:
+			r.err = ErrClosed
+			close(r.done)
+		default:
+			return
+		}
 	}
-	return cur != e.snapSentinel
 }
 
-// refreshSnapshot reads the current revision and the sentinel's mod revision.
-func (e *Etcd) refreshSnapshot() error {
+// readSentinel reads the current revision and the sentinel.
+func (e *Etcd) readSentinel() (sentinelState, error) {
 	ctx, cancel := e.requestCtx()
 	defer cancel()
-	resp, err := e.cli.Get(ctx, e.sentinel, clientv3.WithKeysOnly())
+	resp, err := e.cli.Get(ctx, e.sentinel)
 	if err != nil {
-		return e.wrap("reading store revision", err)
+		return sentinelState{}, e.wrap("reading store revision", err)
 	}
-	e.snapRev, e.snapSentinel, e.known = resp.Header.Revision, 0, true
+	s := sentinelState{rev: resp.Header.Revision}
 	if len(resp.Kvs) > 0 {
-		e.snapSentinel = resp.Kvs[0].ModRevision
+		s.mod, s.value = resp.Kvs[0].ModRevision, string(resp.Kvs[0].Value)
 	}
-	return nil
+	return s, nil
 }
 
 // Watch implements Interface. A fromRev older than the compacted history gives
@@ -684,10 +884,8 @@ func (e *Etcd) Compact(rev int64) error {
 func (e *Etcd) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
-		e.mu.Lock() // let a running update finish
-		close(e.closed)
-		e.mu.Unlock()
-		e.cancel()
+		close(e.closed) // no new updates
+		e.cancel()      // the committer lands what is in flight and stops
 		e.wg.Wait()
 		err = e.cli.Close()
 	})

@@ -4,8 +4,8 @@
 //
 // The revision is the resourceVersion of the API: every committed transaction bumps it
 // once, and every key written in that transaction carries it as its mod revision.
-// Callers see only Interface, so another backend (etcd) can replace bbolt without
-// touching them.
+// Callers see only Interface; two backends implement it: Bolt (bbolt, one file, one
+// server) and Etcd (an etcd cluster that several servers share; docs/datastore.md).
 package store
 
 import (
