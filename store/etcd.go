@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // EtcdConfig says how to reach the etcd that holds a minikit cluster's objects.
@@ -52,7 +53,7 @@ const (
 	// server committed between its read and its commit.
 	maxConflictRetries = 64
 	// maxInFlight bounds the commits sent and not yet answered.
-	maxInFlight = 64
+	maxInFlight = 32
 )
 
 // Etcd is the etcd backend: several minikit servers may share one etcd.
@@ -77,6 +78,8 @@ type Etcd struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// mirror is the update functions' view of the store.
+	mirror *mirror
 	// reqs feeds the committer, the one goroutine that runs update functions.
 	reqs chan *etcdReq
 	// id makes this store's commit tokens unique among servers.
@@ -119,7 +122,9 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		e.Close()
 		return nil, err
 	}
-	e.wg.Add(1)
+	e.mirror = newMirror(e)
+	e.wg.Add(2)
+	go e.mirror.run()
 	go e.committer()
 	interval := cfg.CompactInterval
 	if interval == 0 {
@@ -164,7 +169,15 @@ func NewEtcdClient(cfg EtcdConfig) (*clientv3.Client, error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 		MaxCallSendMsgSize:   32 << 20,
 		MaxCallRecvMsgSize:   1 << 30,
-		Logger:               zap.NewNop(), // the store logs what matters itself
+		// One member at a time, the first that answers (etcd's default spreads calls
+		// over the members): the committer's pipelined transactions then reach the
+		// leader in the order they were sent. The client moves on to the next
+		// endpoint when that member goes away.
+		DialOptions: []grpc.DialOption{
+			grpc.WithDisableServiceConfig(),
+			grpc.WithDefaultServiceConfig(`{"loadBalancingPolicy":"pick_first"}`),
+		},
+		Logger: zap.NewNop(), // the store logs what matters itself
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(cfg.Endpoints, ","), err)
@@ -288,14 +301,13 @@ func (e *Etcd) Rev() int64 {
 	return resp.Header.Revision
 }
 
-// etcdTx reads at one snapshot revision, seen through the writes of this server's
-// commits still in flight, and buffers its own writes; the committer sends them as
-// one etcd transaction.
+// etcdTx reads this server's mirror of the store (at or after the newest commit the
+// committer knows of), seen through the writes of this server's commits still in
+// flight, and buffers its own writes; the committer sends them as one etcd
+// transaction.
 type etcdTx struct {
 	e      *Etcd
-	ctx    context.Context
-	snap   int64     // the last revision known committed; reads see it
-	flying []*flight // commits sent after snap, oldest first: reads see their writes
+	flying []*flight // commits in flight, oldest first: reads see their writes over the mirror's
 	rev    int64     // the revision this transaction commits at
 	writes map[string]*pending
 	order  []string // keys in first-write order
@@ -317,8 +329,7 @@ func (t *etcdTx) fail(err error) {
 	}
 }
 
-// read gets key as of the snapshot plus the writes in flight; a failure fails the
-// whole Update.
+// read gets key as of the mirror plus the writes in flight.
 func (t *etcdTx) read(key string) (KV, bool) {
 	for i := len(t.flying) - 1; i >= 0; i-- {
 		f := t.flying[i]
@@ -329,15 +340,7 @@ func (t *etcdTx) read(key string) (KV, bool) {
 			return pendingKV(key, p, f.tx.rev), true
 		}
 	}
-	resp, err := t.e.cli.Get(t.ctx, t.e.prefix+key, clientv3.WithRev(t.snap))
-	if err != nil {
-		t.fail(err)
-		return KV{}, false
-	}
-	if len(resp.Kvs) == 0 {
-		return KV{}, false
-	}
-	return t.e.toKV(resp.Kvs[0]), true
+	return t.e.mirror.get(key)
 }
 
 func (t *etcdTx) Get(key string) (KV, bool) {
@@ -359,18 +362,7 @@ func pendingKV(key string, p *pending, rev int64) KV {
 }
 
 func (t *etcdTx) List(prefix string) []KV {
-	key, end := t.e.rangeOf(prefix)
-	resp, err := t.e.cli.Get(t.ctx, key, clientv3.WithRange(end), clientv3.WithRev(t.snap))
-	if err != nil {
-		t.fail(err)
-		return nil
-	}
-	out := make([]KV, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) != t.e.sentinel {
-			out = append(out, t.e.toKV(kv))
-		}
-	}
+	out := t.e.mirror.list(prefix)
 	layers := make([]*etcdTx, 0, len(t.flying)+1)
 	for _, f := range t.flying {
 		layers = append(layers, f.tx)
@@ -549,6 +541,11 @@ func (e *Etcd) committer() {
 		flying  []*flight
 		broken  bool // a commit failed: send nothing until the flights are answered
 		refresh bool // an answer was lost: read the sentinel before going on
+		// depth is how many commits may be in flight. etcd may apply two requests
+		// sent microseconds apart in either order, and a swap fails the later
+		// commits in flight (they run again), so depth adapts: it grows by one per
+		// round of commits that all landed and halves when one fails.
+		depth = 1.0
 	)
 	finish := func(r *etcdReq, rev int64, err error) {
 		r.rev, r.err = rev, err
@@ -577,7 +574,11 @@ func (e *Etcd) committer() {
 			}
 			learn(sentinelState{rev: rev, mod: rev, value: f.token})
 			finish(f.req, rev, nil)
+			depth = min(maxInFlight, depth+1/depth)
 		default:
+			if !broken {
+				depth = max(1, depth/2)
+			}
 			broken = true
 			s := sentinelState{rev: res.resp.Header.Revision}
 			if r := res.resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
@@ -608,7 +609,7 @@ func (e *Etcd) committer() {
 			broken = false
 		}
 		var req *etcdReq
-		if !broken && len(flying) < maxInFlight {
+		if !broken && len(flying) < int(depth) {
 			if len(retry) > 0 {
 				req, retry = retry[0], retry[1:]
 			} else {
@@ -621,7 +622,7 @@ func (e *Etcd) committer() {
 		if req == nil {
 			// Nothing to start now: wait for an answer or a request.
 			var reqs chan *etcdReq
-			if !broken && len(flying) < maxInFlight {
+			if !broken && len(flying) < int(depth) {
 				reqs = e.reqs
 			}
 			var answer chan txnResult
@@ -660,19 +661,17 @@ func (e *Etcd) committer() {
 			prev = sentinelState{rev: last.tx.rev, mod: last.tx.rev, value: last.token}
 		}
 		ctx, cancel := e.requestCtx()
-		t := &etcdTx{e: e, ctx: ctx, snap: base.rev, flying: slices.Clone(flying), rev: prev.rev + 1, writes: map[string]*pending{}}
+		if _, err := e.mirror.readLocked(ctx, base.rev); err != nil {
+			cancel()
+			finish(req, 0, e.wrap("reading in store transaction", err))
+			continue
+		}
+		t := &etcdTx{e: e, flying: slices.Clone(flying), rev: prev.rev + 1, writes: map[string]*pending{}}
 		err := req.fn(t)
+		e.mirror.mu.RUnlock()
 		t.flying = nil
 		if t.failed != nil {
 			cancel()
-			if errors.Is(t.failed, rpctypes.ErrCompacted) && req.attempts < maxConflictRetries {
-				// The snapshot is older than the kept history: another server wrote
-				// and compacted since. Read afresh once the flights are answered.
-				req.attempts++
-				refresh, broken = true, true
-				retry = append([]*etcdReq{req}, retry...)
-				continue
-			}
 			finish(req, 0, e.wrap("reading in store transaction", t.failed))
 			continue
 		}
@@ -680,10 +679,10 @@ func (e *Etcd) committer() {
 		if err != nil || len(ops) == 0 {
 			cancel()
 			// An outcome that writes nothing is never checked by a commit's
-			// guard, and base may be older than another server's commits
-			// (a resourceVersion conflict, a NotFound, "nothing to change"
-			// judged on an old object): unless base was just read, judge
-			// again on the current state.
+			// guard, and the mirror may not have caught up with another
+			// server's commit yet (a resourceVersion conflict, a NotFound,
+			// "nothing to change" judged on an old object): unless the state
+			// was just read, judge again on the current one.
 			if !fresh && !req.judged {
 				if len(flying) > 0 {
 					req.judged = true
