@@ -212,15 +212,3 @@ func writeBootstrap(dataDir string, d bootstrapData) error {
 	}
 	return nil
 }
-
-// haveSecrets reports whether dataDir already holds the cluster's secrets (a
-// joined server restarting), so that no bootstrap is needed.
-func haveSecrets(dataDir string) bool {
-	for _, p := range []string{filepath.Join(dataDir, "tls", "ca.crt"), filepath.Join(dataDir, "tls", "ca.key"),
-		filepath.Join(dataDir, "sa.key"), filepath.Join(dataDir, "token")} {
-		if _, err := os.Stat(p); err != nil {
-			return false
-		}
-	}
-	return true
-}
