@@ -44,7 +44,13 @@ import (
 const servers = 3
 
 func TestHAControlPlane(t *testing.T) {
+	root := testenv.RootSnapshot(t, func(string) bool { return false })
 	l := testenv.NewLabConfig(t, lab.Config{Nodes: servers + 1, Servers: servers})
+	defer func() {
+		if after := testenv.RootSnapshot(t, func(string) bool { return false }); after != root {
+			t.Errorf("the root network namespace changed:\n--- before\n%s\n--- after\n%s", root, after)
+		}
+	}()
 	c := testenv.Client(t, l)
 	ctx := context.Background()
 	var serverIPs []string
