@@ -333,6 +333,9 @@ func (t *etcdTx) fail(err error) {
 func (t *etcdTx) read(key string) (KV, bool) {
 	for i := len(t.flying) - 1; i >= 0; i-- {
 		f := t.flying[i]
+		if f.barrier {
+			continue
+		}
 		if p, ok := f.tx.writes[key]; ok {
 			if p.deleted {
 				return KV{}, false
@@ -365,7 +368,9 @@ func (t *etcdTx) List(prefix string) []KV {
 	out := t.e.mirror.list(prefix)
 	layers := make([]*etcdTx, 0, len(t.flying)+1)
 	for _, f := range t.flying {
-		layers = append(layers, f.tx)
+		if !f.barrier {
+			layers = append(layers, f.tx)
+		}
 	}
 	for _, l := range append(layers, t) {
 		out = overlay(out, prefix, l)
@@ -489,6 +494,11 @@ type flight struct {
 	tx    *etcdTx
 	token string // the sentinel's value once it commits
 	res   chan txnResult
+	// A barrier is a function that wrote nothing, waiting for the commits before it
+	// to land before it answers rev and err.
+	barrier bool
+	rev     int64
+	err     error
 }
 
 type txnResult struct {
@@ -559,6 +569,13 @@ func (e *Etcd) committer() {
 		f := flying[0]
 		flying = flying[1:]
 		switch {
+		case f.barrier:
+			// What the function saw holds only if every commit before it landed.
+			if broken {
+				retry = append(retry, f.req)
+			} else {
+				finish(f.req, f.rev, f.err)
+			}
 		case res.err != nil:
 			// The outcome is unknown (a timeout may have committed): read afresh.
 			broken, refresh = true, true
@@ -652,9 +669,11 @@ func (e *Etcd) committer() {
 		}
 		// The state this function sees: base, then the writes in flight.
 		prev := base
-		if n := len(flying); n > 0 {
-			last := flying[n-1]
-			prev = sentinelState{rev: last.tx.rev, mod: last.tx.rev, value: last.token}
+		for i := len(flying) - 1; i >= 0; i-- {
+			if last := flying[i]; !last.barrier {
+				prev = sentinelState{rev: last.tx.rev, mod: last.tx.rev, value: last.token}
+				break
+			}
 		}
 		ctx, cancel := e.requestCtx()
 		if _, err := e.mirror.readLocked(ctx, base.rev); err != nil {
@@ -671,15 +690,22 @@ func (e *Etcd) committer() {
 			finish(req, 0, e.wrap("reading in store transaction", t.failed))
 			continue
 		}
-		if err != nil {
-			cancel()
-			finish(req, 0, err)
-			continue
+		var ops []clientv3.Op
+		if err == nil {
+			ops = t.ops()
 		}
-		ops := t.ops()
 		if len(ops) == 0 {
+			// Nothing to commit: fn failed or only read. If it read writes still in
+			// flight, its answer waits for them to land (and it runs again if one
+			// does not).
 			cancel()
-			finish(req, prev.rev, nil)
+			if len(flying) == 0 {
+				finish(req, prev.rev, err)
+			} else {
+				b := &flight{req: req, barrier: true, rev: prev.rev, err: err, res: make(chan txnResult, 1)}
+				b.res <- txnResult{}
+				flying = append(flying, b)
+			}
 			continue
 		}
 		seq++
