@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -704,13 +703,22 @@ func (e *Etcd) committer() {
 			}
 		}
 		ctx, cancel := e.requestCtx()
-		if _, err := e.mirror.readLocked(ctx, base.rev); err != nil {
+		seen, err := e.mirror.readLocked(ctx, base.rev)
+		if err != nil {
 			cancel()
 			finish(req, 0, e.wrap("reading in store transaction", err))
 			continue
 		}
-		t := &etcdTx{e: e, flying: slices.Clone(flying), rev: prev.rev + 1, writes: map[string]*pending{}}
-		err := req.fn(t)
+		// Commits the mirror already holds are not laid over it again: a later
+		// commit there (another server's) may have changed the same keys.
+		var over []*flight
+		for _, f := range flying {
+			if !f.barrier && f.tx.rev > seen {
+				over = append(over, f)
+			}
+		}
+		t := &etcdTx{e: e, flying: over, rev: prev.rev + 1, writes: map[string]*pending{}}
+		err = req.fn(t)
 		e.mirror.mu.RUnlock()
 		t.flying = nil
 		if t.failed != nil {
@@ -727,10 +735,11 @@ func (e *Etcd) committer() {
 			// flight, its answer waits for them to land (and it runs again if one
 			// does not).
 			cancel()
+			rev := max(prev.rev, seen)
 			if len(flying) == 0 {
-				finish(req, prev.rev, err)
+				finish(req, rev, err)
 			} else {
-				b := &flight{req: req, barrier: true, rev: prev.rev, err: err, res: make(chan txnResult, 1)}
+				b := &flight{req: req, barrier: true, rev: rev, err: err, res: make(chan txnResult, 1)}
 				b.res <- txnResult{}
 				flying = append(flying, b)
 			}

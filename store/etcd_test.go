@@ -55,7 +55,7 @@ func openTestEtcd(t *testing.T, cfg EtcdConfig) *Etcd {
 	return e
 }
 
-// Two servers sharing one etcd: concurrent read-modify-write functions serialize
+// Three servers sharing one etcd: concurrent read-modify-write functions serialize
 // (no lost increment), and every commit lands exactly at the revision its Tx.Rev()
 // announced, which objects record as their resourceVersion.
 func TestEtcdServersSerialize(t *testing.T) {
@@ -63,10 +63,11 @@ func TestEtcdServersSerialize(t *testing.T) {
 	servers := []*Etcd{
 		openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}}),
 		openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}}),
+		openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}}),
 	}
-	const perServer = 60
+	const perServer = 100
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*perServer)
+	errs := make(chan error, len(servers)*perServer)
 	for si, s := range servers {
 		for i := 0; i < perServer; i++ {
 			wg.Add(1)
@@ -95,12 +96,12 @@ func TestEtcdServersSerialize(t *testing.T) {
 		t.Fatalf("update: %v", err)
 	}
 	kv, err := servers[0].Get("/c/counter")
-	if err != nil || string(kv.Value) != strconv.Itoa(2*perServer) {
-		t.Fatalf("counter = %q (%v), want %d", kv.Value, err, 2*perServer)
+	if err != nil || string(kv.Value) != strconv.Itoa(len(servers)*perServer) {
+		t.Fatalf("counter = %q (%v), want %d", kv.Value, err, len(servers)*perServer)
 	}
 	claims, _, _ := servers[1].List("/c/claims/")
-	if len(claims) != 2*perServer {
-		t.Fatalf("%d claims, want %d", len(claims), 2*perServer)
+	if len(claims) != len(servers)*perServer {
+		t.Fatalf("%d claims, want %d", len(claims), len(servers)*perServer)
 	}
 	for _, c := range claims {
 		var at int64
