@@ -230,3 +230,25 @@ func TestEtcdCompactor(t *testing.T) {
 		t.Fatalf("get after compaction: %q %v", kv.Value, err)
 	}
 }
+
+// A commit that failed its guard because etcd applied it before its predecessor is
+// recognized by the sentinel holding an earlier token of the same store.
+func TestOurEarlierToken(t *testing.T) {
+	e := &Etcd{id: "abc"}
+	for _, tc := range []struct {
+		token string
+		seq   uint64
+		want  bool
+	}{
+		{"abc-3", 5, true},
+		{"abc-5", 5, false}, // the predecessor itself: the guard would have held
+		{"abc-7", 5, false},
+		{"xyz-3", 5, false}, // another server's commit: a real conflict
+		{"", 5, false},
+		{"abc-x", 5, false},
+	} {
+		if got := e.ourEarlier(tc.token, tc.seq); got != tc.want {
+			t.Errorf("ourEarlier(%q, %d) = %v, want %v", tc.token, tc.seq, got, tc.want)
+		}
+	}
+}
