@@ -55,7 +55,7 @@ func openTestEtcd(t *testing.T, cfg EtcdConfig) *Etcd {
 	return e
 }
 
-// Two servers sharing one etcd: concurrent read-modify-write functions serialize
+// Three servers sharing one etcd: concurrent read-modify-write functions serialize
 // (no lost increment), and every commit lands exactly at the revision its Tx.Rev()
 // announced, which objects record as their resourceVersion.
 func TestEtcdServersSerialize(t *testing.T) {
@@ -63,10 +63,11 @@ func TestEtcdServersSerialize(t *testing.T) {
 	servers := []*Etcd{
 		openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}}),
 		openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}}),
+		openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}}),
 	}
-	const perServer = 60
+	const perServer = 100
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*perServer)
+	errs := make(chan error, len(servers)*perServer)
 	for si, s := range servers {
 		for i := 0; i < perServer; i++ {
 			wg.Add(1)
@@ -95,12 +96,12 @@ func TestEtcdServersSerialize(t *testing.T) {
 		t.Fatalf("update: %v", err)
 	}
 	kv, err := servers[0].Get("/c/counter")
-	if err != nil || string(kv.Value) != strconv.Itoa(2*perServer) {
-		t.Fatalf("counter = %q (%v), want %d", kv.Value, err, 2*perServer)
+	if err != nil || string(kv.Value) != strconv.Itoa(len(servers)*perServer) {
+		t.Fatalf("counter = %q (%v), want %d", kv.Value, err, len(servers)*perServer)
 	}
 	claims, _, _ := servers[1].List("/c/claims/")
-	if len(claims) != 2*perServer {
-		t.Fatalf("%d claims, want %d", len(claims), 2*perServer)
+	if len(claims) != len(servers)*perServer {
+		t.Fatalf("%d claims, want %d", len(claims), len(servers)*perServer)
 	}
 	for _, c := range claims {
 		var at int64
@@ -227,5 +228,27 @@ func TestEtcdCompactor(t *testing.T) {
 	kv, err := s.Get("/k")
 	if err != nil || string(kv.Value) != "3" {
 		t.Fatalf("get after compaction: %q %v", kv.Value, err)
+	}
+}
+
+// A commit that failed its guard because etcd applied it before its predecessor is
+// recognized by the sentinel holding an earlier token of the same store.
+func TestOurEarlierToken(t *testing.T) {
+	e := &Etcd{id: "abc"}
+	for _, tc := range []struct {
+		token string
+		seq   uint64
+		want  bool
+	}{
+		{"abc-3", 5, true},
+		{"abc-5", 5, false}, // the predecessor itself: the guard would have held
+		{"abc-7", 5, false},
+		{"xyz-3", 5, false}, // another server's commit: a real conflict
+		{"", 5, false},
+		{"abc-x", 5, false},
+	} {
+		if got := e.ourEarlier(tc.token, tc.seq); got != tc.want {
+			t.Errorf("ourEarlier(%q, %d) = %v, want %v", tc.token, tc.seq, got, tc.want)
+		}
 	}
 }
