@@ -101,7 +101,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // sharedAPI serves srv over HTTP as a testAPI whose store is st (shared: the
 // caller closes it).
-func sharedAPI(t *testing.T, st *store.Bolt, srv *Server) *testAPI {
+func sharedAPI(t *testing.T, st store.Interface, srv *Server) *testAPI {
 	t.Helper()
 	hs := httptest.NewServer(srv.Handler())
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
@@ -223,29 +223,7 @@ func TestSharedStoreConcurrentServiceCreates(t *testing.T) {
 		apis[i] = sharedAPI(t, st, srv)
 	}
 	const perServer = 200
-	var wg sync.WaitGroup
-	errs := make(chan string, 2*perServer)
-	for s, a := range apis {
-		for i := range perServer {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				svc := newService(fmt.Sprintf("svc-%d-%03d", s, i))
-				if i%2 == 1 {
-					nodePortType(svc)
-					svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443})
-				}
-				if code, body := postStatus(a, servicesPath, svc); code != http.StatusCreated {
-					errs <- fmt.Sprintf("creating %s on server %d: HTTP %d: %s", svc.Name, s, code, body)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
-	}
+	createServicesOn(t, apis[:], perServer)
 	items := checkAllocations(t, apis[0], validation.DefaultConfig())
 	if len(items) != 2*perServer+1 {
 		t.Errorf("%d services, want %d", len(items), 2*perServer+1)
@@ -489,4 +467,34 @@ func TestTokenFromAnotherServer(t *testing.T) {
 		t.Fatalf("token request answer %s: %v", r.Body, err)
 	}
 	wantCode(t, "token from the other server", apis[1].do("GET", servicesPath, tr.Status.Token, ""), http.StatusOK, "")
+}
+
+// createServicesOn creates perServer Services on each server at once (every
+// other one a NodePort with two ports) and fails the test for each create
+// that is not 201.
+func createServicesOn(t *testing.T, apis []*testAPI, perServer int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan string, len(apis)*perServer)
+	for s, a := range apis {
+		for i := range perServer {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				svc := newService(fmt.Sprintf("svc-%d-%03d", s, i))
+				if i%2 == 1 {
+					nodePortType(svc)
+					svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443})
+				}
+				if code, body := postStatus(a, servicesPath, svc); code != http.StatusCreated {
+					errs <- fmt.Sprintf("creating %s on server %d: HTTP %d: %s", svc.Name, s, code, body)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 }

@@ -28,7 +28,7 @@ import (
 type testAPI struct {
 	t      testing.TB
 	dbPath string
-	store  *store.Bolt
+	store  store.Interface
 	srv    *Server
 	http   *httptest.Server
 	url    string

@@ -426,46 +426,43 @@ func pickLab(name, dir string) (string, error) {
 	return "", fmt.Errorf("%d labs on this machine (%s): choose one with --name", len(labs), strings.Join(names, ", "))
 }
 
+// newLabHelperCommands are the hidden processes a lab runs: the API
+// forwarder, the external host's services and the external etcd.
 func newLabHelperCommands() []*cobra.Command {
-	var listen, netns, to, address string
-	fwd := &cobra.Command{
-		Use: "__lab-forward", Hidden: true, Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return lab.Forward(ctx, listen, netns, to, newLogger("info"))
-		},
+	var listen, netns, to, address, etcdDir string
+	helper := func(use string, run func(ctx context.Context) error) *cobra.Command {
+		return &cobra.Command{
+			Use: use, Hidden: true, Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return run(ctx)
+			},
+		}
 	}
-	var etcdDir string
-	etcdCmd := &cobra.Command{
-		Use: "__lab-etcd", Hidden: true, Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			a, err := netip.ParseAddr(address)
-			if err != nil {
-				return err
-			}
-			return lab.RunEtcd(ctx, etcdDir, a, newLogger("info"))
-		},
-	}
-	etcdCmd.Flags().StringVar(&etcdDir, "dir", "", "")
-	etcdCmd.Flags().StringVar(&address, "address", "", "")
+	addr := func() (netip.Addr, error) { return netip.ParseAddr(address) }
+	fwd := helper("__lab-forward", func(ctx context.Context) error {
+		return lab.Forward(ctx, listen, netns, to, newLogger("info"))
+	})
 	fwd.Flags().StringVar(&listen, "listen", "", "")
 	fwd.Flags().StringVar(&netns, "netns", "", "")
 	fwd.Flags().StringVar(&to, "to", "", "")
-	ext := &cobra.Command{
-		Use: "__lab-external", Hidden: true, Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			a, err := netip.ParseAddr(address)
-			if err != nil {
-				return err
-			}
-			return lab.RunExternal(ctx, a, newLogger("info"))
-		},
-	}
+	ext := helper("__lab-external", func(ctx context.Context) error {
+		a, err := addr()
+		if err != nil {
+			return err
+		}
+		return lab.RunExternal(ctx, a, newLogger("info"))
+	})
 	ext.Flags().StringVar(&address, "address", "", "")
-	return []*cobra.Command{fwd, ext, etcdCmd}
+	etcd := helper("__lab-etcd", func(ctx context.Context) error {
+		a, err := addr()
+		if err != nil {
+			return err
+		}
+		return lab.RunEtcd(ctx, etcdDir, a, newLogger("info"))
+	})
+	etcd.Flags().StringVar(&etcdDir, "dir", "", "")
+	etcd.Flags().StringVar(&address, "address", "", "")
+	return []*cobra.Command{fwd, ext, etcd}
 }

@@ -5,16 +5,10 @@ package ha_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -60,16 +54,7 @@ func TestHAControlPlane(t *testing.T) {
 	sort.Strings(serverIPs)
 
 	t.Run("the kubernetes endpoints name every server", func(t *testing.T) {
-		testenv.Eventually(t, 60*time.Second, "default/kubernetes endpoints of all servers", func() error {
-			got, err := apiEndpoints(ctx, c)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, serverIPs) {
-				return fmt.Errorf("endpoints %v, want %v", got, serverIPs)
-			}
-			return nil
-		})
+		waitEndpoints(t, c, "default/kubernetes endpoints of all servers", serverIPs)
 	})
 
 	t.Run("every server is an etcd voting member", func(t *testing.T) {
@@ -279,48 +264,42 @@ func TestHAControlPlane(t *testing.T) {
 		if err := l.Start(leader); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 60*time.Second, leader+" back among the kubernetes endpoints", func() error {
-			got, err := apiEndpoints(ctx, c)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, serverIPs) {
-				return fmt.Errorf("endpoints %v, want %v", got, serverIPs)
-			}
-			return nil
-		})
+		waitEndpoints(t, c, leader+" back among the kubernetes endpoints", serverIPs)
 	})
 }
 
-func apiEndpoints(ctx context.Context, c kubernetes.Interface) ([]string, error) {
-	ep, err := c.CoreV1().Endpoints("default").Get(ctx, "kubernetes", metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var got []string
-	for _, s := range ep.Subsets {
-		for _, a := range s.Addresses {
-			got = append(got, a.IP)
+// waitEndpoints waits until default/kubernetes names exactly want.
+func waitEndpoints(t *testing.T, c kubernetes.Interface, what string, want []string) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, what, func() error {
+		ep, err := c.CoreV1().Endpoints("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-	}
-	sort.Strings(got)
-	return got, nil
+		var got []string
+		for _, s := range ep.Subsets {
+			for _, a := range s.Addresses {
+				got = append(got, a.IP)
+			}
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("endpoints %v, want %v", got, want)
+		}
+		return nil
+	})
 }
 
-// etcdClient talks to the lab's etcd from node nodeNS's namespace, with a
-// client certificate the test issues from the cluster CA.
+// etcdClient talks to the lab's etcd from node from's namespace with the
+// client certificate node1's member uses (issued from the cluster CA).
 func etcdClient(t *testing.T, l *lab.Lab, from string, endpoints []string) (*clientv3.Client, error) {
 	t.Helper()
-	dir := filepath.Join(l.Dir(), "node1", "tls")
-	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	pki := filepath.Join(l.Dir(), "node1", "etcd", "pki")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "client.crt"), filepath.Join(pki, "client.key"))
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
-	if err != nil {
-		return nil, err
-	}
-	cert, err := clientCert(caPEM, keyPEM)
+	caPEM, err := os.ReadFile(filepath.Join(l.Dir(), "node1", "tls", "ca.crt"))
 	if err != nil {
 		return nil, err
 	}
@@ -388,32 +367,4 @@ func etcdLeader(t *testing.T, l *lab.Lab) (string, error) {
 		}
 	}
 	return "", errors.New("no member is the leader")
-}
-
-func clientCert(caPEM, caKeyPEM []byte) (tls.Certificate, error) {
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(caKeyPEM)
-	if cb == nil || kb == nil {
-		return tls.Certificate{}, errors.New("bad CA PEM")
-	}
-	ca, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "ha-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
