@@ -114,7 +114,36 @@ type setType struct {
 
 var typeNames = map[string]dtype{"ipv4_addr": typeIPv4, "inet_proto": typeProto, "inet_service": typeService, "mark": typeMark, "integer": typeInteger}
 
+// TypeofNumgenEndpoints is the one "typeof" set type the backends know:
+// a map from a random number to an endpoint (minikit's dnat-endpoints). Its
+// key is nft's integer (32 bits, host order), its data ipv4_addr .
+// inet_service; declared by typeof, nft lists it as written, and the
+// elements' keys as decimal numbers.
+const TypeofNumgenEndpoints = "typeof numgen random mod 1 : ip daddr . tcp dport"
+
+// typeofNumgenEndpointsUdata is the userdata nft 1.0.6 writes for that
+// declaration (captured with nft --debug=mnl): key byte order host, data
+// byte order invalid, the key's typeof (numgen random mod 1), the data's
+// typeof (a concatenation of ip daddr and tcp dport), and map flag 0.
+var typeofNumgenEndpointsUdata = []byte{
+	0x00, 0x04, 0x01, 0x00, 0x00, 0x00,
+	0x01, 0x04, 0x00, 0x00, 0x00, 0x00,
+	0x03, 0x1a, 0x00, 0x04, 0x17, 0x00, 0x00, 0x00, 0x01, 0x12, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00,
+	0x01, 0x04, 0x01, 0x00, 0x00, 0x00, 0x02, 0x04, 0x00, 0x00, 0x00, 0x00,
+	0x04, 0x34, 0x00, 0x04, 0x0d, 0x00, 0x00, 0x00, 0x01, 0x2c, 0x00, 0x14, 0x00, 0x04, 0x07, 0x00,
+	0x00, 0x00, 0x01, 0x0c, 0x00, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x01, 0x04, 0x0c, 0x00, 0x00, 0x00,
+	0x01, 0x14, 0x00, 0x04, 0x07, 0x00, 0x00, 0x00, 0x01, 0x0c, 0x00, 0x04, 0x08, 0x00, 0x00, 0x00,
+	0x01, 0x04, 0x02, 0x00, 0x00, 0x00,
+	0x06, 0x04, 0x00, 0x00, 0x00, 0x00,
+}
+
 func parseSetType(typ string) (*setType, error) {
+	if typ == TypeofNumgenEndpoints {
+		return &setType{isMap: true, key: []dtype{typeInteger}, data: []dtype{typeIPv4, typeService}}, nil
+	}
+	if strings.HasPrefix(typ, "typeof ") {
+		return nil, fmt.Errorf("unsupported type %q (of the typeof declarations only %q)", typ, TypeofNumgenEndpoints)
+	}
 	k, d, isMap := strings.Cut(typ, ":")
 	parse := func(s string) ([]dtype, error) {
 		var out []dtype
@@ -298,18 +327,22 @@ func (n *Netlink) addSet(b *batch, name, typ string, flags []string, timeout tim
 		b.attr(unix.NFTA_SET_TIMEOUT, binary.BigEndian.AppendUint64(nil, uint64(timeout.Milliseconds())))
 	}
 	ud := udataU32(nil, 0, byteorderOf(st.key))
-	if isMap {
+	if typ == TypeofNumgenEndpoints {
+		ud = append([]byte(nil), typeofNumgenEndpointsUdata...)
+	} else if isMap {
 		bo := uint32(byteorderInvalid)
 		if st.data != nil {
 			bo = byteorderOf(st.data)
 		}
 		ud = udataU32(ud, 1, bo)
 	}
-	if len(st.key) > 1 {
-		ud = append(ud, 3, 8, 0, 4, 13, 0, 0, 0, 1, 0) // key typeof: a concatenation
-	}
-	if isMap {
-		ud = udataU32(ud, 6, 0)
+	if typ != TypeofNumgenEndpoints {
+		if len(st.key) > 1 {
+			ud = append(ud, 3, 8, 0, 4, 13, 0, 0, 0, 1, 0) // key typeof: a concatenation
+		}
+		if isMap {
+			ud = udataU32(ud, 6, 0)
+		}
 	}
 	if comment != "" {
 		ud = append(ud, commentUdata(7, comment)...)
@@ -916,6 +949,9 @@ func decodeKey(types []dtype, b []byte) []string {
 			out = append(out, name)
 		case typeService:
 			out = append(out, strconv.Itoa(int(binary.BigEndian.Uint16(v))))
+		case typeInteger:
+			// As nft prints an integer key (numgen's): decimal.
+			out = append(out, strconv.FormatUint(uint64(binary.NativeEndian.Uint32(v)), 10))
 		default:
 			out = append(out, fmt.Sprintf("%#x", binary.NativeEndian.Uint32(v)))
 		}
