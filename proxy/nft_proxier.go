@@ -119,6 +119,8 @@ type NFTProxier struct {
 	chains map[string]*nftChain
 	// sets are the affinity sets the kernel holds.
 	sets map[string]nft.Set
+	// blocks are the service chains' blocks of dnat-endpoints keys.
+	blocks *nftBlocks
 	// fixed is the rule count of every fixed chain after the last full sync.
 	fixed map[string]int
 	// stale service chains, flushed, and when they became stale.
@@ -183,6 +185,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 		kernel:        map[string]map[string]*nftElem{},
 		chains:        map[string]*nftChain{},
 		sets:          map[string]nft.Set{},
+		blocks:        newNFTBlocks(),
 		stale:         map[string]time.Time{},
 		healthChecked: map[types.NamespacedName]bool{},
 		udp:           newUDPFrontends(),
@@ -310,6 +313,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 		delete(p.healthChecked, key)
 		if in.svc == nil {
 			delete(p.rendered, key)
+			p.releaseBlocks(old, nil)
 			continue
 		}
 		var out []*nftServiceRules
@@ -317,13 +321,14 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}
-			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName))
+			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName), p.blocks)
 			if sp.hcNodePort != 0 {
 				p.healthChecked[key] = true
 			}
 			out = append(out, r)
 		}
 		p.rendered[key] = out
+		p.releaseBlocks(old, out)
 	}
 
 	var ops int
@@ -371,6 +376,26 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 		p.cleanupConntrack(nodeIP)
 	}
 	return nil
+}
+
+// releaseBlocks frees the dnat-endpoints blocks of old's chains that cur
+// does not keep (a block freed here may be taken by a service rendered
+// later in the same sync: the element diff of that one transaction moves
+// the keys from one owner to the other).
+func (p *NFTProxier) releaseBlocks(old, cur []*nftServiceRules) {
+	keep := map[string]bool{}
+	for _, r := range cur {
+		for _, c := range r.blocks {
+			keep[c] = true
+		}
+	}
+	for _, r := range old {
+		for _, c := range r.blocks {
+			if !keep[c] {
+				p.blocks.release(c)
+			}
+		}
+	}
 }
 
 // deleteStaleChains deletes the stale chains flushed at least a second ago.

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/netip"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +130,68 @@ func freshNFTDump(t *testing.T, svcs map[string]*corev1.Service, slices map[stri
 	return f.Dump()
 }
 
+// resolveDNATBlocks rewrites a Fake dump's rules "... dnat ip to numgen
+// random mod N [offset B] map @dnat-endpoints" into the endpoints they pick
+// from ("... dnat ip to numgen random mod N map { 0 : A . P, ... }") and
+// drops the dnat-endpoints elements, failing on a key a rule needs that is
+// missing, a key two chains' blocks share, or an element no rule uses.
+func resolveDNATBlocks(t *testing.T, dump string) string {
+	t.Helper()
+	type key struct {
+		proto string
+		n     int
+	}
+	elems := map[key]string{}
+	var lines []string
+	prefix := "add element ip " + nftTableName + " " + nftDNATMapPrefix
+	for _, l := range strings.Split(dump, "\n") {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			proto, rest, _ := strings.Cut(rest, " { ")
+			k, v, _ := strings.Cut(strings.TrimSuffix(rest, " }"), " : ")
+			n, err := strconv.Atoi(k)
+			if err != nil {
+				t.Fatalf("dnat-endpoints element %q: %v", l, err)
+			}
+			elems[key{proto, n}] = v
+			continue
+		}
+		lines = append(lines, l)
+	}
+	re := regexp.MustCompile(`dnat ip to numgen random mod (\d+)(?: offset (\d+))? map @` + nftDNATMapPrefix + `(tcp|udp|sctp)`)
+	used := map[key]bool{}
+	for i, l := range lines {
+		m := re.FindStringSubmatchIndex(l)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(l[m[2]:m[3]])
+		base := 0
+		if m[4] >= 0 {
+			base, _ = strconv.Atoi(l[m[4]:m[5]])
+		}
+		proto := l[m[6]:m[7]]
+		var picks []string
+		for k := base; k < base+n; k++ {
+			v, ok := elems[key{proto, k}]
+			if !ok {
+				t.Fatalf("rule %q: key %d missing from dnat-endpoints-%s", l, k, proto)
+			}
+			if used[key{proto, k}] {
+				t.Fatalf("rule %q: key %d is another chain's too", l, k)
+			}
+			used[key{proto, k}] = true
+			picks = append(picks, fmt.Sprintf("%d : %s", k-base, v))
+		}
+		lines[i] = l[:m[0]] + fmt.Sprintf("dnat ip to numgen random mod %d map @%s{ %s }", n, proto, strings.Join(picks, ", ")) + l[m[1]:]
+	}
+	for k, v := range elems {
+		if !used[k] {
+			t.Fatalf("dnat-endpoints-%s element %d : %s is no rule's", k.proto, k.n, v)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // TestNFTPartialSyncsMatchFullSync is the iptables mode's randomized test
 // for the nftables mode: random changes of every kind with partial syncs
 // only; after each, once the stale chains' second has passed, the table
@@ -170,8 +234,10 @@ func TestNFTPartialSyncsMatchFullSync(t *testing.T) {
 				clock.Step(2 * time.Second)
 				mustSyncNFT(t, p)
 
-				want := freshNFTDump(t, svcs, slices)
-				if got := f.Dump(); got != want {
+				// Blocks of dnat-endpoints keys depend on the order services
+				// came and went: compare what each chain picks from.
+				want := resolveDNATBlocks(t, freshNFTDump(t, svcs, slices))
+				if got := resolveDNATBlocks(t, f.Dump()); got != want {
 					t.Fatalf("step %d (%s): partial syncs diverged from a full sync:\n%s", step, what, lineDiff(want, got))
 				}
 				q, _, _ := testNFTProxier(t, nft.NewFake())
@@ -189,6 +255,13 @@ func TestNFTPartialSyncsMatchFullSync(t *testing.T) {
 			}
 			if st := p.Stats(); st.FullSyncs != 1 || st.PartialSyncs == 0 {
 				t.Fatalf("want one full sync then partial ones, got %+v", st)
+			}
+			// A full sync keeps every chain's block: it writes the same table.
+			before := f.Dump()
+			p.forceFullSync()
+			mustSyncNFT(t, p)
+			if got := f.Dump(); got != before {
+				t.Fatalf("a full sync after partial ones moved blocks:\n%s", lineDiff(before, got))
 			}
 		})
 	}

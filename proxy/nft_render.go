@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,10 @@ const (
 	nftFirewallCheck          = "firewall-check"
 	nftMasquerading           = "masquerading"
 	nftHairpinSet             = "hairpin-connections"
+	// nftDNATMapPrefix + protocol are minikit's own maps: every service's
+	// endpoints, each service chain picking from its block of keys
+	// (nftBlocks).
+	nftDNATMapPrefix = "dnat-endpoints-"
 
 	// Per-service prefixes.
 	nftPrefixService  = "service-"
@@ -114,12 +119,17 @@ var nftJumps = []struct{ dst, src, extra string }{
 var nftManagedSets = []string{
 	nftClusterIPsSet, nftServiceIPsMap, nftFirewallIPsMap, nftNoEndpointServicesMap,
 	nftNoEndpointNodePortsMap, nftServiceNodePortsMap, nftHairpinSet,
+	nftDNATMapPrefix + "tcp", nftDNATMapPrefix + "udp", nftDNATMapPrefix + "sctp",
 }
+
+// nftDNATProtocols are the protocols with a dnat-endpoints map.
+var nftDNATProtocols = []string{"tcp", "udp", "sctp"}
 
 // nftKeyFields is the number of key fields of each managed set and map.
 var nftKeyFields = map[string]int{
 	nftClusterIPsSet: 1, nftServiceIPsMap: 3, nftFirewallIPsMap: 3, nftNoEndpointServicesMap: 3,
 	nftNoEndpointNodePortsMap: 2, nftServiceNodePortsMap: 2, nftHairpinSet: 4,
+	nftDNATMapPrefix + "tcp": 1, nftDNATMapPrefix + "udp": 1, nftDNATMapPrefix + "sctp": 1,
 }
 
 // checkListed says whether a backend listed an element of a managed set
@@ -215,10 +225,68 @@ type nftServiceRules struct {
 	serving []string
 	// rules counts the rules of chains.
 	rules int
+	// blocks are the chains that hold a block of dnat-endpoints keys.
+	blocks []string
+}
+
+// nftBlocks allocates the keys of dnat-endpoints: each service chain that
+// picks an endpoint by "numgen random mod N offset B map @dnat-endpoints"
+// owns the keys [B, B+size), size the power of two at or above N, so an
+// endpoint replaced is one element changed and a count within the block's
+// size keeps its place (the rule changes, its mod N). A chain keeps its
+// block across syncs, partial or full, until its count needs another size
+// or the chain goes; freed blocks are reused, smallest base first, before
+// the key space grows. Owned by the sync goroutine.
+type nftBlocks struct {
+	byChain map[string]nftBlock
+	free    map[int][]int // size -> bases, sorted
+	next    int
+}
+
+type nftBlock struct{ base, size int }
+
+func newNFTBlocks() *nftBlocks {
+	return &nftBlocks{byChain: map[string]nftBlock{}, free: map[int][]int{}}
+}
+
+// get returns the base of chain's block for n endpoints, allocating it.
+func (b *nftBlocks) get(chain string, n int) int {
+	size := 1
+	for size < n {
+		size *= 2
+	}
+	if cur, ok := b.byChain[chain]; ok {
+		if cur.size == size {
+			return cur.base
+		}
+		b.release(chain)
+	}
+	var base int
+	if f := b.free[size]; len(f) > 0 {
+		base, b.free[size] = f[0], f[1:]
+	} else {
+		base = b.next
+		b.next += size
+	}
+	b.byChain[chain] = nftBlock{base, size}
+	return base
+}
+
+// release frees chain's block, if it has one.
+func (b *nftBlocks) release(chain string) {
+	cur, ok := b.byChain[chain]
+	if !ok {
+		return
+	}
+	delete(b.byChain, chain)
+	f := b.free[cur.size]
+	i := sort.SearchInts(f, cur.base)
+	b.free[cur.size] = append(f[:i], append([]int{cur.base}, f[i:]...)...)
 }
 
 // renderNFTService is the per-service part of kube-proxy's syncProxyRules.
-func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *nftServiceRules {
+// Chains that DNAT take their block of dnat-endpoints keys from blocks.
+func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, blocks *nftBlocks) *nftServiceRules {
 	out := &nftServiceRules{sp: sp}
 	proto := sp.protocol
 	port := strconv.Itoa(sp.port)
@@ -407,15 +475,19 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *n
 	}
 
 	if !affinity {
-		if usesClusterChain {
-			for i, e := range cluster {
-				add(clusterChain, nftDNATRule(proto, e, i, len(cluster)), "")
+		dnat := func(chain string, eps []*endpoint) {
+			base := blocks.get(chain, len(eps))
+			out.blocks = append(out.blocks, chain)
+			add(chain, nftDNATRule(proto, base, len(eps)), "")
+			for i, e := range eps {
+				elem(nftDNATMapPrefix+proto, []string{strconv.Itoa(base + i)}, e.ip+" . "+strconv.Itoa(e.port), "")
 			}
 		}
+		if usesClusterChain {
+			dnat(clusterChain, cluster)
+		}
 		if usesLocalChain {
-			for i, e := range local {
-				add(localChain, nftDNATRule(proto, e, i, len(local)), "")
-			}
+			dnat(localChain, local)
 		}
 	} else {
 		jumps := func(chain string, eps []*endpoint) {
@@ -454,20 +526,26 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *n
 	return out
 }
 
-// nftDNATRule is the i-th of n rules that DNAT a service's traffic to its
-// endpoints: "numgen random mod (n-i) 0" before every rule but the last
-// gives each endpoint 1/n, the way iptables mode's statistic matches do.
+// nftDNATRule is the one rule of a service chain that DNATs to one of its n
+// endpoints: a random number in the chain's block [base, base+n) of keys,
+// looked up in dnat-endpoints-PROTO (nft omits "offset 0"). A map per
+// protocol because nft checks the map's typeof ("tcp dport") against the
+// rule's "meta l4proto".
 //
-// This is where minikit parts from kube-proxy, which writes one rule with
-// an anonymous numgen map ("dnat ip addr . port to numgen random mod n map
-// { 0 : A . P, ... }"). Every anonymous set costs the kernel a walk of the
-// table's list of sets when it is bound (and nft another when it is named),
-// so 10,000 services cost 10,000 such walks: a full sync at 10,000 services
-// took 6.2 s that way and takes well under a second this way, as chains are
-// found through a hash table. A packet walks at most n of these rules, and
-// only its first packet: conntrack carries the rest.
-func nftDNATRule(proto string, e *endpoint, i, n int) string {
-	return numgenPick(i, n) + "meta l4proto " + proto + " dnat to " + net.JoinHostPort(e.ip, strconv.Itoa(e.port))
+// This is where minikit parts from kube-proxy, which writes an anonymous
+// map per service ("dnat ip addr . port to numgen random mod n map { 0 :
+// A . P, ... }"). The kernel finds a set by walking the table's list of
+// sets, once to create it and once to bind it, so 10,000 anonymous maps
+// made a first full sync at 10,000 services quadratic (5.3-5.9 s). One
+// shared map keeps the table's set list short, and an endpoint replaced is
+// one element of a map no base chain's verdict depends on: the commit
+// validates no chain. A changed endpoint count replaces this rule (its mod).
+func nftDNATRule(proto string, base, n int) string {
+	r := "meta l4proto " + proto + " dnat ip to numgen random mod " + strconv.Itoa(n)
+	if base != 0 {
+		r += " offset " + strconv.Itoa(base)
+	}
+	return r + " map @" + nftDNATMapPrefix + proto
 }
 
 // numgenPick is the match that takes the i-th of n choices with probability
@@ -556,6 +634,10 @@ func nftSetup(tx *nft.Transaction, cfg *nftRenderConfig) map[string]int {
 	tx.Add(&nft.Map{Name: nftServiceIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
 		Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"})
 	tx.Add(&nft.Map{Name: nftServiceNodePortsMap, Type: "inet_proto . inet_service : verdict", Comment: "NodePort traffic"})
+	for _, proto := range nftDNATProtocols {
+		tx.Add(&nft.Map{Name: nftDNATMapPrefix + proto, Type: nft.TypeofNumgenEndpoints(proto),
+			Comment: proto + " endpoints of services, in the blocks of keys their chains pick from"})
+	}
 	if cfg.masqueradeAll {
 		rule(nftServicesChain, "ip daddr @"+nftClusterIPsSet+" "+nftMasqueradeRule, "masquerade all clusterIP traffic")
 	} else if cfg.clusterCIDR != "" {

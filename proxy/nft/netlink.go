@@ -114,17 +114,26 @@ type setType struct {
 
 var typeNames = map[string]dtype{"ipv4_addr": typeIPv4, "inet_proto": typeProto, "inet_service": typeService, "mark": typeMark, "integer": typeInteger}
 
-// TypeofNumgenEndpoints is the one "typeof" set type the backends know:
-// a map from a random number to an endpoint (minikit's dnat-endpoints). Its
-// key is nft's integer (32 bits, host order), its data ipv4_addr .
-// inet_service; declared by typeof, nft lists it as written, and the
-// elements' keys as decimal numbers.
-const TypeofNumgenEndpoints = "typeof numgen random mod 1 : ip daddr . tcp dport"
+// TypeofNumgenEndpoints returns the one "typeof" set type the backends
+// know, for proto tcp, udp or sctp: a map from a random number to an
+// endpoint (minikit's dnat-endpoints-PROTO maps). Its key is nft's integer
+// (32 bits, host order), its data ipv4_addr . inet_service; declared by
+// typeof, nft lists it as written and the keys as decimal numbers. One map
+// per protocol because nft 1.0 checks the data's typeof ("tcp dport")
+// against the rule's "meta l4proto" (and "th dport" against neither).
+func TypeofNumgenEndpoints(proto string) string {
+	return "typeof numgen random mod 1 : ip daddr . " + proto + " dport"
+}
+
+// typeofProtoDesc is nft's protocol description id of each transport
+// header, as the typeof userdata records it.
+var typeofProtoDesc = map[string]byte{"udp": 6, "tcp": 8, "sctp": 10}
 
 // typeofNumgenEndpointsUdata is the userdata nft 1.0.6 writes for that
 // declaration (captured with nft --debug=mnl): key byte order host, data
 // byte order invalid, the key's typeof (numgen random mod 1), the data's
-// typeof (a concatenation of ip daddr and tcp dport), and map flag 0.
+// typeof (a concatenation of ip daddr and PROTO dport, the protocol's
+// description id at typeofProtoDescAt), and map flag 0.
 var typeofNumgenEndpointsUdata = []byte{
 	0x00, 0x04, 0x01, 0x00, 0x00, 0x00,
 	0x01, 0x04, 0x00, 0x00, 0x00, 0x00,
@@ -137,12 +146,25 @@ var typeofNumgenEndpointsUdata = []byte{
 	0x06, 0x04, 0x00, 0x00, 0x00, 0x00,
 }
 
+const typeofProtoDescAt = 84
+
+// typeofEndpointsProto returns the protocol of a TypeofNumgenEndpoints
+// type, or "".
+func typeofEndpointsProto(typ string) string {
+	for p := range typeofProtoDesc {
+		if typ == TypeofNumgenEndpoints(p) {
+			return p
+		}
+	}
+	return ""
+}
+
 func parseSetType(typ string) (*setType, error) {
-	if typ == TypeofNumgenEndpoints {
+	if typeofEndpointsProto(typ) != "" {
 		return &setType{isMap: true, key: []dtype{typeInteger}, data: []dtype{typeIPv4, typeService}}, nil
 	}
 	if strings.HasPrefix(typ, "typeof ") {
-		return nil, fmt.Errorf("unsupported type %q (of the typeof declarations only %q)", typ, TypeofNumgenEndpoints)
+		return nil, fmt.Errorf("unsupported type %q (of the typeof declarations only %q, for tcp, udp or sctp)", typ, TypeofNumgenEndpoints("tcp"))
 	}
 	k, d, isMap := strings.Cut(typ, ":")
 	parse := func(s string) ([]dtype, error) {
@@ -327,8 +349,10 @@ func (n *Netlink) addSet(b *batch, name, typ string, flags []string, timeout tim
 		b.attr(unix.NFTA_SET_TIMEOUT, binary.BigEndian.AppendUint64(nil, uint64(timeout.Milliseconds())))
 	}
 	ud := udataU32(nil, 0, byteorderOf(st.key))
-	if typ == TypeofNumgenEndpoints {
+	typeofProto := typeofEndpointsProto(typ)
+	if typeofProto != "" {
 		ud = append([]byte(nil), typeofNumgenEndpointsUdata...)
+		ud[typeofProtoDescAt] = typeofProtoDesc[typeofProto]
 	} else if isMap {
 		bo := uint32(byteorderInvalid)
 		if st.data != nil {
@@ -336,7 +360,7 @@ func (n *Netlink) addSet(b *batch, name, typ string, flags []string, timeout tim
 		}
 		ud = udataU32(ud, 1, bo)
 	}
-	if typ != TypeofNumgenEndpoints {
+	if typeofProto == "" {
 		if len(st.key) > 1 {
 			ud = append(ud, 3, 8, 0, 4, 13, 0, 0, 0, 1, 0) // key typeof: a concatenation
 		}
