@@ -133,7 +133,7 @@ func freshNFTDump(t *testing.T, svcs map[string]*corev1.Service, slices map[stri
 // resolveDNATBlocks rewrites a Fake dump's rules "... dnat ip to numgen
 // random mod N [offset B] map @dnat-endpoints" into the endpoints they pick
 // from ("... dnat ip to numgen random mod N map { 0 : A . P, ... }") and
-// drops the dnat-endpoints elements, failing on a key a rule needs that is
+// drops the dnat-endpoints maps and elements, failing on a key a rule needs that is
 // missing, a key two chains' blocks share, or an element no rule uses.
 func resolveDNATBlocks(t *testing.T, dump string) string {
 	t.Helper()
@@ -146,7 +146,8 @@ func resolveDNATBlocks(t *testing.T, dump string) string {
 	prefix := "add element ip " + nftTableName + " " + nftDNATMapPrefix
 	for _, l := range strings.Split(dump, "\n") {
 		if rest, ok := strings.CutPrefix(l, prefix); ok {
-			proto, rest, _ := strings.Cut(rest, " { ")
+			proto, rest, _ := strings.Cut(rest, " { ") // "tcp-0"
+
 			k, v, _ := strings.Cut(strings.TrimSuffix(rest, " }"), " : ")
 			n, err := strconv.Atoi(k)
 			if err != nil {
@@ -155,9 +156,14 @@ func resolveDNATBlocks(t *testing.T, dump string) string {
 			elems[key{proto, n}] = v
 			continue
 		}
+		if strings.HasPrefix(l, "add map ip "+nftTableName+" "+nftDNATMapPrefix) {
+			// Maps stay for a process's life: a proxier that had more
+			// services has more.
+			continue
+		}
 		lines = append(lines, l)
 	}
-	re := regexp.MustCompile(`dnat ip to numgen random mod (\d+)(?: offset (\d+))? map @` + nftDNATMapPrefix + `(tcp|udp|sctp)`)
+	re := regexp.MustCompile(`dnat ip to numgen random mod (\d+)(?: offset (\d+))? map @` + nftDNATMapPrefix + `((?:tcp|udp|sctp)-\d+)`)
 	used := map[key]bool{}
 	for i, l := range lines {
 		m := re.FindStringSubmatchIndex(l)
@@ -182,6 +188,7 @@ func resolveDNATBlocks(t *testing.T, dump string) string {
 			used[key{proto, k}] = true
 			picks = append(picks, fmt.Sprintf("%d : %s", k-base, v))
 		}
+		proto, _, _ = strings.Cut(proto, "-")
 		lines[i] = l[:m[0]] + fmt.Sprintf("dnat ip to numgen random mod %d map @%s{ %s }", n, proto, strings.Join(picks, ", ")) + l[m[1]:]
 	}
 	for k, v := range elems {

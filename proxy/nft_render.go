@@ -58,10 +58,13 @@ const (
 	nftFirewallCheck          = "firewall-check"
 	nftMasquerading           = "masquerading"
 	nftHairpinSet             = "hairpin-connections"
-	// nftDNATMapPrefix + protocol are minikit's own maps: every service's
-	// endpoints, each service chain picking from its block of keys
-	// (nftBlocks).
+	// nftDNATMapPrefix + "PROTO-N" are minikit's own maps: the services'
+	// endpoints, each service chain picking from its block of keys in one
+	// of them (nftBlocks).
 	nftDNATMapPrefix = "dnat-endpoints-"
+	// nftDNATMapKeys is how many keys one dnat-endpoints map holds (a
+	// larger block gets a map of its own).
+	nftDNATMapKeys = 512
 
 	// Per-service prefixes.
 	nftPrefixService  = "service-"
@@ -119,17 +122,12 @@ var nftJumps = []struct{ dst, src, extra string }{
 var nftManagedSets = []string{
 	nftClusterIPsSet, nftServiceIPsMap, nftFirewallIPsMap, nftNoEndpointServicesMap,
 	nftNoEndpointNodePortsMap, nftServiceNodePortsMap, nftHairpinSet,
-	nftDNATMapPrefix + "tcp", nftDNATMapPrefix + "udp", nftDNATMapPrefix + "sctp",
 }
-
-// nftDNATProtocols are the protocols with a dnat-endpoints map.
-var nftDNATProtocols = []string{"tcp", "udp", "sctp"}
 
 // nftKeyFields is the number of key fields of each managed set and map.
 var nftKeyFields = map[string]int{
 	nftClusterIPsSet: 1, nftServiceIPsMap: 3, nftFirewallIPsMap: 3, nftNoEndpointServicesMap: 3,
 	nftNoEndpointNodePortsMap: 2, nftServiceNodePortsMap: 2, nftHairpinSet: 4,
-	nftDNATMapPrefix + "tcp": 1, nftDNATMapPrefix + "udp": 1, nftDNATMapPrefix + "sctp": 1,
 }
 
 // checkListed says whether a backend listed an element of a managed set
@@ -138,8 +136,12 @@ var nftKeyFields = map[string]int{
 // diffing against it would write nonsense.
 func checkListed(set string, e *nft.Element) error {
 	_, isSet := setOrMap(set).(*nft.Set)
-	if len(e.Key) != nftKeyFields[set] || (e.Value == "") != isSet {
-		return fmt.Errorf("the backend listed element %q (value %q) of %s, which has %d key fields", strings.Join(e.Key, " . "), e.Value, set, nftKeyFields[set])
+	fields := nftKeyFields[set]
+	if strings.HasPrefix(set, nftDNATMapPrefix) {
+		fields = 1
+	}
+	if len(e.Key) != fields || (e.Value == "") != isSet {
+		return fmt.Errorf("the backend listed element %q (value %q) of %s, which has %d key fields", strings.Join(e.Key, " . "), e.Value, set, fields)
 	}
 	return nil
 }
@@ -229,47 +231,86 @@ type nftServiceRules struct {
 	blocks []string
 }
 
-// nftBlocks allocates the keys of dnat-endpoints: each service chain that
-// picks an endpoint by "numgen random mod N offset B map @dnat-endpoints"
-// owns the keys [B, B+size), size the power of two at or above N, so an
-// endpoint replaced is one element changed and a count within the block's
-// size keeps its place (the rule changes, its mod N). A chain keeps its
-// block across syncs, partial or full, until its count needs another size
-// or the chain goes; freed blocks are reused, smallest base first, before
-// the key space grows. Owned by the sync goroutine.
+// nftBlocks allocates the keys of the dnat-endpoints maps: each service
+// chain that picks an endpoint by "numgen random mod N offset B map
+// @dnat-endpoints-PROTO-M" owns the keys [B, B+size) of map M of its
+// protocol, size the power of two at or above N, so an endpoint replaced is
+// one element changed and a count within the block's size keeps its place
+// (the rule changes, its mod N). A chain keeps its block across syncs,
+// partial or full, until its count needs another size or the chain goes;
+// freed blocks are reused, smallest first, before a map's unused keys and
+// before a new map.
+//
+// Why many maps of nftDNATMapKeys keys and not one: binding a rule's lookup
+// to a map makes the kernel walk the map's list of bindings and all its
+// elements (nf_tables_bind_check_setelem), so one map for 10,000 services
+// made a first full sync quadratic (6.7 s, 56 s over an earlier table).
+// Maps are found by name in a list too, but there are ~100 at 10,000
+// services. Maps stay for the process's life (a full sync removes an
+// earlier process's ones it does not use). Owned by the sync goroutine.
 type nftBlocks struct {
 	byChain map[string]nftBlock
-	free    map[int][]int // size -> bases, sorted
-	next    int
+	maps    map[string][]*nftKeySpace // protocol -> its maps, by number
 }
 
-type nftBlock struct{ base, size int }
+type nftBlock struct {
+	proto             string
+	space, base, size int
+}
+
+// nftKeySpace is one map's keys: the blocks freed, by size, and the first
+// key never used.
+type nftKeySpace struct {
+	free      map[int][]int
+	next, cap int
+}
 
 func newNFTBlocks() *nftBlocks {
-	return &nftBlocks{byChain: map[string]nftBlock{}, free: map[int][]int{}}
+	return &nftBlocks{byChain: map[string]nftBlock{}, maps: map[string][]*nftKeySpace{}}
 }
 
-// get returns the base of chain's block for n endpoints, allocating it.
-func (b *nftBlocks) get(chain string, n int) int {
+// nftDNATMapName is the name of a protocol's map number i.
+func nftDNATMapName(proto string, i int) string {
+	return nftDNATMapPrefix + proto + "-" + strconv.Itoa(i)
+}
+
+// get returns the map and base of chain's block for n endpoints of proto,
+// allocating it.
+func (b *nftBlocks) get(chain, proto string, n int) (string, int) {
 	size := 1
 	for size < n {
 		size *= 2
 	}
 	if cur, ok := b.byChain[chain]; ok {
-		if cur.size == size {
-			return cur.base
+		if cur.size == size && cur.proto == proto {
+			return nftDNATMapName(proto, cur.space), cur.base
 		}
 		b.release(chain)
 	}
-	var base int
-	if f := b.free[size]; len(f) > 0 {
-		base, b.free[size] = f[0], f[1:]
-	} else {
-		base = b.next
-		b.next += size
+	spaces := b.maps[proto]
+	blk := nftBlock{proto: proto, space: -1, size: size}
+	for i, ks := range spaces {
+		if f := ks.free[size]; len(f) > 0 {
+			blk.space, blk.base, ks.free[size] = i, f[0], f[1:]
+			break
+		}
 	}
-	b.byChain[chain] = nftBlock{base, size}
-	return base
+	if blk.space < 0 {
+		for i, ks := range spaces {
+			if ks.next+size <= ks.cap {
+				blk.space, blk.base = i, ks.next
+				ks.next += size
+				break
+			}
+		}
+	}
+	if blk.space < 0 {
+		ks := &nftKeySpace{free: map[int][]int{}, cap: max(nftDNATMapKeys, size), next: size}
+		b.maps[proto] = append(spaces, ks)
+		blk.space = len(spaces)
+	}
+	b.byChain[chain] = blk
+	return nftDNATMapName(proto, blk.space), blk.base
 }
 
 // release frees chain's block, if it has one.
@@ -279,9 +320,29 @@ func (b *nftBlocks) release(chain string) {
 		return
 	}
 	delete(b.byChain, chain)
-	f := b.free[cur.size]
+	ks := b.maps[cur.proto][cur.space]
+	f := ks.free[cur.size]
 	i := sort.SearchInts(f, cur.base)
-	b.free[cur.size] = append(f[:i], append([]int{cur.base}, f[i:]...)...)
+	ks.free[cur.size] = append(f[:i], append([]int{cur.base}, f[i:]...)...)
+}
+
+// mapNames returns the names of every map allocated, by protocol and
+// number.
+func (b *nftBlocks) mapNames() []string {
+	var out []string
+	for _, proto := range []string{"sctp", "tcp", "udp"} {
+		for i := range b.maps[proto] {
+			out = append(out, nftDNATMapName(proto, i))
+		}
+	}
+	return out
+}
+
+// nftDNATMap is the declaration of a dnat-endpoints map.
+func nftDNATMap(name string) *nft.Map {
+	proto, _, _ := strings.Cut(strings.TrimPrefix(name, nftDNATMapPrefix), "-")
+	return &nft.Map{Name: name, Type: nft.TypeofNumgenEndpoints(proto),
+		Comment: proto + " endpoints of services, in the blocks of keys their chains pick from"}
 }
 
 // renderNFTService is the per-service part of kube-proxy's syncProxyRules.
@@ -476,11 +537,11 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 
 	if !affinity {
 		dnat := func(chain string, eps []*endpoint) {
-			base := blocks.get(chain, len(eps))
+			m, base := blocks.get(chain, proto, len(eps))
 			out.blocks = append(out.blocks, chain)
-			add(chain, nftDNATRule(proto, base, len(eps)), "")
+			add(chain, nftDNATRule(proto, m, base, len(eps)), "")
 			for i, e := range eps {
-				elem(nftDNATMapPrefix+proto, []string{strconv.Itoa(base + i)}, e.ip+" . "+strconv.Itoa(e.port), "")
+				elem(m, []string{strconv.Itoa(base + i)}, e.ip+" . "+strconv.Itoa(e.port), "")
 			}
 		}
 		if usesClusterChain {
@@ -528,9 +589,9 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 
 // nftDNATRule is the one rule of a service chain that DNATs to one of its n
 // endpoints: a random number in the chain's block [base, base+n) of keys,
-// looked up in dnat-endpoints-PROTO (nft omits "offset 0"). A map per
-// protocol because nft checks the map's typeof ("tcp dport") against the
-// rule's "meta l4proto".
+// looked up in the dnat-endpoints-PROTO-M map m (nft omits "offset 0"). Maps
+// per protocol because nft checks the map's typeof ("tcp dport") against
+// the rule's "meta l4proto".
 //
 // This is where minikit parts from kube-proxy, which writes an anonymous
 // map per service ("dnat ip addr . port to numgen random mod n map { 0 :
@@ -540,12 +601,12 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 // shared map keeps the table's set list short, and an endpoint replaced is
 // one element of a map no base chain's verdict depends on: the commit
 // validates no chain. A changed endpoint count replaces this rule (its mod).
-func nftDNATRule(proto string, base, n int) string {
+func nftDNATRule(proto, m string, base, n int) string {
 	r := "meta l4proto " + proto + " dnat ip to numgen random mod " + strconv.Itoa(n)
 	if base != 0 {
 		r += " offset " + strconv.Itoa(base)
 	}
-	return r + " map @" + nftDNATMapPrefix + proto
+	return r + " map @" + m
 }
 
 // numgenPick is the match that takes the i-th of n choices with probability
@@ -634,10 +695,6 @@ func nftSetup(tx *nft.Transaction, cfg *nftRenderConfig) map[string]int {
 	tx.Add(&nft.Map{Name: nftServiceIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
 		Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"})
 	tx.Add(&nft.Map{Name: nftServiceNodePortsMap, Type: "inet_proto . inet_service : verdict", Comment: "NodePort traffic"})
-	for _, proto := range nftDNATProtocols {
-		tx.Add(&nft.Map{Name: nftDNATMapPrefix + proto, Type: nft.TypeofNumgenEndpoints(proto),
-			Comment: proto + " endpoints of services, in the blocks of keys their chains pick from"})
-	}
 	if cfg.masqueradeAll {
 		rule(nftServicesChain, "ip daddr @"+nftClusterIPsSet+" "+nftMasqueradeRule, "masquerade all clusterIP traffic")
 	} else if cfg.clusterCIDR != "" {
