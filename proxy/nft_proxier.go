@@ -36,9 +36,11 @@ package proxy
 // transaction's list of changes. With kube-proxy's rules (an anonymous
 // numgen map in every service chain) that made 10,000 services cost 5-7 s
 // in any batching (perf: nft_set_lookup_global 40%, strlen 20%,
-// nf_tables_newset 14%), which is why minikit picks endpoints with one
-// numgen rule each instead (nftDNATRule): the table now holds a dozen sets
-// whatever the number of services. Batches still pay: at 10,000 services x
+// nf_tables_newset 14%), which is why minikit's service chains pick their
+// endpoint from shared dnat-endpoints maps instead (nftDNATRule, nftBlocks:
+// a block of keys per chain, 512 keys per map): the table holds a dozen
+// sets and one map per 512 keys, and an endpoint replaced is an element,
+// not a rule. Batches still pay: at 10,000 services x
 // 5 endpoints, 2 loaded cores, batches of 500 took 0.96-1.12 s and one
 // transaction 1.33-2.45 s. BenchmarkNFTSync has the figures of every kind
 // of sync.

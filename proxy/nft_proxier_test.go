@@ -784,3 +784,47 @@ func TestNFTUnreachableChainsWrittenAhead(t *testing.T) {
 		t.Fatalf("drift: %s", d)
 	}
 }
+
+// TestNFTBlocks pins the allocation of dnat-endpoints keys: blocks of the
+// next power of two, 512 keys per map, a freed block reused first, a
+// block kept while the count fits, and maps per protocol.
+func TestNFTBlocks(t *testing.T) {
+	b := newNFTBlocks()
+	type got struct {
+		m    string
+		base int
+	}
+	get := func(chain, proto string, n int) got {
+		m, base := b.get(chain, proto, n)
+		return got{m, base}
+	}
+	for i := 0; i < 64; i++ {
+		if g, want := get(fmt.Sprint("c", i), "tcp", 5), (got{"dnat-endpoints-tcp-0", i * 8}); g != want {
+			t.Fatalf("chain c%d: %+v, want %+v", i, g, want)
+		}
+	}
+	for _, tc := range []struct {
+		what, chain, proto string
+		n                  int
+		want               got
+	}{
+		{"map 0 is full: map 1", "c64", "tcp", 5, got{"dnat-endpoints-tcp-1", 0}},
+		{"same chain, same count: same block", "c64", "tcp", 5, got{"dnat-endpoints-tcp-1", 0}},
+		{"a count that fits keeps the block", "c64", "tcp", 3, got{"dnat-endpoints-tcp-1", 0}},
+		{"a count that outgrows it moves", "c64", "tcp", 9, got{"dnat-endpoints-tcp-1", 8}},
+		{"the freed block is reused", "c65", "tcp", 8, got{"dnat-endpoints-tcp-1", 0}},
+		{"other protocols have their own maps", "u0", "udp", 1, got{"dnat-endpoints-udp-0", 0}},
+		{"a block larger than a map gets its own", "big", "tcp", 1000, got{"dnat-endpoints-tcp-2", 0}},
+	} {
+		if g := get(tc.chain, tc.proto, tc.n); g != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.what, g, tc.want)
+		}
+	}
+	b.release("c3")
+	if g, want := get("c66", "tcp", 6), (got{"dnat-endpoints-tcp-0", 24}); g != want {
+		t.Errorf("after releasing c3: %+v, want %+v", g, want)
+	}
+	if got, want := strings.Join(b.mapNames(), " "), "dnat-endpoints-tcp-0 dnat-endpoints-tcp-1 dnat-endpoints-tcp-2 dnat-endpoints-udp-0"; got != want {
+		t.Errorf("maps %q, want %q", got, want)
+	}
+}

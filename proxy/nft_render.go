@@ -234,9 +234,10 @@ type nftServiceRules struct {
 // nftBlocks allocates the keys of the dnat-endpoints maps: each service
 // chain that picks an endpoint by "numgen random mod N offset B map
 // @dnat-endpoints-PROTO-M" owns the keys [B, B+size) of map M of its
-// protocol, size the power of two at or above N, so an endpoint replaced is
-// one element changed and a count within the block's size keeps its place
-// (the rule changes, its mod N). A chain keeps its block across syncs,
+// protocol, size the power of two at or above N when allocated, so an
+// endpoint replaced is one element changed and a count that still fits
+// (down to a quarter of the size) keeps its place (the rule changes, its
+// mod N). A chain keeps its block across syncs,
 // partial or full, until its count needs another size or the chain goes;
 // freed blocks are reused, smallest first, before a map's unused keys and
 // before a new map.
@@ -282,7 +283,9 @@ func (b *nftBlocks) get(chain, proto string, n int) (string, int) {
 		size *= 2
 	}
 	if cur, ok := b.byChain[chain]; ok {
-		if cur.size == size && cur.proto == proto {
+		// A block keeps serving while it fits and is no more than four
+		// times too large: a count going up and down moves no keys.
+		if cur.proto == proto && n <= cur.size && n*4 > cur.size {
 			return nftDNATMapName(proto, cur.space), cur.base
 		}
 		b.release(chain)
