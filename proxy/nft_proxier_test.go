@@ -363,6 +363,25 @@ func TestNFTChaosRepairedInOneSync(t *testing.T) {
 				tx.Delete(&nft.Element{Set: nftNoEndpointNodePortsMap, Key: []string{"tcp", "31010"}})
 			})
 		}},
+		{"dnat-endpoints element removed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Delete(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"1"}})
+			})
+		}},
+		{"dnat-endpoints element changed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Delete(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"0"}})
+				tx.Add(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"0"}, Value: "10.244.99.99 . 80"})
+			})
+		}},
+		{"dnat-endpoints element added", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Add(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"500"}, Value: "10.244.99.99 . 80"})
+			})
+		}},
+		{"dnat-endpoints map flushed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) { tx.Flush(&nft.Map{Name: nftDNATMapName("tcp", 0)}) })
+		}},
 		{"foreign element added", func(t *testing.T, f *nft.Fake) {
 			run(t, f, func(tx *nft.Transaction) {
 				tx.Add(&nft.Element{Set: nftClusterIPsSet, Key: []string{"10.96.9.9"}})
@@ -826,5 +845,42 @@ func TestNFTBlocks(t *testing.T) {
 	}
 	if got, want := strings.Join(b.mapNames(), " "), "dnat-endpoints-tcp-0 dnat-endpoints-tcp-1 dnat-endpoints-tcp-2 dnat-endpoints-udp-0"; got != want {
 		t.Errorf("maps %q, want %q", got, want)
+	}
+}
+
+// TestNFTEarlierProcessesMapsRemoved: a proxy restarted with fewer services
+// deletes the dnat-endpoints maps the earlier process used and it does not.
+func TestNFTEarlierProcessesMapsRemoved(t *testing.T) {
+	ctx := context.Background()
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, f)
+	nftBenchServices(p, 70) // 70 blocks of 8 keys: two maps of 512
+	mustSyncNFT(t, p)
+	if names, _ := f.ListSets(ctx); !slices.Contains(names, nftDNATMapName("tcp", 1)) {
+		t.Fatalf("70 services made no second map: %v", names)
+	}
+	q, clock, _ := testNFTProxier(t, f)
+	nftBenchServices(q, 3)
+	mustSyncNFT(t, q)
+	clock.Step(2 * time.Second) // the stale chains' second
+	mustSyncNFT(t, q)
+	names, _ := f.ListSets(ctx)
+	var maps []string
+	for _, n := range names {
+		if strings.HasPrefix(n, nftDNATMapPrefix) {
+			maps = append(maps, n)
+		}
+	}
+	if got, want := strings.Join(maps, " "), nftDNATMapName("tcp", 0); got != want {
+		t.Fatalf("maps after the restart: %q, want %q", got, want)
+	}
+	if d := q.checkDrift(ctx); d != "" {
+		t.Fatalf("drift after the restart: %s", d)
+	}
+	r, _, _ := testNFTProxier(t, nft.NewFake())
+	nftBenchServices(r, 3)
+	mustSyncNFT(t, r)
+	if got, want := f.Dump(), r.Rules(); got != string(want) {
+		t.Fatalf("the restarted proxy's table differs from a fresh one's:\n%s", lineDiff(string(want), got))
 	}
 }
