@@ -516,7 +516,7 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 			return nil, fmt.Errorf("unsupported dnat map key %v", mp["key"])
 		}
 		// An anonymous map (kube-proxy's rules) or a named one (minikit's
-		// dnat-endpoints-PROTO, the chain's block of keys from the offset).
+		// dnat-endpoints-PROTO-N maps, the chain's block of keys from the offset).
 		var elems []elem
 		name := ""
 		switch d := mp["data"].(type) {
