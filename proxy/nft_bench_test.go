@@ -67,8 +67,9 @@ func nftBenchServices(p *NFTProxier, S int) {
 // network namespace of its own) at S services x 5 endpoints: the first full
 // sync into an empty table (render everything; the service chains in
 // transactions of PrepBatchServices, then the one that makes them reachable), a
-// later full sync of the same objects, and a partial sync after one endpoint
-// change, through the Netlink backend and,
+// later full sync of the same objects, a partial sync after one endpoint
+// changed (its address: elements only) and one after a service's endpoint
+// count changed (its rule replaced), through the Netlink backend and,
 // in the same run, through Exec (`nft -f`, kube-proxy's way).
 //
 // NFT_PREP_BATCH sets PrepBatchServices (default 500; 1000000 writes every
@@ -138,6 +139,25 @@ func BenchmarkNFTSync(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					p.OnEndpointSliceUpdate(benchSlice("svc7", 7, fmt.Sprintf("10.250.%d.%d", (i>>8)&255, i&255)))
+					mustSyncNFT(b, p)
+				}
+				if st := p.Stats(); st.FullSyncs != 1 {
+					b.Fatalf("partial syncs were full: %+v", st)
+				}
+			})
+			b.Run(name+"/partial-endpoint-count", func(b *testing.B) {
+				// One service's endpoint count changes (5 -> 4 -> 5): its
+				// chain's rule is replaced.
+				p := newProxier(b, open(b))
+				nftBenchServices(p, S)
+				mustSyncNFT(b, p)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					s := benchSlice("svc7", 7, "")
+					if i%2 == 0 {
+						s.Endpoints = s.Endpoints[:4]
+					}
+					p.OnEndpointSliceUpdate(s)
 					mustSyncNFT(b, p)
 				}
 				if st := p.Stats(); st.FullSyncs != 1 {

@@ -96,7 +96,7 @@ func (p *NFTProxier) checkDrift(ctx context.Context) string {
 		}
 		p.driftCursor = (p.driftCursor + k) % len(svc)
 	}
-	for _, set := range nftManagedSets {
+	for _, set := range p.managedSets() {
 		elems, err := p.nft.ListElements(ctx, set)
 		if err != nil {
 			if errors.Is(err, nft.ErrNotFound) {

@@ -36,9 +36,11 @@ package proxy
 // transaction's list of changes. With kube-proxy's rules (an anonymous
 // numgen map in every service chain) that made 10,000 services cost 5-7 s
 // in any batching (perf: nft_set_lookup_global 40%, strlen 20%,
-// nf_tables_newset 14%), which is why minikit picks endpoints with one
-// numgen rule each instead (nftDNATRule): the table now holds a dozen sets
-// whatever the number of services. Batches still pay: at 10,000 services x
+// nf_tables_newset 14%), which is why minikit's service chains pick their
+// endpoint from shared dnat-endpoints maps instead (nftDNATRule, nftBlocks:
+// a block of keys per chain, 512 keys per map): the table holds a dozen
+// sets and one map per 512 keys, and an endpoint replaced is an element,
+// not a rule. Batches still pay: at 10,000 services x
 // 5 endpoints, 2 loaded cores, batches of 500 took 0.96-1.12 s and one
 // transaction 1.33-2.45 s. BenchmarkNFTSync has the figures of every kind
 // of sync.
@@ -119,6 +121,10 @@ type NFTProxier struct {
 	chains map[string]*nftChain
 	// sets are the affinity sets the kernel holds.
 	sets map[string]nft.Set
+	// blocks are the service chains' blocks of dnat-endpoints keys;
+	// mapsWritten the dnat-endpoints maps the kernel holds.
+	blocks      *nftBlocks
+	mapsWritten map[string]bool
 	// fixed is the rule count of every fixed chain after the last full sync.
 	fixed map[string]int
 	// stale service chains, flushed, and when they became stale.
@@ -183,6 +189,8 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 		kernel:        map[string]map[string]*nftElem{},
 		chains:        map[string]*nftChain{},
 		sets:          map[string]nft.Set{},
+		blocks:        newNFTBlocks(),
+		mapsWritten:   map[string]bool{},
 		stale:         map[string]time.Time{},
 		healthChecked: map[types.NamespacedName]bool{},
 		udp:           newUDPFrontends(),
@@ -310,6 +318,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 		delete(p.healthChecked, key)
 		if in.svc == nil {
 			delete(p.rendered, key)
+			p.releaseBlocks(old, nil)
 			continue
 		}
 		var out []*nftServiceRules
@@ -317,13 +326,14 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}
-			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName))
+			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName), p.blocks)
 			if sp.hcNodePort != 0 {
 				p.healthChecked[key] = true
 			}
 			out = append(out, r)
 		}
 		p.rendered[key] = out
+		p.releaseBlocks(old, out)
 	}
 
 	var ops int
@@ -373,6 +383,32 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 	return nil
 }
 
+// managedSets are the sets and maps whose elements the proxier diffs: the
+// shared ones and the dnat-endpoints maps.
+func (p *NFTProxier) managedSets() []string {
+	return append(append([]string(nil), nftManagedSets...), p.blocks.mapNames()...)
+}
+
+// releaseBlocks frees the dnat-endpoints blocks of old's chains that cur
+// does not keep (a block freed here may be taken by a service rendered
+// later in the same sync: the element diff of that one transaction moves
+// the keys from one owner to the other).
+func (p *NFTProxier) releaseBlocks(old, cur []*nftServiceRules) {
+	keep := map[string]bool{}
+	for _, r := range cur {
+		for _, c := range r.blocks {
+			keep[c] = true
+		}
+	}
+	for _, r := range old {
+		for _, c := range r.blocks {
+			if !keep[c] {
+				p.blocks.release(c)
+			}
+		}
+	}
+}
+
 // deleteStaleChains deletes the stale chains flushed at least a second ago.
 // A chain that is gone already (someone deleted the table) is no error: each
 // is added before it is deleted.
@@ -407,10 +443,14 @@ func (p *NFTProxier) deleteStaleChains(ctx context.Context, now time.Time) error
 func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start time.Time) (int, error) {
 	tx := &nft.Transaction{}
 	fixed := nftSetup(tx, cfg)
+	dnatMaps := p.blocks.mapNames()
+	for _, name := range dnatMaps {
+		tx.Add(nftDNATMap(name))
+	}
 
 	// What the kernel holds.
 	kernel := map[string]map[string]*nftElem{}
-	for _, set := range nftManagedSets {
+	for _, set := range p.managedSets() {
 		kernel[set] = map[string]*nftElem{}
 		elems, err := p.nft.ListElements(ctx, set)
 		if err != nil {
@@ -432,6 +472,7 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 		return 0, fmt.Errorf("listing nftables chains: %w", err)
 	}
 	knownSets := p.sets
+	var oldMaps []nft.Op
 	if !p.flushed {
 		// An earlier process's affinity sets, of unknown timeout: the
 		// wanted ones are recreated, the others deleted.
@@ -440,9 +481,18 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 			return 0, fmt.Errorf("listing nftables sets: %w", err)
 		}
 		knownSets = map[string]nft.Set{}
+		wanted := map[string]bool{}
+		for _, name := range dnatMaps {
+			wanted[name] = true
+		}
 		for _, name := range names {
 			if strings.HasPrefix(name, "affinity-") {
 				knownSets[name] = nft.Set{Name: name, Timeout: -1}
+			}
+			// An earlier process's dnat-endpoints maps this one does not
+			// use go once the chains naming them are flushed.
+			if strings.HasPrefix(name, nftDNATMapPrefix) && !wanted[name] {
+				oldMaps = append(oldMaps, nft.Op{Kind: nft.OpDelete, Map: &nft.Map{Name: name}})
 			}
 		}
 	}
@@ -537,12 +587,17 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 		}
 	}
 	tx.Ops = append(tx.Ops, staleSets...)
+	tx.Ops = append(tx.Ops, oldMaps...)
 
 	if err := p.nft.Run(ctx, tx); err != nil {
 		clear(p.stale)
 		return 0, fmt.Errorf("applying a full nftables transaction of %d operations: %w", tx.Len(), err)
 	}
 	p.flushed = true
+	p.mapsWritten = map[string]bool{}
+	for _, name := range dnatMaps {
+		p.mapsWritten[name] = true
+	}
 	p.owners, p.kernel, p.chains, p.sets, p.fixed = owners, kernel, chains, sets, fixed
 	for name := range p.stale {
 		if chains[name] != nil || !newStale[name] {
@@ -743,9 +798,19 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 			known[name] = s
 		}
 	}
+	// dnat-endpoints maps first used now, ahead of the rules naming them.
+	var mapOps []nft.Op
+	var newMaps []string
+	for _, name := range p.blocks.mapNames() {
+		if !p.mapsWritten[name] {
+			newMaps = append(newMaps, name)
+			mapOps = append(mapOps, nft.Op{Kind: nft.OpAdd, Map: nftDNATMap(name)})
+		}
+	}
+	chainOps = append(mapOps, chainOps...)
 	setsToAdd := newSets
 	if len(prep) >= p.cfg.PrepBatchServices {
-		if err := p.writeUnreachable(ctx, nil, prep); err != nil {
+		if err := p.writeUnreachable(ctx, mapOps, prep); err != nil {
 			return 0, err
 		}
 		setsToAdd = map[string]nft.Set{}
@@ -782,6 +847,9 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 	if err := p.nft.Run(ctx, tx); err != nil {
 		clear(p.stale)
 		return 0, fmt.Errorf("applying a partial nftables transaction of %d operations: %w", tx.Len(), err)
+	}
+	for _, name := range newMaps {
+		p.mapsWritten[name] = true
 	}
 	for name, c := range newChains {
 		p.chains[name] = c

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http/httptest"
 	"net/netip"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +130,75 @@ func freshNFTDump(t *testing.T, svcs map[string]*corev1.Service, slices map[stri
 	return f.Dump()
 }
 
+// resolveDNATBlocks rewrites a Fake dump's rules "... dnat ip to numgen
+// random mod N [offset B] map @dnat-endpoints" into the endpoints they pick
+// from ("... dnat ip to numgen random mod N map { 0 : A . P, ... }") and
+// drops the dnat-endpoints maps and elements, failing on a key a rule needs that is
+// missing, a key two chains' blocks share, or an element no rule uses.
+func resolveDNATBlocks(t *testing.T, dump string) string {
+	t.Helper()
+	type key struct {
+		proto string
+		n     int
+	}
+	elems := map[key]string{}
+	var lines []string
+	prefix := "add element ip " + nftTableName + " " + nftDNATMapPrefix
+	for _, l := range strings.Split(dump, "\n") {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			proto, rest, _ := strings.Cut(rest, " { ") // "tcp-0"
+
+			k, v, _ := strings.Cut(strings.TrimSuffix(rest, " }"), " : ")
+			n, err := strconv.Atoi(k)
+			if err != nil {
+				t.Fatalf("dnat-endpoints element %q: %v", l, err)
+			}
+			elems[key{proto, n}] = v
+			continue
+		}
+		if strings.HasPrefix(l, "add map ip "+nftTableName+" "+nftDNATMapPrefix) {
+			// Maps stay for a process's life: a proxier that had more
+			// services has more.
+			continue
+		}
+		lines = append(lines, l)
+	}
+	re := regexp.MustCompile(`dnat ip to numgen random mod (\d+)(?: offset (\d+))? map @` + nftDNATMapPrefix + `((?:tcp|udp|sctp)-\d+)`)
+	used := map[key]bool{}
+	for i, l := range lines {
+		m := re.FindStringSubmatchIndex(l)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(l[m[2]:m[3]])
+		base := 0
+		if m[4] >= 0 {
+			base, _ = strconv.Atoi(l[m[4]:m[5]])
+		}
+		proto := l[m[6]:m[7]]
+		var picks []string
+		for k := base; k < base+n; k++ {
+			v, ok := elems[key{proto, k}]
+			if !ok {
+				t.Fatalf("rule %q: key %d missing from dnat-endpoints-%s", l, k, proto)
+			}
+			if used[key{proto, k}] {
+				t.Fatalf("rule %q: key %d is another chain's too", l, k)
+			}
+			used[key{proto, k}] = true
+			picks = append(picks, fmt.Sprintf("%d : %s", k-base, v))
+		}
+		proto, _, _ = strings.Cut(proto, "-")
+		lines[i] = l[:m[0]] + fmt.Sprintf("dnat ip to numgen random mod %d map @%s{ %s }", n, proto, strings.Join(picks, ", ")) + l[m[1]:]
+	}
+	for k, v := range elems {
+		if !used[k] {
+			t.Fatalf("dnat-endpoints-%s element %d : %s is no rule's", k.proto, k.n, v)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // TestNFTPartialSyncsMatchFullSync is the iptables mode's randomized test
 // for the nftables mode: random changes of every kind with partial syncs
 // only; after each, once the stale chains' second has passed, the table
@@ -170,8 +241,10 @@ func TestNFTPartialSyncsMatchFullSync(t *testing.T) {
 				clock.Step(2 * time.Second)
 				mustSyncNFT(t, p)
 
-				want := freshNFTDump(t, svcs, slices)
-				if got := f.Dump(); got != want {
+				// Blocks of dnat-endpoints keys depend on the order services
+				// came and went: compare what each chain picks from.
+				want := resolveDNATBlocks(t, freshNFTDump(t, svcs, slices))
+				if got := resolveDNATBlocks(t, f.Dump()); got != want {
 					t.Fatalf("step %d (%s): partial syncs diverged from a full sync:\n%s", step, what, lineDiff(want, got))
 				}
 				q, _, _ := testNFTProxier(t, nft.NewFake())
@@ -189,6 +262,13 @@ func TestNFTPartialSyncsMatchFullSync(t *testing.T) {
 			}
 			if st := p.Stats(); st.FullSyncs != 1 || st.PartialSyncs == 0 {
 				t.Fatalf("want one full sync then partial ones, got %+v", st)
+			}
+			// A full sync keeps every chain's block: it writes the same table.
+			before := f.Dump()
+			p.forceFullSync()
+			mustSyncNFT(t, p)
+			if got := f.Dump(); got != before {
+				t.Fatalf("a full sync after partial ones moved blocks:\n%s", lineDiff(before, got))
 			}
 		})
 	}
@@ -282,6 +362,25 @@ func TestNFTChaosRepairedInOneSync(t *testing.T) {
 			run(t, f, func(tx *nft.Transaction) {
 				tx.Delete(&nft.Element{Set: nftNoEndpointNodePortsMap, Key: []string{"tcp", "31010"}})
 			})
+		}},
+		{"dnat-endpoints element removed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Delete(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"1"}})
+			})
+		}},
+		{"dnat-endpoints element changed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Delete(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"0"}})
+				tx.Add(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"0"}, Value: "10.244.99.99 . 80"})
+			})
+		}},
+		{"dnat-endpoints element added", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) {
+				tx.Add(&nft.Element{Set: nftDNATMapName("tcp", 0), Key: []string{"500"}, Value: "10.244.99.99 . 80"})
+			})
+		}},
+		{"dnat-endpoints map flushed", func(t *testing.T, f *nft.Fake) {
+			run(t, f, func(tx *nft.Transaction) { tx.Flush(&nft.Map{Name: nftDNATMapName("tcp", 0)}) })
 		}},
 		{"foreign element added", func(t *testing.T, f *nft.Fake) {
 			run(t, f, func(tx *nft.Transaction) {
@@ -702,5 +801,86 @@ func TestNFTUnreachableChainsWrittenAhead(t *testing.T) {
 	}
 	if d := p.checkDrift(context.Background()); d != "" {
 		t.Fatalf("drift: %s", d)
+	}
+}
+
+// TestNFTBlocks pins the allocation of dnat-endpoints keys: blocks of the
+// next power of two, 512 keys per map, a freed block reused first, a
+// block kept while the count fits, and maps per protocol.
+func TestNFTBlocks(t *testing.T) {
+	b := newNFTBlocks()
+	type got struct {
+		m    string
+		base int
+	}
+	get := func(chain, proto string, n int) got {
+		m, base := b.get(chain, proto, n)
+		return got{m, base}
+	}
+	for i := 0; i < 64; i++ {
+		if g, want := get(fmt.Sprint("c", i), "tcp", 5), (got{"dnat-endpoints-tcp-0", i * 8}); g != want {
+			t.Fatalf("chain c%d: %+v, want %+v", i, g, want)
+		}
+	}
+	for _, tc := range []struct {
+		what, chain, proto string
+		n                  int
+		want               got
+	}{
+		{"map 0 is full: map 1", "c64", "tcp", 5, got{"dnat-endpoints-tcp-1", 0}},
+		{"same chain, same count: same block", "c64", "tcp", 5, got{"dnat-endpoints-tcp-1", 0}},
+		{"a count that fits keeps the block", "c64", "tcp", 3, got{"dnat-endpoints-tcp-1", 0}},
+		{"a count that outgrows it moves", "c64", "tcp", 9, got{"dnat-endpoints-tcp-1", 8}},
+		{"the freed block is reused", "c65", "tcp", 8, got{"dnat-endpoints-tcp-1", 0}},
+		{"other protocols have their own maps", "u0", "udp", 1, got{"dnat-endpoints-udp-0", 0}},
+		{"a block larger than a map gets its own", "big", "tcp", 1000, got{"dnat-endpoints-tcp-2", 0}},
+	} {
+		if g := get(tc.chain, tc.proto, tc.n); g != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.what, g, tc.want)
+		}
+	}
+	b.release("c3")
+	if g, want := get("c66", "tcp", 6), (got{"dnat-endpoints-tcp-0", 24}); g != want {
+		t.Errorf("after releasing c3: %+v, want %+v", g, want)
+	}
+	if got, want := strings.Join(b.mapNames(), " "), "dnat-endpoints-tcp-0 dnat-endpoints-tcp-1 dnat-endpoints-tcp-2 dnat-endpoints-udp-0"; got != want {
+		t.Errorf("maps %q, want %q", got, want)
+	}
+}
+
+// TestNFTEarlierProcessesMapsRemoved: a proxy restarted with fewer services
+// deletes the dnat-endpoints maps the earlier process used and it does not.
+func TestNFTEarlierProcessesMapsRemoved(t *testing.T) {
+	ctx := context.Background()
+	f := nft.NewFake()
+	p, _, _ := testNFTProxier(t, f)
+	nftBenchServices(p, 70) // 70 blocks of 8 keys: two maps of 512
+	mustSyncNFT(t, p)
+	if names, _ := f.ListSets(ctx); !slices.Contains(names, nftDNATMapName("tcp", 1)) {
+		t.Fatalf("70 services made no second map: %v", names)
+	}
+	q, clock, _ := testNFTProxier(t, f)
+	nftBenchServices(q, 3)
+	mustSyncNFT(t, q)
+	clock.Step(2 * time.Second) // the stale chains' second
+	mustSyncNFT(t, q)
+	names, _ := f.ListSets(ctx)
+	var maps []string
+	for _, n := range names {
+		if strings.HasPrefix(n, nftDNATMapPrefix) {
+			maps = append(maps, n)
+		}
+	}
+	if got, want := strings.Join(maps, " "), nftDNATMapName("tcp", 0); got != want {
+		t.Fatalf("maps after the restart: %q, want %q", got, want)
+	}
+	if d := q.checkDrift(ctx); d != "" {
+		t.Fatalf("drift after the restart: %s", d)
+	}
+	r, _, _ := testNFTProxier(t, nft.NewFake())
+	nftBenchServices(r, 3)
+	mustSyncNFT(t, r)
+	if got, want := f.Dump(), r.Rules(); got != string(want) {
+		t.Fatalf("the restarted proxy's table differs from a fresh one's:\n%s", lineDiff(string(want), got))
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,13 @@ const (
 	nftFirewallCheck          = "firewall-check"
 	nftMasquerading           = "masquerading"
 	nftHairpinSet             = "hairpin-connections"
+	// nftDNATMapPrefix + "PROTO-N" are minikit's own maps: the services'
+	// endpoints, each service chain picking from its block of keys in one
+	// of them (nftBlocks).
+	nftDNATMapPrefix = "dnat-endpoints-"
+	// nftDNATMapKeys is how many keys one dnat-endpoints map holds (a
+	// larger block gets a map of its own).
+	nftDNATMapKeys = 512
 
 	// Per-service prefixes.
 	nftPrefixService  = "service-"
@@ -128,8 +136,12 @@ var nftKeyFields = map[string]int{
 // diffing against it would write nonsense.
 func checkListed(set string, e *nft.Element) error {
 	_, isSet := setOrMap(set).(*nft.Set)
-	if len(e.Key) != nftKeyFields[set] || (e.Value == "") != isSet {
-		return fmt.Errorf("the backend listed element %q (value %q) of %s, which has %d key fields", strings.Join(e.Key, " . "), e.Value, set, nftKeyFields[set])
+	fields := nftKeyFields[set]
+	if strings.HasPrefix(set, nftDNATMapPrefix) {
+		fields = 1
+	}
+	if len(e.Key) != fields || (e.Value == "") != isSet {
+		return fmt.Errorf("the backend listed element %q (value %q) of %s, which has %d key fields", strings.Join(e.Key, " . "), e.Value, set, fields)
 	}
 	return nil
 }
@@ -215,10 +227,130 @@ type nftServiceRules struct {
 	serving []string
 	// rules counts the rules of chains.
 	rules int
+	// blocks are the chains that hold a block of dnat-endpoints keys.
+	blocks []string
+}
+
+// nftBlocks allocates the keys of the dnat-endpoints maps: each service
+// chain that picks an endpoint by "numgen random mod N offset B map
+// @dnat-endpoints-PROTO-M" owns the keys [B, B+size) of map M of its
+// protocol, size the power of two at or above N when allocated, so an
+// endpoint replaced is one element changed and a count that still fits
+// (down to a quarter of the size) keeps its place (the rule changes, its
+// mod N). A chain keeps its block across syncs,
+// partial or full, until its count needs another size or the chain goes;
+// freed blocks are reused, smallest first, before a map's unused keys and
+// before a new map.
+//
+// Why many maps of nftDNATMapKeys keys and not one: binding a rule's lookup
+// to a map makes the kernel walk the map's list of bindings and all its
+// elements (nf_tables_bind_check_setelem), so one map for 10,000 services
+// made a first full sync quadratic (6.7 s, 56 s over an earlier table).
+// Maps are found by name in a list too, but there are ~100 at 10,000
+// services. Maps stay for the process's life (a full sync removes an
+// earlier process's ones it does not use). Owned by the sync goroutine.
+type nftBlocks struct {
+	byChain map[string]nftBlock
+	maps    map[string][]*nftKeySpace // protocol -> its maps, by number
+}
+
+type nftBlock struct {
+	proto             string
+	space, base, size int
+}
+
+// nftKeySpace is one map's keys: the blocks freed, by size, and the first
+// key never used.
+type nftKeySpace struct {
+	free      map[int][]int
+	next, cap int
+}
+
+func newNFTBlocks() *nftBlocks {
+	return &nftBlocks{byChain: map[string]nftBlock{}, maps: map[string][]*nftKeySpace{}}
+}
+
+// nftDNATMapName is the name of a protocol's map number i.
+func nftDNATMapName(proto string, i int) string {
+	return nftDNATMapPrefix + proto + "-" + strconv.Itoa(i)
+}
+
+// get returns the map and base of chain's block for n endpoints of proto,
+// allocating it.
+func (b *nftBlocks) get(chain, proto string, n int) (string, int) {
+	size := 1
+	for size < n {
+		size *= 2
+	}
+	if cur, ok := b.byChain[chain]; ok {
+		// A block keeps serving while it fits and is no more than four
+		// times too large: a count going up and down moves no keys.
+		if cur.proto == proto && n <= cur.size && n*4 > cur.size {
+			return nftDNATMapName(proto, cur.space), cur.base
+		}
+		b.release(chain)
+	}
+	spaces := b.maps[proto]
+	blk := nftBlock{proto: proto, space: -1, size: size}
+	for i, ks := range spaces {
+		if f := ks.free[size]; len(f) > 0 {
+			blk.space, blk.base, ks.free[size] = i, f[0], f[1:]
+			break
+		}
+	}
+	if blk.space < 0 {
+		for i, ks := range spaces {
+			if ks.next+size <= ks.cap {
+				blk.space, blk.base = i, ks.next
+				ks.next += size
+				break
+			}
+		}
+	}
+	if blk.space < 0 {
+		ks := &nftKeySpace{free: map[int][]int{}, cap: max(nftDNATMapKeys, size), next: size}
+		b.maps[proto] = append(spaces, ks)
+		blk.space = len(spaces)
+	}
+	b.byChain[chain] = blk
+	return nftDNATMapName(proto, blk.space), blk.base
+}
+
+// release frees chain's block, if it has one.
+func (b *nftBlocks) release(chain string) {
+	cur, ok := b.byChain[chain]
+	if !ok {
+		return
+	}
+	delete(b.byChain, chain)
+	ks := b.maps[cur.proto][cur.space]
+	f := ks.free[cur.size]
+	i := sort.SearchInts(f, cur.base)
+	ks.free[cur.size] = append(f[:i], append([]int{cur.base}, f[i:]...)...)
+}
+
+// mapNames returns the names of every map allocated, by protocol and
+// number.
+func (b *nftBlocks) mapNames() []string {
+	var out []string
+	for _, proto := range []string{"sctp", "tcp", "udp"} {
+		for i := range b.maps[proto] {
+			out = append(out, nftDNATMapName(proto, i))
+		}
+	}
+	return out
+}
+
+// nftDNATMap is the declaration of a dnat-endpoints map.
+func nftDNATMap(name string) *nft.Map {
+	proto, _, _ := strings.Cut(strings.TrimPrefix(name, nftDNATMapPrefix), "-")
+	return &nft.Map{Name: name, Type: nft.TypeofNumgenEndpoints(proto),
+		Comment: proto + " endpoints of services, in the blocks of keys their chains pick from"}
 }
 
 // renderNFTService is the per-service part of kube-proxy's syncProxyRules.
-func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *nftServiceRules {
+// Chains that DNAT take their block of dnat-endpoints keys from blocks.
+func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, blocks *nftBlocks) *nftServiceRules {
 	out := &nftServiceRules{sp: sp}
 	proto := sp.protocol
 	port := strconv.Itoa(sp.port)
@@ -407,15 +539,19 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *n
 	}
 
 	if !affinity {
-		if usesClusterChain {
-			for i, e := range cluster {
-				add(clusterChain, nftDNATRule(proto, e, i, len(cluster)), "")
+		dnat := func(chain string, eps []*endpoint) {
+			m, base := blocks.get(chain, proto, len(eps))
+			out.blocks = append(out.blocks, chain)
+			add(chain, nftDNATRule(proto, m, base, len(eps)), "")
+			for i, e := range eps {
+				elem(m, []string{strconv.Itoa(base + i)}, e.ip+" . "+strconv.Itoa(e.port), "")
 			}
 		}
+		if usesClusterChain {
+			dnat(clusterChain, cluster)
+		}
 		if usesLocalChain {
-			for i, e := range local {
-				add(localChain, nftDNATRule(proto, e, i, len(local)), "")
-			}
+			dnat(localChain, local)
 		}
 	} else {
 		jumps := func(chain string, eps []*endpoint) {
@@ -454,20 +590,26 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint) *n
 	return out
 }
 
-// nftDNATRule is the i-th of n rules that DNAT a service's traffic to its
-// endpoints: "numgen random mod (n-i) 0" before every rule but the last
-// gives each endpoint 1/n, the way iptables mode's statistic matches do.
+// nftDNATRule is the one rule of a service chain that DNATs to one of its n
+// endpoints: a random number in the chain's block [base, base+n) of keys,
+// looked up in the dnat-endpoints-PROTO-M map m (nft omits "offset 0"). Maps
+// per protocol because nft checks the map's typeof ("tcp dport") against
+// the rule's "meta l4proto".
 //
-// This is where minikit parts from kube-proxy, which writes one rule with
-// an anonymous numgen map ("dnat ip addr . port to numgen random mod n map
-// { 0 : A . P, ... }"). Every anonymous set costs the kernel a walk of the
-// table's list of sets when it is bound (and nft another when it is named),
-// so 10,000 services cost 10,000 such walks: a full sync at 10,000 services
-// took 6.2 s that way and takes well under a second this way, as chains are
-// found through a hash table. A packet walks at most n of these rules, and
-// only its first packet: conntrack carries the rest.
-func nftDNATRule(proto string, e *endpoint, i, n int) string {
-	return numgenPick(i, n) + "meta l4proto " + proto + " dnat to " + net.JoinHostPort(e.ip, strconv.Itoa(e.port))
+// This is where minikit parts from kube-proxy, which writes an anonymous
+// map per service ("dnat ip addr . port to numgen random mod n map { 0 :
+// A . P, ... }"). The kernel finds a set by walking the table's list of
+// sets, once to create it and once to bind it, so 10,000 anonymous maps
+// made a first full sync at 10,000 services quadratic (5.3-5.9 s). One
+// shared map keeps the table's set list short, and an endpoint replaced is
+// one element of a map no base chain's verdict depends on: the commit
+// validates no chain. A changed endpoint count replaces this rule (its mod).
+func nftDNATRule(proto, m string, base, n int) string {
+	r := "meta l4proto " + proto + " dnat ip to numgen random mod " + strconv.Itoa(n)
+	if base != 0 {
+		r += " offset " + strconv.Itoa(base)
+	}
+	return r + " map @" + m
 }
 
 // numgenPick is the match that takes the i-th of n choices with probability

@@ -24,9 +24,51 @@
 #        resync is timed too: with iptables-nft 1.8.9 its --noflush restore of 10,000 services
 #        takes ~17 minutes, see /work/shared/bench/ipt-floor.sh; nftables: kube-proxy has no
 #        canary, so its full sync is its first one, and minikit's is timed after its table is deleted)
+#
+#        sudo scripts/bench-proxy.sh --nft-vs REF
+# the nftables mode's syncs (BenchmarkNFTSync: first full, full again, partial after one endpoint
+# changed, partial after an endpoint count changed) of this tree against git REF (e.g. main),
+# in one run: both test binaries built (REF's proxy package with this tree's nft_bench_test.go, so
+# both time the same cases), then run in turn ROUNDS times, each in network namespaces of its own
+# that the benchmark creates and removes; prints each case's median per tree and this/REF.
+#   env: NFT_BENCH (default 'BenchmarkNFTSync/netlink/services=10000/') ROUNDS=3 BENCHTIME=20x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-proxy: must run as root" >&2; exit 1; }
+if [ "${1:-}" = --nft-vs ]; then
+  REF=${2:?usage: bench-proxy.sh --nft-vs REF}
+  TMP=$(mktemp -d /tmp/bench-proxy.XXXXXX)
+  cleanup() { git worktree remove --force "$TMP/ref" 2>/dev/null || true; rm -rf "$TMP"; }
+  trap cleanup EXIT
+  trap 'exit 130' INT TERM HUP
+  git worktree add -q --detach "$TMP/ref" "$REF"
+  cp proxy/nft_bench_test.go "$TMP/ref/proxy/nft_bench_test.go"
+  (cd "$TMP/ref" && go test -c -o "$TMP/ref.test" ./proxy)
+  go test -c -o "$TMP/this.test" ./proxy
+  BENCH=${NFT_BENCH:-BenchmarkNFTSync/netlink/services=10000/}
+  echo "# $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg); this tree $(git rev-parse --short HEAD) vs $REF ($(git rev-parse --short "$REF")); $BENCH, ${ROUNDS:-3} rounds of ${BENCHTIME:-20x}"
+  for r in $(seq "${ROUNDS:-3}"); do
+    for which in ref this; do
+      (cd proxy && "$TMP/$which.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "${BENCHTIME:-20x}" -test.timeout 2h) |
+        awk -v w="$which" '/^Benchmark/ { sub(/-[0-9]+$/, "", $1); print w, $1, $3 }' >>"$TMP/results"
+    done
+  done
+  awk '
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { v[$1, $2] = v[$1, $2] " " $3; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+    END {
+      printf "%-60s %12s %12s %8s\n", "case", "REF ms", "this ms", "this/REF"
+      for (i = 1; i <= n; i++) {
+        c = order[i]; a = median(v["ref", c]) / 1e6; b = median(v["this", c]) / 1e6
+        printf "%-60s %12.2f %12.2f %8.2f\n", c, a, b, (a > 0 ? b / a : 0)
+      }
+    }' "$TMP/results"
+  exit 0
+fi
 if [ "${1:-}" = --upstream ]; then
   KUBE_PROXY=$(scripts/build-upstream-proxy.sh)
   TMP=$(mktemp -d /tmp/bench-proxy.XXXXXX)

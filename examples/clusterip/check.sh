@@ -29,13 +29,17 @@ echo "service-ips: $ELEM"
 SVC=${ELEM##*goto }
 CHAIN=$(nft_chain node1 "$SVC") || fail "node1 has no chain $SVC"
 echo "$CHAIN"
-grep -q -- "numgen random mod 3 0 " <<<"$CHAIN" && grep -q -- "numgen random mod 2 0 " <<<"$CHAIN" ||
-  fail "$SVC does not pick one of 3 endpoints with numgen random mod 3, then mod 2"
+grep -qE -- "numgen random mod 3 (offset [0-9]+ )?map @dnat-endpoints-tcp-[0-9]+" <<<"$CHAIN" ||
+  fail "$SVC does not pick one of 3 endpoints with numgen random mod 3 from a dnat-endpoints map"
+MAP=$(grep -oE -- "@dnat-endpoints-tcp-[0-9]+" <<<"$CHAIN") && MAP=${MAP#@}
+OFF=$(grep -oE -- "offset [0-9]+" <<<"$CHAIN" | cut -d' ' -f2) || true
+OFF=${OFF:-0}
 for ip in $(pod_ips app=hostnames); do
-  grep -qF -- "dnat to $ip:9376" <<<"$CHAIN" || fail "$SVC does not DNAT to pod $ip:9376"
+  nft_elem node1 "$MAP" "(\{|,) *($OFF|$((OFF + 1))|$((OFF + 2))) : $ip \. 9376" >/dev/null ||
+    fail "$MAP has no key of $SVC's block ($OFF-$((OFF + 2))) for pod $ip:9376"
 done
-echo "-> one lookup in the service-ips map finds $SVC; its first rule takes 1/3 (numgen random mod 3 0), the second 1/2 of the rest, the last what is left: 1/3 each"
-PICK="service-ips -> $SVC (numgen random mod 3, mod 2, rest) -> 3 DNATs"
+echo "-> one lookup in the service-ips map finds $SVC; its one rule draws a key $OFF-$((OFF + 2)) (numgen random mod 3) and the map $MAP turns it into a pod: 1/3 each"
+PICK="service-ips -> $SVC (numgen random mod 3 in $MAP) -> 3 endpoints"
 else
 PICK=
 say "the rules behind it on node1: KUBE-SERVICES -> KUBE-SVC-... -> KUBE-SEP-... (iptables-save -t nat)"

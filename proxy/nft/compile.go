@@ -29,7 +29,9 @@ import (
 //   - verdicts: jump, goto, drop, accept, return; reject; masquerade
 //     [fully-random|random|persistent]
 //   - mark set mark or|xor|and V, mark set V
-//   - dnat to ADDR[:PORT]; dnat ip addr . port to <numgen> map { k : A . P, ... }
+//   - dnat to ADDR[:PORT]; dnat ip addr . port to <numgen> map { k : A . P, ... };
+//     dnat ip to <numgen> map @map (a named map of ipv4_addr . inet_service,
+//     minikit's dnat-endpoints), numgen random mod N [offset B]
 //   - update|add @set { <selector> }
 
 // nft datatypes (nftables include/datatype.h) and their sizes.
@@ -240,15 +242,16 @@ const (
 
 // field is one selector of a (possibly concatenated) left-hand side.
 type field struct {
-	kind    selKind
-	typ     dtype
-	base    expr.PayloadBase
-	offset  uint32
-	length  uint32
-	meta    expr.MetaKey
-	ct      expr.CtKey
-	fibFlag string // saddr / daddr
-	modulus uint32
+	kind     selKind
+	typ      dtype
+	base     expr.PayloadBase
+	offset   uint32
+	length   uint32
+	meta     expr.MetaKey
+	ct       expr.CtKey
+	fibFlag  string // saddr / daddr
+	modulus  uint32
+	ngOffset uint32
 	// typeof identifies ip saddr / ip daddr for anonymous sets' userdata.
 	ipField byte
 }
@@ -267,7 +270,7 @@ func (f field) load(reg, length uint32) expr.Any {
 	case selFib:
 		return &expr.Fib{Register: reg, ResultADDRTYPE: true, FlagSADDR: f.fibFlag == "saddr", FlagDADDR: f.fibFlag == "daddr"}
 	default:
-		return &expr.Numgen{Register: reg, Modulus: f.modulus, Type: unix.NFT_NG_RANDOM}
+		return &expr.Numgen{Register: reg, Modulus: f.modulus, Type: unix.NFT_NG_RANDOM, Offset: f.ngOffset}
 	}
 }
 
@@ -491,7 +494,16 @@ func (c *compiler) field() (field, error) {
 		if err != nil || n == 0 {
 			return field{}, fmt.Errorf("invalid numgen modulus %q", c.prev())
 		}
-		return field{kind: selNumgen, typ: typeInteger, modulus: uint32(n)}, nil
+		f := field{kind: selNumgen, typ: typeInteger, modulus: uint32(n)}
+		if c.peek(0) == "offset" {
+			c.pos++
+			off, err := strconv.ParseUint(c.next(), 10, 32)
+			if err != nil || off+n > 1<<32 {
+				return field{}, fmt.Errorf("invalid numgen offset %q", c.prev())
+			}
+			f.ngOffset = uint32(off)
+		}
+		return f, nil
 	case "":
 		return field{}, fmt.Errorf("unexpected end of rule")
 	}
@@ -966,7 +978,9 @@ func indexOf(toks []string, t string) int {
 	return -1
 }
 
-// dnat: "dnat to A[:P]" or "dnat ip addr . port to <numgen> map { ... }".
+// dnat: "dnat to A[:P]", "dnat ip addr . port to <numgen> map { ... }" or
+// "dnat ip to <numgen> map @map" (what nft prints for both forms of a map
+// whose data is ipv4_addr . inet_service; the named map's type says so).
 func (c *compiler) dnat() error {
 	c.pos++
 	if c.peek(0) == "to" {
@@ -993,7 +1007,15 @@ func (c *compiler) dnat() error {
 		c.emit(nat)
 		return nil
 	}
-	if err := c.expect("ip", "addr", ".", "port", "to"); err != nil {
+	if err := c.expect("ip"); err != nil {
+		return fmt.Errorf("dnat: %w", err)
+	}
+	if c.peek(0) == "addr" {
+		if err := c.expect("addr", ".", "port"); err != nil {
+			return fmt.Errorf("dnat: %w", err)
+		}
+	}
+	if err := c.expect("to"); err != nil {
 		return fmt.Errorf("dnat: %w", err)
 	}
 	fields, err := c.selector()
@@ -1003,7 +1025,17 @@ func (c *compiler) dnat() error {
 	if len(fields) != 1 {
 		return fmt.Errorf("dnat map key must be a single field")
 	}
-	if err := c.expect("map", "{"); err != nil {
+	if err := c.expect("map"); err != nil {
+		return fmt.Errorf("dnat: %w", err)
+	}
+	if name := c.peek(0); strings.HasPrefix(name, "@") && len(name) > 1 {
+		c.pos++
+		c.loadFields(fields)
+		c.emit(&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: name[1:]},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: unix.NFT_REG32_01})
+		return nil
+	}
+	if err := c.expect("{"); err != nil {
 		return fmt.Errorf("dnat: %w", err)
 	}
 	items, err := c.braceList()

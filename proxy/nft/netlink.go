@@ -114,7 +114,58 @@ type setType struct {
 
 var typeNames = map[string]dtype{"ipv4_addr": typeIPv4, "inet_proto": typeProto, "inet_service": typeService, "mark": typeMark, "integer": typeInteger}
 
+// TypeofNumgenEndpoints returns the one "typeof" set type the backends
+// know, for proto tcp, udp or sctp: a map from a random number to an
+// endpoint (minikit's dnat-endpoints-PROTO maps). Its key is nft's integer
+// (32 bits, host order), its data ipv4_addr . inet_service; declared by
+// typeof, nft lists it as written and the keys as decimal numbers. One map
+// per protocol because nft 1.0 checks the data's typeof ("tcp dport")
+// against the rule's "meta l4proto" (and "th dport" against neither).
+func TypeofNumgenEndpoints(proto string) string {
+	return "typeof numgen random mod 1 : ip daddr . " + proto + " dport"
+}
+
+// typeofProtoDesc is nft's protocol description id of each transport
+// header, as the typeof userdata records it.
+var typeofProtoDesc = map[string]byte{"udp": 6, "tcp": 8, "sctp": 10}
+
+// typeofNumgenEndpointsUdata is the userdata nft 1.0.6 writes for that
+// declaration (captured with nft --debug=mnl): key byte order host, data
+// byte order invalid, the key's typeof (numgen random mod 1), the data's
+// typeof (a concatenation of ip daddr and PROTO dport, the protocol's
+// description id at typeofProtoDescAt), and map flag 0.
+var typeofNumgenEndpointsUdata = []byte{
+	0x00, 0x04, 0x01, 0x00, 0x00, 0x00,
+	0x01, 0x04, 0x00, 0x00, 0x00, 0x00,
+	0x03, 0x1a, 0x00, 0x04, 0x17, 0x00, 0x00, 0x00, 0x01, 0x12, 0x00, 0x04, 0x01, 0x00, 0x00, 0x00,
+	0x01, 0x04, 0x01, 0x00, 0x00, 0x00, 0x02, 0x04, 0x00, 0x00, 0x00, 0x00,
+	0x04, 0x34, 0x00, 0x04, 0x0d, 0x00, 0x00, 0x00, 0x01, 0x2c, 0x00, 0x14, 0x00, 0x04, 0x07, 0x00,
+	0x00, 0x00, 0x01, 0x0c, 0x00, 0x04, 0x0c, 0x00, 0x00, 0x00, 0x01, 0x04, 0x0c, 0x00, 0x00, 0x00,
+	0x01, 0x14, 0x00, 0x04, 0x07, 0x00, 0x00, 0x00, 0x01, 0x0c, 0x00, 0x04, 0x08, 0x00, 0x00, 0x00,
+	0x01, 0x04, 0x02, 0x00, 0x00, 0x00,
+	0x06, 0x04, 0x00, 0x00, 0x00, 0x00,
+}
+
+const typeofProtoDescAt = 84
+
+// typeofEndpointsProto returns the protocol of a TypeofNumgenEndpoints
+// type, or "".
+func typeofEndpointsProto(typ string) string {
+	for p := range typeofProtoDesc {
+		if typ == TypeofNumgenEndpoints(p) {
+			return p
+		}
+	}
+	return ""
+}
+
 func parseSetType(typ string) (*setType, error) {
+	if typeofEndpointsProto(typ) != "" {
+		return &setType{isMap: true, key: []dtype{typeInteger}, data: []dtype{typeIPv4, typeService}}, nil
+	}
+	if strings.HasPrefix(typ, "typeof ") {
+		return nil, fmt.Errorf("unsupported type %q (of the typeof declarations only %q, for tcp, udp or sctp)", typ, TypeofNumgenEndpoints("tcp"))
+	}
 	k, d, isMap := strings.Cut(typ, ":")
 	parse := func(s string) ([]dtype, error) {
 		var out []dtype
@@ -298,18 +349,24 @@ func (n *Netlink) addSet(b *batch, name, typ string, flags []string, timeout tim
 		b.attr(unix.NFTA_SET_TIMEOUT, binary.BigEndian.AppendUint64(nil, uint64(timeout.Milliseconds())))
 	}
 	ud := udataU32(nil, 0, byteorderOf(st.key))
-	if isMap {
+	typeofProto := typeofEndpointsProto(typ)
+	if typeofProto != "" {
+		ud = append([]byte(nil), typeofNumgenEndpointsUdata...)
+		ud[typeofProtoDescAt] = typeofProtoDesc[typeofProto]
+	} else if isMap {
 		bo := uint32(byteorderInvalid)
 		if st.data != nil {
 			bo = byteorderOf(st.data)
 		}
 		ud = udataU32(ud, 1, bo)
 	}
-	if len(st.key) > 1 {
-		ud = append(ud, 3, 8, 0, 4, 13, 0, 0, 0, 1, 0) // key typeof: a concatenation
-	}
-	if isMap {
-		ud = udataU32(ud, 6, 0)
+	if typeofProto == "" {
+		if len(st.key) > 1 {
+			ud = append(ud, 3, 8, 0, 4, 13, 0, 0, 0, 1, 0) // key typeof: a concatenation
+		}
+		if isMap {
+			ud = udataU32(ud, 6, 0)
+		}
 	}
 	if comment != "" {
 		ud = append(ud, commentUdata(7, comment)...)
@@ -916,6 +973,9 @@ func decodeKey(types []dtype, b []byte) []string {
 			out = append(out, name)
 		case typeService:
 			out = append(out, strconv.Itoa(int(binary.BigEndian.Uint16(v))))
+		case typeInteger:
+			// As nft prints an integer key (numgen's): decimal.
+			out = append(out, strconv.FormatUint(uint64(binary.NativeEndian.Uint32(v)), 10))
 		default:
 			out = append(out, fmt.Sprintf("%#x", binary.NativeEndian.Uint32(v)))
 		}

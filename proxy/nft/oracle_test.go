@@ -151,11 +151,36 @@ func TestOracleEveryRuleShape(t *testing.T) {
 	tx.Add(&Chain{Name: "endpoint-cascade"})
 	tx.Add(&Rule{Chain: "endpoint-cascade", Rule: "meta l4proto tcp dnat to 10.244.9.9:8443"})
 	tx.Add(&Rule{Chain: svcChain, Rule: "numgen random mod 3 0 goto endpoint-cascade"})
+	// minikit's shape since: one shared typeof map of endpoints, each
+	// service picking from its block of keys.
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		tx.Add(&Map{Name: "dnat-endpoints-" + proto, Type: TypeofNumgenEndpoints(proto), Comment: proto + " endpoints, by the numgen blocks of their services"})
+	}
+	tx.Add(&Element{Set: "dnat-endpoints-tcp", Key: []string{"0"}, Value: "10.244.1.5 . 8443"})
+	tx.Add(&Element{Set: "dnat-endpoints-udp", Key: []string{"8"}, Value: "10.244.1.6 . 8443"})
+	tx.Add(&Element{Set: "dnat-endpoints-udp", Key: []string{"9"}, Value: "10.244.9.9 . 53"})
+	tx.Add(&Element{Set: "dnat-endpoints-sctp", Key: []string{"4"}, Value: "10.244.9.9 . 9999"})
+	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto tcp dnat ip to numgen random mod 1 map @dnat-endpoints-tcp"})
+	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto udp dnat ip to numgen random mod 2 offset 8 map @dnat-endpoints-udp"})
+	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto sctp dnat ip to numgen random mod 1 offset 4 map @dnat-endpoints-sctp"})
 	tx.Delete(&Element{Set: "hairpin-connections", Key: []string{"10.244.3.9", "10.244.3.9", "tcp", "8443"}})
 	tx.Add(&Element{Set: "hairpin-connections", Key: []string{"10.244.9.9", "10.244.9.9", "tcp", "8443"}})
 	tx.Add(&Element{Set: "cluster-ips", Key: []string{"10.96.5.5"}})
 	tx.Add(&Element{Set: "no-endpoint-services", Key: []string{"10.96.5.5", "udp", "5353"}, Value: "drop", Comment: "ns/new/udp/dns"})
 	p.run(t, "partial sync", tx)
+
+	tx = &Transaction{}
+	tx.Delete(&Element{Set: "dnat-endpoints-udp", Key: []string{"9"}})
+	tx.Add(&Element{Set: "dnat-endpoints-udp", Key: []string{"9"}, Value: "10.244.7.7 . 53"})
+	p.run(t, "an endpoint replaced in dnat-endpoints-udp", tx)
+
+	// Rules naming maps an earlier transaction made (nft -f reads their
+	// typeof from the kernel and checks it against "meta l4proto").
+	tx = &Transaction{}
+	tx.Flush(&Chain{Name: svcChain})
+	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto udp dnat ip to numgen random mod 2 offset 8 map @dnat-endpoints-udp"})
+	tx.Add(&Rule{Chain: svcChain, Rule: "meta l4proto tcp dnat ip to numgen random mod 1 map @dnat-endpoints-tcp"})
+	p.run(t, "rules naming the endpoint maps rewritten", tx)
 
 	tx = &Transaction{}
 	sticky := svcs[3]

@@ -49,6 +49,9 @@ func renderChain(fam Family, table string, c *Chain) string {
 
 func renderSetLike(kind string, fam Family, table, name, typ string, flags []string, timeout time.Duration, comment string) string {
 	parts := []string{fmt.Sprintf("type %s ;", typ)}
+	if strings.HasPrefix(typ, "typeof ") {
+		parts[0] = typ + " ;"
+	}
 	if len(flags) > 0 {
 		parts = append(parts, fmt.Sprintf("flags %s ;", strings.Join(flags, ",")))
 	}
@@ -205,6 +208,10 @@ func blockProps(s string) (map[string]string, error) {
 				return nil, fmt.Errorf("invalid chain spec %q", v)
 			}
 			props["chaintype"], props["hook"], props["priority"] = f[0], f[2], f[4]
+			continue
+		}
+		if k == "typeof" {
+			props["type"] = part
 			continue
 		}
 		props[k] = strings.Trim(v, `"`)

@@ -43,7 +43,8 @@
 // sends it (binding each anonymous set walks the whole transaction:
 // quadratic; and creating and binding one walks the table's list of sets by
 // name). The proxier therefore writes no set per service (one numgen rule
-// per endpoint instead) and writes chains nothing reaches yet in batches
+// per service chain, looking its endpoint up in a shared dnat-endpoints map
+// of 512 keys, TypeofNumgenEndpoints) and writes chains nothing reaches yet in batches
 // of 500 service ports ahead of the batch that makes them reachable
 // (proxy/nft_proxier.go has the numbers). The Netlink full-sync figure above is a
 // steady-state full sync: the backend remembers what it committed to each

@@ -314,14 +314,7 @@ func TestPosition(t *testing.T) {
 // "numgen random mod N-i 0" match, give every endpoint 1/N, with DNAT rules
 // and with gotos to endpoint chains (ClientIP affinity).
 func TestTraceNumgenCascade(t *testing.T) {
-	r, err := Parse(loadTable(t, []string{"overall.nft", "cascade3.nft"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		pkt  tracer.Packet
-		want []string
-	}{
+	traceNumgen(t, []string{"overall.nft", "cascade3.nft"}, []numgenCase{
 		{tracer.Packet{Src: netip.MustParseAddr("10.244.0.9"), Dst: netip.MustParseAddrPort("10.96.0.48:80"), Proto: "tcp"}, []string{
 			"ACCEPT 10.244.0.20:8080 p=0.33 (numgen random mod 3: 1 in 3)",
 			"ACCEPT 10.244.0.21:8080 p=0.33 (numgen random mod 2: 1 in 2)",
@@ -331,7 +324,37 @@ func TestTraceNumgenCascade(t *testing.T) {
 			"ACCEPT 10.244.0.30:53 p=0.50 (numgen random mod 2: 1 in 2)",
 			"ACCEPT 10.244.1.31:53 p=0.50 ",
 		}},
-	} {
+	})
+}
+
+// TestTraceNumgenBlocks walks minikit's dnat-endpoints maps: each endpoint
+// of a chain's block equally likely, found in the protocol's map.
+func TestTraceNumgenBlocks(t *testing.T) {
+	traceNumgen(t, []string{"overall.nft", "blocks.nft"}, []numgenCase{
+		{tracer.Packet{Src: netip.MustParseAddr("10.244.0.9"), Dst: netip.MustParseAddrPort("10.96.0.50:80"), Proto: "tcp"}, []string{
+			"ACCEPT 10.244.0.40:8080 p=0.33 (numgen 0 of 3: element 4 : 10.244.0.40 . 8080)",
+			"ACCEPT 10.244.0.41:8080 p=0.33 (numgen 1 of 3: element 5 : 10.244.0.41 . 8080)",
+			"ACCEPT 10.244.1.42:8080 p=0.33 (numgen 2 of 3: element 6 : 10.244.1.42 . 8080)",
+		}},
+		{tracer.Packet{Src: netip.MustParseAddr("10.244.0.9"), Dst: netip.MustParseAddrPort("10.96.0.51:53"), Proto: "udp"}, []string{
+			"ACCEPT 10.244.0.50:53 p=0.50 (numgen 0 of 2: element 0 : 10.244.0.50 . 53)",
+			"ACCEPT 10.244.1.51:53 p=0.50 (numgen 1 of 2: element 1 : 10.244.1.51 . 53)",
+		}},
+	})
+}
+
+type numgenCase struct {
+	pkt  tracer.Packet
+	want []string
+}
+
+func traceNumgen(t *testing.T, files []string, cases []numgenCase) {
+	t.Helper()
+	r, err := Parse(loadTable(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
 		outs, err := r.Trace(node, tc.pkt)
 		if err != nil {
 			t.Fatal(err)

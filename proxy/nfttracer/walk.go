@@ -515,13 +515,25 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 		if !ok {
 			return nil, fmt.Errorf("unsupported dnat map key %v", mp["key"])
 		}
-		d, ok := mp["data"].(map[string]any)
-		if !ok {
+		// An anonymous map (kube-proxy's rules) or a named one (minikit's
+		// dnat-endpoints-PROTO-N maps, the chain's block of keys from the offset).
+		var elems []elem
+		name := ""
+		switch d := mp["data"].(type) {
+		case string:
+			name = strings.TrimPrefix(d, "@")
+			s, ok := w.r.sets[name]
+			if !ok || !s.isMap {
+				return nil, fmt.Errorf("dnat lookup in missing map %s", d)
+			}
+			elems = s.elems
+		case map[string]any:
+			var err error
+			if elems, err = anonMap(d); err != nil {
+				return nil, err
+			}
+		default:
 			return nil, fmt.Errorf("unsupported dnat map data %v", mp["data"])
-		}
-		elems, err := anonMap(d)
-		if err != nil {
-			return nil, err
 		}
 		var out []ruleOut
 		missed := 0.0
@@ -549,6 +561,9 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 			}
 			d, _ := exprText(e.data)
 			b.note = fmt.Sprintf("   (numgen %d of %d: %s)", n-ng.offset, ng.mod, d)
+			if name != "" {
+				b.note = fmt.Sprintf("   (numgen %d of %d: element %d : %s)", n-ng.offset, ng.mod, n, d)
+			}
 			out = append(out, b)
 		}
 		if missed > 0 {
