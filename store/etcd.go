@@ -593,6 +593,12 @@ type sentinelState struct {
 // If a commit fails for another reason (another server committed), every later one in
 // flight fails with it (its guard names a token that never committed); once they are
 // all answered, their functions run again, in order, on a fresh state.
+//
+// Group commit: each commit carries every update queued when it was built (a batch),
+// their functions run in turn on the writes of the earlier ones, all at one revision,
+// in one transaction. A function writing a key an earlier one of the batch wrote, or
+// not fitting within MaxTxnOps and MaxRequestBytes, waits for the next batch, so a key
+// is written at most once per revision (docs/datastore.md).
 func (e *Etcd) Update(fn func(tx Tx) error) (int64, error) {
 	req := &etcdReq{fn: fn, done: make(chan struct{})}
 	select {

@@ -69,7 +69,9 @@ func TestEtcdGroupCommit(t *testing.T) {
 			name: "distinct keys share a revision",
 			n:    40,
 			fn: func(i int) func(tx Tx) error {
-				return func(tx Tx) error { return tx.Create(fmt.Sprintf("/b/%02d", i), []byte(strconv.FormatInt(tx.Rev(), 10))) }
+				return func(tx Tx) error {
+					return tx.Create(fmt.Sprintf("/b/%02d", i), []byte(strconv.FormatInt(tx.Rev(), 10)))
+				}
 			},
 			check: func(t *testing.T, s *Etcd, revs []int64, errs []error, _ []int64) {
 				kvs, _, _ := s.List("/b/")
