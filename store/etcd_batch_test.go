@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -303,5 +304,81 @@ func TestEtcdBatchLimit(t *testing.T) {
 	}
 	if most < 6 {
 		t.Errorf("no batch of two 3-key updates: keys per revision %v", perRev)
+	}
+}
+
+// A watch delivers one revision's events whole: a watcher that falls behind is closed
+// before a revision, never within one (its caller resumes from the last revision it
+// saw), and a revision larger than the buffer waits for room instead.
+func TestEtcdWatchDeliversRevisionsWhole(t *testing.T) {
+	ep := startTestEtcd(t)
+	s := openTestEtcd(t, EtcdConfig{Endpoints: []string{ep}, CompactInterval: -1})
+	write := func(prefix string, n int) int64 {
+		t.Helper()
+		rev, err := s.Update(func(tx Tx) error {
+			for i := range n {
+				if err := tx.Put(fmt.Sprintf("%s/%05d", prefix, i), nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	for _, tc := range []struct {
+		name  string
+		sizes []int // keys written by successive updates, none read meanwhile
+		// mayClose: the watcher falls behind (the second revision no longer fits);
+		// otherwise every event must arrive.
+		mayClose bool
+	}{
+		{"a revision that no longer fits is not begun", []int{watcherBuffer - 6, 10}, true},
+		{"a revision larger than the buffer waits for room", []int{watcherBuffer + 100}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			prefix := fmt.Sprintf("/w%d", len(tc.sizes))
+			ch, err := s.Watch(ctx, prefix+"/", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var revs []int64
+			want := 0
+			for i, n := range tc.sizes {
+				revs = append(revs, write(fmt.Sprintf("%s/%d", prefix, i), n))
+				want += n
+			}
+			time.Sleep(200 * time.Millisecond) // let the watch fill its buffer before reading
+			got := map[int64]int{}
+			total := 0
+			closed := false
+			timeout := time.After(20 * time.Second)
+			for total < want && !closed {
+				select {
+				case e, ok := <-ch:
+					if !ok {
+						closed = true
+						break
+					}
+					got[e.Rev]++
+					total++
+				case <-timeout:
+					t.Fatalf("%d events, want %d", total, want)
+				}
+			}
+			if closed && !tc.mayClose {
+				t.Fatalf("closed after %d events, want %d", total, want)
+			}
+			for i, rev := range revs {
+				if n := got[rev]; n != 0 && n != tc.sizes[i] {
+					t.Errorf("revision %d: %d of its %d events delivered", rev, n, tc.sizes[i])
+				}
+			}
+			t.Logf("%d events delivered, closed: %v", total, closed)
+		})
 	}
 }
