@@ -366,7 +366,7 @@ func (s *Server) StoreConfig() store.EtcdConfig {
 		Endpoints: eps,
 		CAFile:    s.pki.caFile, CertFile: s.pki.clientCert, KeyFile: s.pki.clientKey,
 		TLS:    s.pki.clientTLS.Clone(),
-		Logger: s.cfg.Logger,
+		Logger: s.cfg.Logger, MaxTxnOps: maxTxnOps, MaxRequestBytes: maxRequestBytes,
 	}
 }
 

@@ -38,6 +38,11 @@ type EtcdConfig struct {
 	// CompactInterval is how often the history is compacted to the revision seen at the
 	// previous tick; 0 means 5m (kube-apiserver's default), a negative value never.
 	CompactInterval time.Duration
+	// MaxTxnOps and MaxRequestBytes are the etcd's --max-txn-ops and
+	// --max-request-bytes; 0 means etcd's defaults, 128 and 1.5 MiB. Concurrent
+	// updates are committed together in one etcd transaction that stays within both.
+	MaxTxnOps       int
+	MaxRequestBytes int
 	Logger          *slog.Logger
 }
 
@@ -47,6 +52,14 @@ const (
 	DefaultEtcdPrefix = "/minikit"
 	// DefaultCompactInterval is kube-apiserver's --etcd-compaction-interval default.
 	DefaultCompactInterval = 5 * time.Minute
+	// DefaultMaxTxnOps and DefaultMaxRequestBytes are etcd's defaults.
+	DefaultMaxTxnOps       = 128
+	DefaultMaxRequestBytes = 3 << 19
+	// maxBatch bounds the updates committed together in one transaction.
+	maxBatch = 1024
+	// opOverhead is a generous estimate of what one operation adds to a
+	// transaction's request besides its key and value.
+	opOverhead = 32
 	// etcdRequestTimeout bounds one request; a lost leader is re-elected well within it.
 	etcdRequestTimeout = 15 * time.Second
 	// maxConflictRetries bounds how often Update re-runs its function when another
@@ -90,6 +103,9 @@ type Etcd struct {
 	id string
 	// lastRev is the newest revision this store saw, for Rev when etcd is away.
 	lastRev atomic.Int64
+	// maxOps and maxBytes bound one commit's transaction (operations, and the
+	// estimated bytes of its keys and values).
+	maxOps, maxBytes int
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -121,7 +137,15 @@ func OpenEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		cli: cli, endpoints: cfg.Endpoints, prefix: prefix, sentinel: prefix + "#commit", log: log,
 		ctx: sctx, cancel: scancel, closed: make(chan struct{}),
 		reqs: make(chan *etcdReq), id: rand.Text()[:12],
+		maxOps: cfg.MaxTxnOps, maxBytes: cfg.MaxRequestBytes,
 	}
+	if e.maxOps <= 0 {
+		e.maxOps = DefaultMaxTxnOps
+	}
+	if e.maxBytes <= 0 {
+		e.maxBytes = DefaultMaxRequestBytes
+	}
+	e.maxBytes -= e.maxBytes / 8 // room for what the estimate leaves out
 	if err := e.checkDedicated(ctx); err != nil {
 		e.Close()
 		return nil, err
@@ -495,21 +519,31 @@ type etcdReq struct {
 	judged bool
 }
 
-// flight is a commit sent to etcd whose answer has not been handled yet.
+// flight is a commit sent to etcd whose answer has not been handled yet: the updates
+// of one batch (group commit), or a barrier.
 type flight struct {
-	req   *etcdReq
-	tx    *etcdTx
-	token string // the sentinel's value once it commits
-	res   chan txnResult
-	// A barrier is a function that wrote nothing, waiting for the commits before it
-	// to land before it answers rev and err.
+	members []member // in the order they were taken
+	tx      *etcdTx  // the batch's writes (members' writes, at most one per key) at its revision
+	token   string   // the sentinel's value once it commits
+	res     chan txnResult
+	// A barrier is one function that wrote nothing, waiting for the commits before
+	// it to land before it answers rev and members[0].err.
 	barrier bool
 	rev     int64
-	err     error
 	// What is sent, kept to send again.
 	seq   uint64
 	guard []clientv3.Cmp
 	ops   []clientv3.Op
+}
+
+// member is one update in a flight. A passenger wrote nothing (its function failed
+// or only read) after other members' writes it may have read: it answers err (or
+// nothing) at the batch's revision once the batch commits, and runs again if the
+// batch does not.
+type member struct {
+	req       *etcdReq
+	passenger bool
+	err       error
 }
 
 // send sends the flight's transaction; its answer arrives on f.res.
@@ -559,6 +593,12 @@ type sentinelState struct {
 // If a commit fails for another reason (another server committed), every later one in
 // flight fails with it (its guard names a token that never committed); once they are
 // all answered, their functions run again, in order, on a fresh state.
+//
+// Group commit: each commit carries every update queued when it was built (a batch),
+// their functions run in turn on the writes of the earlier ones, all at one revision,
+// in one transaction. A function writing a key an earlier one of the batch wrote, or
+// not fitting within MaxTxnOps and MaxRequestBytes, waits for the next batch, so a key
+// is written at most once per revision (docs/datastore.md).
 func (e *Etcd) Update(fn func(tx Tx) error) (int64, error) {
 	req := &etcdReq{fn: fn, done: make(chan struct{})}
 	select {
@@ -599,14 +639,17 @@ func (e *Etcd) committer() {
 		case f.barrier:
 			// What the function saw holds only if every commit before it landed.
 			if broken {
-				retry = append(retry, f.req)
+				retry = append(retry, f.members[0].req)
 			} else {
-				finish(f.req, f.rev, f.err)
+				finish(f.members[0].req, f.rev, f.members[0].err)
 			}
 		case res.err != nil:
 			// The outcome is unknown (a timeout may have committed): read afresh.
 			broken, refresh = true, true
-			finish(f.req, 0, e.wrap("committing store transaction", res.err))
+			err := e.wrap("committing store transaction", res.err)
+			for _, m := range f.members {
+				finish(m.req, 0, err)
+			}
 		case res.resp.Succeeded:
 			rev := res.resp.Header.Revision
 			if rev != f.tx.rev {
@@ -614,7 +657,9 @@ func (e *Etcd) committer() {
 					"predicted", f.tx.rev, "committed", rev, "endpoints", e.where())
 			}
 			learn(sentinelState{rev: rev, mod: rev, value: f.token})
-			finish(f.req, rev, nil)
+			for _, m := range f.members {
+				finish(m.req, rev, m.err)
+			}
 		default:
 			s := sentinelState{rev: res.resp.Header.Revision}
 			if r := res.resp.Responses[0].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
@@ -629,11 +674,13 @@ func (e *Etcd) committer() {
 			}
 			broken = true
 			learn(s)
-			f.req.attempts++
-			if f.req.attempts > maxConflictRetries {
-				finish(f.req, 0, fmt.Errorf("committing store transaction at %s: %d conflicts in a row with other servers' commits, giving up", e.where(), f.req.attempts))
-			} else {
-				retry = append(retry, f.req)
+			for _, m := range f.members {
+				m.req.attempts++
+				if m.req.attempts > maxConflictRetries {
+					finish(m.req, 0, fmt.Errorf("committing store transaction at %s: %d conflicts in a row with other servers' commits, giving up", e.where(), m.req.attempts))
+				} else {
+					retry = append(retry, m.req)
+				}
 			}
 		}
 	}
@@ -708,8 +755,8 @@ func (e *Etcd) committer() {
 		}
 		ctx, cancel := e.requestCtx()
 		seen, err := e.mirror.readLocked(ctx, base.rev)
+		cancel()
 		if err != nil {
-			cancel()
 			finish(req, 0, e.wrap("reading in store transaction", err))
 			continue
 		}
@@ -721,56 +768,105 @@ func (e *Etcd) committer() {
 				over = append(over, f)
 			}
 		}
-		t := &etcdTx{e: e, flying: over, rev: prev.rev + 1, writes: map[string]*pending{}}
-		err = req.fn(t)
-		e.mirror.mu.RUnlock()
-		t.flying = nil
-		if t.failed != nil {
-			cancel()
-			finish(req, 0, e.wrap("reading in store transaction", t.failed))
-			continue
-		}
-		var ops []clientv3.Op
-		if err == nil {
-			ops = t.ops()
-		}
-		if len(ops) == 0 {
-			// Nothing to commit: fn failed or only read. If it read writes still in
-			// flight, its answer waits for them to land (and it runs again if one
-			// does not).
-			cancel()
-			rev := max(prev.rev, seen)
-			if len(flying) == 0 {
-				// Nothing in flight means no commit's guard will check the state
-				// fn judged, and the mirror may not have caught up with another
-				// server's commit yet (a resourceVersion conflict, a NotFound,
-				// "nothing to change" judged on an old object): unless the
-				// state was just read, judge again on the current one.
-				if !fresh && !req.judged {
-					if s, rerr := e.readSentinel(); rerr == nil && (s.mod != base.mod || s.value != base.value) {
-						req.judged = true
-						learn(s)
-						base = s
-						retry = append([]*etcdReq{req}, retry...)
-						continue
+		// Group commit: this request and those queued behind it run in turn, each on
+		// the writes of the ones before it (the batch is the last layer), and commit
+		// as one transaction at one revision.
+		f := &flight{tx: &etcdTx{e: e, rev: prev.rev + 1, writes: map[string]*pending{}}}
+		layers := append(over, f)
+		var size int
+		for req != nil {
+			t := &etcdTx{e: e, flying: layers, rev: f.tx.rev, writes: map[string]*pending{}}
+			err := req.fn(t)
+			t.flying = nil
+			if t.failed != nil {
+				err = e.wrap("reading in store transaction", t.failed)
+			}
+			var ops []clientv3.Op
+			if err == nil {
+				ops = t.ops()
+			}
+			if len(ops) == 0 && len(f.members) > 0 {
+				// It may have read the batch's writes: it answers with the batch.
+				f.members = append(f.members, member{req: req, passenger: true, err: err})
+			} else if len(ops) == 0 {
+				// Nothing to commit: fn failed or only read. If it read writes still
+				// in flight, its answer waits for them to land (and it runs again
+				// if one does not).
+				rev := max(prev.rev, seen)
+				switch {
+				case t.failed != nil:
+					finish(req, 0, err)
+				case len(flying) == 0:
+					// Nothing in flight means no commit's guard will check the
+					// state fn judged, and the mirror may not have caught up with
+					// another server's commit yet (a resourceVersion conflict, a
+					// NotFound, "nothing to change" judged on an old object):
+					// unless the state was just read, judge again on the current
+					// one.
+					if !fresh && !req.judged {
+						if s, rerr := e.readSentinel(); rerr == nil && (s.mod != base.mod || s.value != base.value) {
+							req.judged = true
+							learn(s)
+							base = s
+							retry = append([]*etcdReq{req}, retry...)
+							break
+						}
+					}
+					finish(req, rev, err)
+				default:
+					b := &flight{members: []member{{req: req, err: err}}, barrier: true, rev: rev, res: make(chan txnResult, 1)}
+					b.res <- txnResult{}
+					flying = append(flying, b)
+				}
+				break // the next request starts a batch of its own
+			} else {
+				n := 0
+				conflict := false
+				for k, p := range t.writes {
+					n += len(e.prefix) + len(k) + len(p.value) + opOverhead
+					if _, ok := f.tx.writes[k]; ok {
+						conflict = true
 					}
 				}
-				finish(req, rev, err)
-			} else {
-				b := &flight{req: req, barrier: true, rev: rev, err: err, res: make(chan txnResult, 1)}
-				b.res <- txnResult{}
-				flying = append(flying, b)
+				// At most one write per key per revision: a later function of the
+				// batch replacing an earlier one's write at the same revision would
+				// hand the earlier client an object that never was current. Such a
+				// function, or one that does not fit, goes first into the next batch.
+				if len(f.members) > 0 && (conflict || len(f.ops)+len(ops)+1 > e.maxOps || size+n > e.maxBytes) {
+					retry = append([]*etcdReq{req}, retry...)
+					break
+				}
+				for k, p := range t.writes {
+					f.tx.writes[k] = p
+				}
+				f.members = append(f.members, member{req: req})
+				f.ops = append(f.ops, ops...)
+				size += n
 			}
+			req = nil
+			if len(f.members) >= maxBatch {
+				break
+			}
+			if len(retry) > 0 {
+				req, retry = retry[0], retry[1:]
+			} else {
+				select {
+				case req = <-e.reqs:
+				default:
+				}
+			}
+		}
+		e.mirror.mu.RUnlock()
+		if len(f.ops) == 0 {
 			continue
 		}
-		cancel()
 		seq++
-		f := &flight{req: req, tx: t, seq: seq, token: fmt.Sprintf("%s-%d", e.id, seq)}
+		f.seq, f.token = seq, fmt.Sprintf("%s-%d", e.id, seq)
 		f.guard = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.sentinel), "=", prev.mod)}
 		if prev.mod != 0 {
 			f.guard = append(f.guard, clientv3.Compare(clientv3.Value(e.sentinel), "=", prev.value))
 		}
-		f.ops = append(ops, clientv3.OpPut(e.sentinel, f.token))
+		f.ops = append(f.ops, clientv3.OpPut(e.sentinel, f.token))
 		flying = append(flying, f)
 		e.send(f)
 	}
@@ -859,34 +955,57 @@ func (e *Etcd) Watch(ctx context.Context, prefix string, fromRev int64) (<-chan 
 				}
 				return
 			}
-			for _, ev := range resp.Events {
-				if string(ev.Kv.Key) == e.sentinel {
-					continue
+			// One revision's events (a transaction, or a batch of updates) are
+			// delivered whole or not at all: the caller resumes from the last
+			// revision it saw, so stopping within a revision would lose the rest.
+			evs := resp.Events
+			for len(evs) > 0 {
+				n := 1
+				for n < len(evs) && evs[n].Kv.ModRevision == evs[0].Kv.ModRevision {
+					n++
 				}
-				se := Event{Key: string(ev.Kv.Key[len(e.prefix):]), Rev: ev.Kv.ModRevision}
-				switch {
-				case ev.Type == mvccpb.DELETE:
-					se.Type, se.Rev = Deleted, ev.Kv.ModRevision
-					if ev.PrevKv != nil {
-						se.Value = ev.PrevKv.Value
-					}
-				case ev.IsCreate():
-					se.Type, se.Value = Added, ev.Kv.Value
-				default:
-					se.Type, se.Value = Modified, ev.Kv.Value
-					if ev.PrevKv != nil {
-						se.Prev = ev.PrevKv.Value
+				group := make([]Event, 0, n)
+				for _, ev := range evs[:n] {
+					if string(ev.Kv.Key) != e.sentinel {
+						group = append(group, e.toEvent(ev))
 					}
 				}
-				select {
-				case out <- se:
-				default:
+				evs = evs[n:]
+				if len(group) > cap(out)-len(out) && len(group) <= cap(out) {
 					return // fallen behind: the caller re-watches from its last revision
+				}
+				for _, se := range group {
+					// A revision larger than the buffer waits for room.
+					select {
+					case out <- se:
+					case <-ctx.Done():
+						return
+					}
 				}
 			}
 		}
 	}()
 	return out, nil
+}
+
+// toEvent turns an etcd event into the store's.
+func (e *Etcd) toEvent(ev *clientv3.Event) Event {
+	se := Event{Key: string(ev.Kv.Key[len(e.prefix):]), Rev: ev.Kv.ModRevision}
+	switch {
+	case ev.Type == mvccpb.DELETE:
+		se.Type = Deleted
+		if ev.PrevKv != nil {
+			se.Value = ev.PrevKv.Value
+		}
+	case ev.IsCreate():
+		se.Type, se.Value = Added, ev.Kv.Value
+	default:
+		se.Type, se.Value = Modified, ev.Kv.Value
+		if ev.PrevKv != nil {
+			se.Prev = ev.PrevKv.Value
+		}
+	}
+	return se
 }
 
 // compactLoop compacts, at every tick, to the revision seen at the previous tick

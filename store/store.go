@@ -2,8 +2,11 @@
 // revision counter, transactions that commit atomically, and watches that deliver
 // committed changes in revision order.
 //
-// The revision is the resourceVersion of the API: every committed transaction bumps it
-// once, and every key written in that transaction carries it as its mod revision.
+// The revision is the resourceVersion of the API: every commit bumps it once, and every
+// key written in that commit carries it as its mod revision. A commit holds one Update,
+// or, on the etcd backend, possibly several concurrent ones (group commit): several
+// Updates may then share one revision, as the keys of one etcd transaction do, but a key
+// is written at most once per revision, so two Updates of one key never share one.
 // Callers see only Interface; two backends implement it: Bolt (bbolt, one file, one
 // server) and Etcd (an etcd cluster that several servers share; docs/datastore.md).
 package store
@@ -63,7 +66,8 @@ type Event struct {
 	Rev   int64
 }
 
-// Tx is a read-write transaction. Every write in it gets the revision Rev().
+// Tx is a read-write transaction. Every write in it gets the revision Rev(), which
+// other transactions committed together with it may share (Interface.Update).
 type Tx interface {
 	// Rev is the revision this transaction commits at.
 	Rev() int64
@@ -85,7 +89,10 @@ type Interface interface {
 	List(prefix string) ([]KV, int64, error)
 	// Update runs fn in one write transaction. If fn returns an error nothing is
 	// written. On success the committed revision is returned and watchers see the
-	// changes after commit, in revision order.
+	// changes after commit, in revision order. The revision is fn's Tx.Rev(); it is
+	// greater than the revision of every Update that returned before this one was
+	// called, and other concurrent Updates may commit at the same revision (the etcd
+	// backend commits them together) but never write a key this one wrote.
 	Update(fn func(tx Tx) error) (int64, error)
 	// Watch delivers every change under prefix with a revision greater than fromRev.
 	// fromRev 0 means "from now". The channel closes when ctx ends, the store closes,
