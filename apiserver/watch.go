@@ -129,14 +129,44 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		return nil
 	}
 
+	// send writes one event; false means the stream is over.
+	send := func(e store.Event) bool {
+		lastRev = e.Rev
+		typ, obj := s.filterEvent(rq.res, e, ls, fs)
+		if obj == nil {
+			return true
+		}
+		return !gone(enc.object(typ, obj))
+	}
+	// sendQueued writes the events already delivered. Several objects may
+	// change at one revision (one etcd transaction), and the store delivers a
+	// revision's events together: a client that resumes from the last
+	// resourceVersion it saw, or from a bookmark, must have been sent all of
+	// that revision, so the stream ends and bookmarks only between revisions.
+	sendQueued := func() bool {
+		for len(events) > 0 {
+			e, ok := <-events
+			if !ok || !send(e) {
+				return false
+			}
+		}
+		return true
+	}
+
 	ticker := time.NewTicker(bookmarkInterval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			if sendQueued() {
+				sw.flush()
+			}
 			return nil
 		case <-ticker.C:
 			if bookmarks {
+				if !sendQueued() {
+					return nil
+				}
 				enc.bookmark(lastRev, false)
 				if gone(sw.flush()) {
 					return nil
@@ -147,12 +177,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 				// Closed because we fell behind or the store closed: the client re-watches.
 				return nil
 			}
-			lastRev = e.Rev
-			typ, obj := s.filterEvent(rq.res, e, ls, fs)
-			if obj == nil {
-				continue
-			}
-			if gone(enc.object(typ, obj)) {
+			if !send(e) {
 				return nil
 			}
 			if len(events) == 0 {
