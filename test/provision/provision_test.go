@@ -1,0 +1,431 @@
+// Package provision_test checks the Vagrant path without a hypervisor: the
+// Vagrantfile validates in every layout it offers, and scripts/provision.sh, run
+// as Vagrant runs it but in a fresh Debian 12 root (debootstrap + chroot), gets
+// from a bare system to a `minikit server` answering /readyz.
+//
+// The root's network is a network namespace the test creates: the server
+// listens there, never in the root namespace. That namespace has no route off
+// the machine; provision.sh reaches its two registries as a VM behind a proxy
+// would: apt through an HTTP proxy the test serves inside the namespace (it
+// forwards only to the Debian mirror), the Go module proxy as GOPROXY=file://
+// over the host's module download cache (the toolchain zip is put there first
+// by `go mod download`, from the real module proxy, and provision.sh checks it
+// against the hash it pins, as it does on a VM).
+package provision_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/test/testenv"
+)
+
+// goVersion is the Go provision.sh pins (its go_version).
+const goVersion = "1.26.8"
+
+// debianMirror is where debootstrap and the root's apt fetch Debian 12 from.
+const debianMirror = "deb.debian.org"
+
+// serverIP is node1's address on the Vagrant network, in the test's namespace.
+const serverIP = "192.168.56.10"
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+func goEnv(t *testing.T, name string) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", name).Output()
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("go env %s: %v %q", name, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func suffix() string {
+	b := make([]byte, 3)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// TestVagrantfileValidates runs `vagrant validate` (Debian's vagrant, with
+// --ignore-provider: no hypervisor or provider plugin here) on every layout the
+// Vagrantfile offers, and checks that a wrong setting is refused with
+// a message naming it.
+func TestVagrantfileValidates(t *testing.T) {
+	root := repoRoot(t)
+	home := t.TempDir()
+	run := func(env ...string) (string, error) {
+		cmd := exec.Command("vagrant", "validate", "--ignore-provider")
+		cmd.Dir = root
+		// VAGRANT_HOME: no state in the user's ~/.vagrant.d; no checkpoint: nothing
+		// is fetched (there is no network here but the registries').
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "VAGRANT_HOME=" + filepath.Join(home, "vagrant.d"),
+			"VAGRANT_CHECKPOINT_DISABLE=1", "VAGRANT_DISABLE_VBOXSYMLINKCREATE=1"}, env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"default: 1 server, 1 agent, client, external", nil},
+		{"ha: 3 servers and an agent", []string{"MINIKIT_NODES=4", "MINIKIT_SERVERS=3"}},
+		{"arm64 box", []string{"MINIKIT_ARCH=arm64"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(tc.env...)
+			if err != nil || !strings.Contains(out, "Vagrantfile validated successfully") {
+				t.Fatalf("vagrant validate %v: %v\n%s", tc.env, err, out)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		env  string
+		want string
+	}{
+		{"MINIKIT_SERVERS=3", "MINIKIT_SERVERS=3: want 1 to MINIKIT_NODES (2)"},
+		{"MINIKIT_NODES=two", `MINIKIT_NODES="two" is not a number`},
+		{"MINIKIT_ARCH=riscv64", `MINIKIT_ARCH="riscv64": want amd64 or arm64`},
+	} {
+		t.Run("refuses "+tc.env, func(t *testing.T) {
+			out, err := run(tc.env)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Fatalf("vagrant validate with %s: err %v, want a failure saying %q:\n%s", tc.env, err, tc.want, out)
+			}
+		})
+	}
+}
+
+// TestProvisionFreshDebianRoot runs scripts/provision.sh as Vagrant runs it on
+// node1 (`provision.sh server 192.168.56.10 192.168.56.10`, nothing built on the
+// host) in a fresh Debian 12 root, and checks that it installed the Go it pins
+// (checksum-verified), built minikit with it, and left a server answering
+// /readyz in the test's namespace.
+func TestProvisionFreshDebianRoot(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"debootstrap", "chroot", "unshare", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed (scripts/deps.sh installs it): %v", tool, err)
+		}
+	}
+	repo := repoRoot(t)
+	arch := runtime.GOARCH
+	ns := "hV-prov-" + suffix()
+	mine := func(name string) bool { return strings.HasPrefix(name, ns) }
+	before := testenv.RootSnapshot(t, mine)
+
+	// The host's module download cache is the root's GOPROXY: the repository's
+	// modules (the test binary was built from them) and the toolchain zip.
+	modcache := goEnv(t, "GOMODCACHE")
+	gocache := goEnv(t, "GOCACHE")
+	toolchain := "golang.org/toolchain@v0.0.1-go" + goVersion + ".linux-" + arch
+	if out, err := exec.Command("go", "mod", "download", toolchain).CombinedOutput(); err != nil {
+		t.Fatalf("go mod download %s: %v\n%s", toolchain, err, out)
+	}
+	dl := exec.Command("go", "mod", "download")
+	dl.Dir = repo
+	if out, err := dl.CombinedOutput(); err != nil {
+		t.Fatalf("go mod download (the repository's modules): %v\n%s", err, out)
+	}
+
+	tmp := t.TempDir()
+	root := filepath.Join(tmp, "root")
+	// Registered after TempDir, so it runs before the directory is removed: the
+	// root must hold no mount and no process by then (removing a bind-mounted
+	// GOCACHE or source tree through the root would remove the host's).
+	t.Cleanup(func() { killRoot(t, root) })
+
+	start := time.Now()
+	deb := exec.Command("debootstrap", "--variant=minbase", "bookworm", root, "http://"+debianMirror+"/debian")
+	if out, err := deb.CombinedOutput(); err != nil {
+		t.Fatalf("debootstrap: %v\n%s", err, tail(out, 40))
+	}
+	t.Logf("debootstrap: %s", time.Since(start).Round(time.Second))
+	// As in any chroot a package is installed in: services are not started by
+	// their packages (openssh-server's postinst); a VM has no such file.
+	if err := os.WriteFile(filepath.Join(root, "usr/sbin/policy-rc.d"), []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("node1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sandbox.CreateNamed(ns); err != nil {
+		t.Fatalf("creating network namespace %s: %v", ns, err)
+	}
+	t.Cleanup(func() {
+		if err := sandbox.DeleteNamed(ns); err != nil {
+			t.Errorf("deleting network namespace %s: %v", ns, err)
+		}
+	})
+	// Registered last, so it runs first: the root's processes go before the namespace.
+	t.Cleanup(func() { killRoot(t, root) })
+	nsPath := sandbox.NetNSPath(ns)
+	for _, argv := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "add", "eth1", "type", "dummy"},
+		{"ip", "addr", "add", serverIP + "/24", "dev", "eth1"},
+		{"ip", "link", "set", "eth1", "up"},
+		{"ip", "route", "add", "default", "via", "192.168.56.1", "dev", "eth1", "onlink"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...).CombinedOutput(); err != nil {
+			t.Fatalf("in %s: %v: %v: %s", ns, argv, err, out)
+		}
+	}
+	proxyAddr := startAptProxy(t, nsPath)
+
+	// The root's mounts live in a mount namespace of their own (ip netns exec
+	// makes one, unshare another, private; a UTS namespace for the hostname), so they end with its last process
+	// and never show on the host.
+	env := []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+		"http_proxy=http://" + proxyAddr, "GOPROXY=file:///var/cache/hV-goproxy", "GOFLAGS=-mod=readonly",
+		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_BINARY=",
+		"MINIKIT_HOSTS=node1=" + serverIP + " client=192.168.56.100 external=192.168.56.200",
+	}
+	script := strings.Join([]string{
+		"set -e",
+		`r=` + shq(root),
+		"hostname node1",
+		`mount -t proc proc "$r/proc"`,
+		`mount -t sysfs sysfs "$r/sys"`,
+		`mount --rbind /dev "$r/dev"`,
+		`mount -t tmpfs tmpfs "$r/run"`,
+		`mkdir -p "$r/vagrant" "$r/var/cache/hV-goproxy" "$r/root/.cache/go-build"`,
+		`mount --bind -o ro ` + shq(repo) + ` "$r/vagrant"`,
+		`mount --bind -o ro ` + shq(filepath.Join(modcache, "cache", "download")) + ` "$r/var/cache/hV-goproxy"`,
+		// The host's build cache: the same toolchain at the same GOROOT, so the
+		// build reuses what the host compiled (cold, it compiles everything).
+		`mount --bind ` + shq(gocache) + ` "$r/root/.cache/go-build"`,
+		`exec chroot "$r" /usr/bin/env -i ` + strings.Join(quoteAll(env), " ") +
+			` /bin/bash /vagrant/scripts/provision.sh server ` + serverIP + " " + serverIP,
+	}, "\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	start = time.Now()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", script)
+	out, err := cmd.CombinedOutput()
+	t.Logf("provision.sh: %s", time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("provision.sh server: %v\n%s\nminikit log:\n%s", err, tail(out, 60), readTail(filepath.Join(root, "var/log/minikit.log"), 40))
+	}
+	log := string(out)
+	t.Logf("provision.sh said:\n%s", log)
+
+	// What it said and left: the pinned Go, verified, built minikit.
+	for _, want := range []string{
+		"installed go version go" + goVersion + " linux/" + arch,
+		"provision: server node1 (" + serverIP + ") provisioned",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("provision.sh did not say %q", want)
+		}
+	}
+	if !strings.Contains(log, "checksum h1:") {
+		t.Errorf("provision.sh did not report the toolchain's checksum")
+	}
+	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/minikit.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExec := "ExecStart=/usr/local/bin/minikit server --listen 0.0.0.0:6443 --advertise-address " + serverIP +
+		" --node-name node1 --node-ip " + serverIP + " --lb-pool 192.168.56.240-192.168.56.250 --dns-upstream 192.168.56.200\n"
+	if !strings.Contains(string(unit), wantExec) {
+		t.Errorf("minikit.service: want line %q in:\n%s", wantExec, unit)
+	}
+	hosts, _ := os.ReadFile(filepath.Join(root, "etc/hosts"))
+	if !strings.Contains(string(hosts), "192.168.56.100\tclient # minikit\n") {
+		t.Errorf("/etc/hosts names no client:\n%s", hosts)
+	}
+	examplesEnv, _ := os.ReadFile(filepath.Join(root, "etc/minikit/examples.env"))
+	if string(examplesEnv) != "MINIKIT_HOSTS_VIA=ssh\nKUBECONFIG=/etc/minikit/kubeconfig\n" {
+		t.Errorf("/etc/minikit/examples.env = %q", examplesEnv)
+	}
+	for _, f := range []string{"srv/minikit-share/token", "srv/minikit-share/ca.crt", "srv/minikit-share/kubeconfig", "srv/minikit-share/id_ed25519", "root/.ssh/authorized_keys", "etc/minikit/kubeconfig"} {
+		if st, err := os.Stat(filepath.Join(root, f)); err != nil || st.Size() == 0 {
+			t.Errorf("provision.sh left no %s: %v", f, err)
+		}
+	}
+
+	// The server answers /readyz on its lab address, in the namespace, over TLS
+	// that the cluster CA provision.sh shared verifies.
+	ca, err := os.ReadFile(filepath.Join(root, "srv/minikit-share/ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("ca.crt holds no certificate")
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := sandbox.DoPath(nsPath, func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	defer client.CloseIdleConnections()
+	testenv.Eventually(t, 60*time.Second, "minikit server answers https://"+serverIP+":6443/readyz", func() error {
+		resp, err := client.Get("https://" + serverIP + ":6443/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(b)) != "ok" {
+			return fmt.Errorf("%s: %q", resp.Status, b)
+		}
+		return nil
+	})
+
+	// Everything goes: the root's processes (hence its mounts), the namespace.
+	killRoot(t, root)
+	if err := sandbox.DeleteNamed(ns); err != nil {
+		t.Fatalf("deleting network namespace %s: %v", ns, err)
+	}
+	if after := testenv.RootSnapshot(t, mine); after != before {
+		t.Errorf("the root network namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// startAptProxy serves an HTTP proxy on loopback inside the namespace at
+// nsPath that forwards plain-HTTP requests for the Debian mirror (apt's) from
+// the host, and refuses everything else. It returns the proxy's address.
+func startAptProxy(t *testing.T, nsPath string) string {
+	t.Helper()
+	var ln net.Listener
+	if err := sandbox.DoPath(nsPath, func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatalf("listening in %s: %v", nsPath, err)
+	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.Out.URL = r.In.URL }}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead || r.URL.Scheme != "http" || r.URL.Hostname() != debianMirror || (r.URL.Port() != "" && r.URL.Port() != "80") {
+			http.Error(w, "this proxy forwards only GET http://"+debianMirror+"/ (apt)", http.StatusForbidden)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// killRoot kills every process whose root directory is root (the chroot's:
+// provision.sh, the minikit server it started) until none is left, then checks
+// that no mount of the host is under root.
+func killRoot(t *testing.T, root string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pids := rootPIDs(root)
+		if len(pids) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("processes %v in %s survived SIGKILL for 30 s", pids, root)
+			return
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) > 4 && (fields[4] == root || strings.HasPrefix(fields[4], root+"/")) {
+			// Never reached while the mounts stay in the chroot's own mount
+			// namespace; if one leaked, removing the root would reach through it.
+			t.Fatalf("mount %s is in the host's mount namespace: not removing %s", fields[4], root)
+		}
+	}
+}
+
+func rootPIDs(root string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		r, err := os.Readlink(filepath.Join("/proc", e.Name(), "root"))
+		if err != nil {
+			continue
+		}
+		if r == root || strings.HasPrefix(r, root+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = shq(s)
+	}
+	return out
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func readTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "(none)"
+		}
+		return err.Error()
+	}
+	return tail(b, n)
+}
