@@ -10,7 +10,11 @@
 #   SERVER_IP the first server's address (agents and joining servers use it)
 # Environment (all optional):
 #   MINIKIT_SRC     the source tree (default /vagrant, the synced folder)
-#   MINIKIT_SHARE   what the hosts share (default $MINIKIT_SRC/.vagrant-minikit)
+#   MINIKIT_SSH_KEY an SSH private key (and KEY.pub) every host shares (the Vagrantfile
+#                   makes it): root accepts it, the hosts fetch the first server's
+#                   files with it, examples/lib.sh runs `on HOST` over it
+#   MINIKIT_SHARE   where the first server leaves its token, CA and kubeconfig
+#                   (default /etc/minikit/share)
 #   MINIKIT_BINARY  a minikit built on the host (default $MINIKIT_SRC/bin/minikit
 #                   when it exists: GOOS=linux GOARCH=amd64|arm64 go build -o bin/minikit ./minikit);
 #                   without one (or set empty), the pinned Go toolchain is installed and builds it here
@@ -29,9 +33,9 @@ usage() { echo "usage: provision.sh server|agent|client|external NODE_IP SERVER_
 role=$1 node_ip=$2 server_ip=$3
 case $role in server | agent | client | external) ;; *) echo "provision.sh: unknown role \"$role\" (want server, agent, client or external)" >&2; usage ;; esac
 src=${MINIKIT_SRC:-/vagrant}
-# The first server's token, CA and kubeconfig and the hosts' SSH key reach the
-# other hosts through the synced folder.
-share=${MINIKIT_SHARE:-$src/.vagrant-minikit}
+# What the first server shares with the other hosts (its token, CA and
+# kubeconfig); they fetch it over SSH.
+share=${MINIKIT_SHARE:-/etc/minikit/share}
 export DEBIAN_FRONTEND=noninteractive
 export PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
@@ -45,14 +49,21 @@ declare -A go_h1=(
   [arm64]=h1:sYL/O6MqS68ML0kjsQ36WoYIpJqkw60TxizWUYUKQMc=
 )
 
-log() { printf 'provision: %s\n' "$*" >&2; }
+log() { printf "provision: %s (%ds)\n" "$*" "$SECONDS" >&2; }
 die() { printf 'provision: %s\n' "$*" >&2; exit 1; }
 
-# wait_for FILE: a file the first server shares (it may still be provisioning).
-wait_for() {
+# fetch FILE DEST: one of the first server's shared files, over SSH (it may
+# still be provisioning).
+fetch() {
   local i
-  for i in $(seq 600); do [ -s "$1" ] && return 0; sleep 1; done
-  die "waited 10 minutes for $1 (provision the first server first: vagrant up node1)"
+  for i in $(seq 300); do
+    if scp -q -o ConnectTimeout=5 "root@$server_ip:$share/$1" "$2.part" 2>/dev/null; then
+      mv "$2.part" "$2"
+      return 0
+    fi
+    sleep 2
+  done
+  die "waited 10 minutes for $share/$1 on $server_ip (provision the first server first: vagrant up node1)"
 }
 
 install_packages() {
@@ -150,22 +161,22 @@ write_hosts() {
   done
 }
 
-# ssh_trust: root on every host accepts the key the first server made, so
-# examples/lib.sh's `on HOST CMD` runs CMD over SSH on the VM of that name.
+# ssh_trust: root on every host accepts the hosts' shared key, so the hosts
+# reach each other as root by name (examples/lib.sh's `on HOST CMD`, fetch).
 ssh_trust() {
-  mkdir -p "$share" /root/.ssh
+  mkdir -p /root/.ssh
   chmod 0700 /root/.ssh
-  if [ "$role" = server ] && [ "$node_ip" = "$server_ip" ] && [ ! -s "$share/id_ed25519" ]; then
-    ssh-keygen -q -t ed25519 -N '' -C minikit-lab -f "$share/id_ed25519.new"
-    mv "$share/id_ed25519.new.pub" "$share/id_ed25519.pub"
-    mv "$share/id_ed25519.new" "$share/id_ed25519"
+  if [ -n "${MINIKIT_SSH_KEY:-}" ]; then
+    install -m 0600 "$MINIKIT_SSH_KEY" /root/.ssh/id_rsa
+    install -m 0644 "$MINIKIT_SSH_KEY.pub" /root/.ssh/id_rsa.pub
+  elif [ ! -s /root/.ssh/id_rsa ]; then
+    # A host provisioned on its own: a key of its own (no other host has it).
+    ssh-keygen -q -t rsa -b 3072 -N '' -C minikit-lab -f /root/.ssh/id_rsa
   fi
-  wait_for "$share/id_ed25519"
-  install -m 0600 "$share/id_ed25519" /root/.ssh/id_ed25519
-  install -m 0644 "$share/id_ed25519.pub" /root/.ssh/id_ed25519.pub
   touch /root/.ssh/authorized_keys
-  grep -qF "$(cat "$share/id_ed25519.pub")" /root/.ssh/authorized_keys || cat "$share/id_ed25519.pub" >>/root/.ssh/authorized_keys
-  printf 'Host node* client external\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n' >/root/.ssh/config
+  grep -qF "$(cut -d' ' -f2 /root/.ssh/id_rsa.pub)" /root/.ssh/authorized_keys || cat /root/.ssh/id_rsa.pub >>/root/.ssh/authorized_keys
+  chmod 0600 /root/.ssh/authorized_keys
+  printf 'Host node* client external %s\n  User root\n  IdentityFile /root/.ssh/id_rsa\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n' "$server_ip" >/root/.ssh/config
 }
 
 external_ip=${MINIKIT_EXTERNAL_IP:-192.168.56.200}
@@ -185,16 +196,16 @@ server)
     if [ "$node_ip" = "$server_ip" ]; then
       argv+=(--cluster-init)
     else
-      wait_for "$share/token"
-      argv+=(--join "https://$server_ip:6443" --token "$(cat "$share/token")")
+      fetch token /etc/minikit/join-token
+      argv+=(--join "https://$server_ip:6443" --token "$(cat /etc/minikit/join-token)")
     fi
   fi
   ;;
 agent)
-  wait_for "$share/token"
-  wait_for "$share/ca.crt"
-  argv=(/usr/local/bin/minikit agent --server "https://$server_ip:6443" --token-file "$share/token"
-    --ca-file "$share/ca.crt" --node-name "$name" --node-ip "$node_ip" --dns-upstream "$external_ip")
+  fetch token /etc/minikit/token
+  fetch ca.crt /etc/minikit/ca.crt
+  argv=(/usr/local/bin/minikit agent --server "https://$server_ip:6443" --token-file /etc/minikit/token
+    --ca-file /etc/minikit/ca.crt --node-name "$name" --node-ip "$node_ip" --dns-upstream "$external_ip")
   ;;
 external)
   # The lab's external host: authoritative DNS for example.com and an HTTP service.
@@ -239,6 +250,8 @@ if [ "$role" = server ]; then
   [ -s /var/lib/minikit/kubeconfig ] || die "minikit server wrote no /var/lib/minikit/kubeconfig in 2 minutes: $(tail -20 /var/log/minikit.log 2>/dev/null || journalctl -u minikit -n 20 --no-pager)"
   install -m 0600 /var/lib/minikit/kubeconfig /etc/minikit/kubeconfig
   if [ "$node_ip" = "$server_ip" ]; then
+    mkdir -p "$share"
+    chmod 0700 "$share"
     install -m 0600 /var/lib/minikit/token "$share/token"
     install -m 0644 /var/lib/minikit/tls/ca.crt "$share/ca.crt"
     # Every host's kubeconfig: the server's, naming the server by its lab address.
@@ -246,8 +259,8 @@ if [ "$role" = server ]; then
     chmod 0600 "$share/kubeconfig"
   fi
 else
-  wait_for "$share/kubeconfig"
-  install -m 0600 "$share/kubeconfig" /etc/minikit/kubeconfig
+  fetch kubeconfig /etc/minikit/kubeconfig
+  chmod 0600 /etc/minikit/kubeconfig
 fi
 if id vagrant >/dev/null 2>&1; then
   install -d -o vagrant -g vagrant /home/vagrant/.kube

@@ -172,8 +172,12 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "usr/sbin/policy-rc.d"), []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("node1\n"), 0o644); err != nil {
+	// The hosts' shared SSH key, where the Vagrantfile's file provisioner puts it.
+	if err := os.MkdirAll(filepath.Join(root, "tmp/minikit-ssh"), 0o700); err != nil {
 		t.Fatal(err)
+	}
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C", "minikit-lab", "-f", filepath.Join(root, "tmp/minikit-ssh/id_rsa")).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
 
 	if err := sandbox.CreateNamed(ns); err != nil {
@@ -189,8 +193,11 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	nsPath := sandbox.NetNSPath(ns)
 	for _, argv := range [][]string{
 		{"ip", "link", "set", "lo", "up"},
-		{"ip", "link", "add", "eth1", "type", "dummy"},
+		// node1's NIC on the Vagrant network: a veth whose peer stays in the
+		// namespace, unplugged (the dummy driver is not in every kernel).
+		{"ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1-peer"},
 		{"ip", "addr", "add", serverIP + "/24", "dev", "eth1"},
+		{"ip", "link", "set", "eth1-peer", "up"},
 		{"ip", "link", "set", "eth1", "up"},
 		{"ip", "route", "add", "default", "via", "192.168.56.1", "dev", "eth1", "onlink"},
 	} {
@@ -206,7 +213,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
 		"http_proxy=http://" + proxyAddr, "GOPROXY=file:///var/cache/hV-goproxy", "GOFLAGS=-mod=readonly",
-		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_BINARY=",
+		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_BINARY=", "MINIKIT_SSH_KEY=/tmp/minikit-ssh/id_rsa",
 		"MINIKIT_HOSTS=node1=" + serverIP + " client=192.168.56.100 external=192.168.56.200",
 	}
 	script := strings.Join([]string{
@@ -267,10 +274,21 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	if string(examplesEnv) != "MINIKIT_HOSTS_VIA=ssh\nKUBECONFIG=/etc/minikit/kubeconfig\n" {
 		t.Errorf("/etc/minikit/examples.env = %q", examplesEnv)
 	}
-	for _, f := range []string{"srv/minikit-share/token", "srv/minikit-share/ca.crt", "srv/minikit-share/kubeconfig", "srv/minikit-share/id_ed25519", "root/.ssh/authorized_keys", "etc/minikit/kubeconfig"} {
+	for _, f := range []string{"srv/minikit-share/token", "srv/minikit-share/ca.crt", "srv/minikit-share/kubeconfig", "etc/minikit/kubeconfig", "root/.ssh/id_rsa"} {
 		if st, err := os.Stat(filepath.Join(root, f)); err != nil || st.Size() == 0 {
 			t.Errorf("provision.sh left no %s: %v", f, err)
 		}
+	}
+	// The other hosts reach this one with the shared key, and the server's URL
+	// in the kubeconfig they fetch is its lab address.
+	pub, _ := os.ReadFile(filepath.Join(root, "tmp/minikit-ssh/id_rsa.pub"))
+	authorized, _ := os.ReadFile(filepath.Join(root, "root/.ssh/authorized_keys"))
+	if len(pub) == 0 || !strings.Contains(string(authorized), strings.TrimSpace(string(pub))) {
+		t.Errorf("root's authorized_keys does not hold the shared key:\n%s", authorized)
+	}
+	shared, _ := os.ReadFile(filepath.Join(root, "srv/minikit-share/kubeconfig"))
+	if !strings.Contains(string(shared), "server: https://"+serverIP+":6443\n") {
+		t.Errorf("the shared kubeconfig does not name https://%s:6443:\n%s", serverIP, shared)
 	}
 
 	// The server answers /readyz on its lab address, in the namespace, over TLS
