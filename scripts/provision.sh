@@ -176,7 +176,7 @@ ssh_trust() {
   touch /root/.ssh/authorized_keys
   grep -qF "$(cut -d' ' -f2 /root/.ssh/id_rsa.pub)" /root/.ssh/authorized_keys || cat /root/.ssh/id_rsa.pub >>/root/.ssh/authorized_keys
   chmod 0600 /root/.ssh/authorized_keys
-  printf 'Host node* client external %s\n  User root\n  IdentityFile /root/.ssh/id_rsa\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n' "$server_ip" >/root/.ssh/config
+  printf 'Host node* client external %s\n  User root\n  IdentityFile /root/.ssh/id_rsa\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n  LogLevel ERROR\n' "$server_ip" >/root/.ssh/config
 }
 
 external_ip=${MINIKIT_EXTERNAL_IP:-192.168.56.200}

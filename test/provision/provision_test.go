@@ -80,13 +80,23 @@ func suffix() string {
 func TestVagrantfileValidates(t *testing.T) {
 	root := repoRoot(t)
 	home := t.TempDir()
+	if _, err := os.Stat(filepath.Join(root, ".vagrant")); err == nil {
+		t.Logf("%s/.vagrant exists already (a vagrant of yours): not checking that validate leaves none", root)
+	} else {
+		t.Cleanup(func() {
+			if _, err := os.Stat(filepath.Join(root, ".vagrant")); err == nil {
+				t.Errorf("vagrant validate left %s/.vagrant", root)
+			}
+		})
+	}
 	run := func(env ...string) (string, error) {
 		cmd := exec.Command("vagrant", "validate", "--ignore-provider")
 		cmd.Dir = root
-		// VAGRANT_HOME: no state in the user's ~/.vagrant.d; no checkpoint: nothing
+		// VAGRANT_HOME, VAGRANT_DOTFILE_PATH: no state in ~/.vagrant.d or the
+		// repository (.vagrant, where the hosts' SSH key is made); no checkpoint: nothing
 		// is fetched (there is no network here but the registries').
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "VAGRANT_HOME=" + filepath.Join(home, "vagrant.d"),
-			"VAGRANT_CHECKPOINT_DISABLE=1", "VAGRANT_DISABLE_VBOXSYMLINKCREATE=1"}, env...)
+			"VAGRANT_DOTFILE_PATH=" + filepath.Join(home, "dot"), "VAGRANT_CHECKPOINT_DISABLE=1", "VAGRANT_DISABLE_VBOXSYMLINKCREATE=1"}, env...)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
@@ -104,6 +114,20 @@ func TestVagrantfileValidates(t *testing.T) {
 				t.Fatalf("vagrant validate %v: %v\n%s", tc.env, err, out)
 			}
 		})
+	}
+	// The hosts' SSH key, made by the Vagrantfile in Vagrant's state directory:
+	// its public half is the private key's.
+	key := filepath.Join(home, "dot", "minikit", "id_rsa")
+	derived, err := exec.Command("ssh-keygen", "-y", "-f", key).Output()
+	if err != nil {
+		t.Fatalf("ssh-keygen -y -f %s (the key the Vagrantfile made): %v", key, err)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(string(pub)); len(f) < 2 || f[0]+" "+f[1] != strings.TrimSpace(string(derived)) {
+		t.Errorf("%s.pub = %q, want the public half of %s: %q", key, pub, key, derived)
 	}
 	for _, tc := range []struct {
 		env  string
@@ -327,6 +351,36 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		return nil
 	})
 
+	// The examples reach the hosts as they do on the VMs: examples/lib.sh reads
+	// /etc/minikit/examples.env and runs `on node1 ...` over SSH as root, with the
+	// shared key (sshd started here as the VM's systemd would), words quoted as
+	// they were; kubectl finds the cluster through the kubeconfig it names.
+	server := serverPID(t, root)
+	inRoot := func(script string) (string, error) {
+		cmd := exec.Command("nsenter", "--target", strconv.Itoa(server), "--mount", "--net", "--uts", "--root", "--wd",
+			"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+			"/bin/bash", "-c", script)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := inRoot("mkdir -p /run/sshd && /usr/sbin/sshd"); err != nil {
+		t.Fatalf("starting sshd in the root: %v\n%s", err, out)
+	}
+	out2, err := inRoot(`set -e; . /vagrant/examples/lib.sh; echo "via=$MINIKIT_HOSTS_VIA kubeconfig=$KUBECONFIG"; on node1 hostname; on node1 printf '%s|' 'a b' "it's" '$HOME'; echo; show on node1 true`)
+	if err != nil {
+		t.Fatalf("examples/lib.sh on node1: %v\n%s", err, out2)
+	}
+	if want := "via=ssh kubeconfig=/etc/minikit/kubeconfig\nnode1\na b|it's|$HOME|\n$ ssh root@node1 -- true\n"; out2 != want {
+		t.Errorf("examples/lib.sh in the root said:\n%s\nwant:\n%s", out2, want)
+	}
+	testenv.Eventually(t, 60*time.Second, "kubectl (the root's) lists node1", func() error {
+		out, err := inRoot(`. /vagrant/examples/lib.sh; kubectl get nodes -o name`)
+		if err != nil || !strings.Contains(out, "node/node1") {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+
 	// Everything goes: the root's processes (hence its mounts), the namespace.
 	killRoot(t, root)
 	if err := sandbox.DeleteNamed(ns); err != nil {
@@ -398,6 +452,19 @@ func killRoot(t *testing.T, root string) {
 			t.Fatalf("mount %s is in the host's mount namespace: not removing %s", fields[4], root)
 		}
 	}
+}
+
+// serverPID is the minikit server provision.sh started in root.
+func serverPID(t *testing.T, root string) int {
+	t.Helper()
+	for _, pid := range rootPIDs(root) {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if strings.HasPrefix(string(cmdline), "/usr/local/bin/minikit\x00server\x00") {
+			return pid
+		}
+	}
+	t.Fatalf("no minikit server runs in %s", root)
+	return 0
 }
 
 func rootPIDs(root string) []int {
