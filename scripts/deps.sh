@@ -27,6 +27,7 @@ command -v jq >/dev/null || need+=(jq)
 # run in a fresh Debian 12 root that debootstrap makes.
 command -v vagrant >/dev/null || need+=(vagrant)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v unzip >/dev/null || need+=(unzip)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

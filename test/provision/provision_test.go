@@ -20,6 +20,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -513,4 +514,57 @@ func readTail(path string, n int) string {
 		return err.Error()
 	}
 	return tail(b, n)
+}
+
+// TestProvisionChecksumIsGoSum checks provision.sh's go_h1, the hash it pins
+// the toolchain by, against the go command's own: for a module the repository
+// uses, go_h1 over the extracted zip is go.sum's h1 line, and one changed byte
+// changes it (so a tampered toolchain is refused).
+func TestProvisionChecksumIsGoSum(t *testing.T) {
+	const mod = "golang.org/x/sync"
+	repo := repoRoot(t)
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", mod)
+	cmd.Dir = repo
+	v, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m %s: %v", mod, err)
+	}
+	dl := exec.Command("go", "mod", "download", "-json", mod+"@"+strings.TrimSpace(string(v)))
+	dl.Dir = repo
+	out, err := dl.Output()
+	if err != nil {
+		t.Fatalf("go mod download -json %s: %v", mod, err)
+	}
+	var info struct{ Zip, Sum string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Zip == "" || !strings.HasPrefix(info.Sum, "h1:") {
+		t.Fatalf("go mod download -json %s: %v: %s", mod, err, out)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("unzip", "-q", info.Zip, "-d", dir).CombinedOutput(); err != nil {
+		t.Fatalf("unzip %s: %v: %s", info.Zip, err, out)
+	}
+	goH1 := func() string {
+		t.Helper()
+		script := `eval "$(sed -n '/^go_h1() {$/,/^}$/p' "$1")"; go_h1 "$2"`
+		out, err := exec.Command("bash", "-c", script, "bash", filepath.Join(repo, "scripts/provision.sh"), dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("provision.sh's go_h1: %v: %s", err, out)
+		}
+		return string(out)
+	}
+	if got := goH1(); got != info.Sum {
+		t.Fatalf("provision.sh's go_h1 of %s = %q, want go.sum's %q", mod, got, info.Sum)
+	}
+	f := filepath.Join(dir, mod+"@"+strings.TrimSpace(string(v)), "LICENSE")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := goH1(); got == info.Sum {
+		t.Fatalf("go_h1 = %q after one byte of %s changed: the same as before", got, f)
+	}
 }
