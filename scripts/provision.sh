@@ -19,7 +19,8 @@
 #                   when it exists: GOOS=linux GOARCH=amd64|arm64 go build -o bin/minikit ./minikit);
 #                   without one (or set empty), the pinned Go toolchain is installed and builds it here
 #   MINIKIT_HA=1    servers form an HA control plane with embedded etcd: the server
-#                   at SERVER_IP runs --cluster-init, the others --join it with its token
+#                   at SERVER_IP runs --cluster-init, the others --join it with its
+#                   DATA_DIR/server-token
 #   MINIKIT_HOSTS   "NAME=IP ..." written to /etc/hosts, so every host is reached by name
 #   MINIKIT_EXTERNAL_IP  the external host (default 192.168.56.200): DNS upstream
 #   MINIKIT_LB_POOL the LoadBalancer pool (default 192.168.56.240-192.168.56.250)
@@ -196,8 +197,10 @@ server)
     if [ "$node_ip" = "$server_ip" ]; then
       argv+=(--cluster-init)
     else
-      fetch token /etc/minikit/join-token
-      argv+=(--join "https://$server_ip:6443" --token "$(cat /etc/minikit/join-token)")
+      # The first server's DATA_DIR/server-token: what a joining server shows
+      # (an agent's token is DATA_DIR/token).
+      fetch server-token /etc/minikit/server-token
+      argv+=(--join "https://$server_ip:6443" --token-file /etc/minikit/server-token)
     fi
   fi
   ;;
@@ -254,6 +257,9 @@ if [ "$role" = server ]; then
     chmod 0700 "$share"
     install -m 0600 /var/lib/minikit/token "$share/token"
     install -m 0644 /var/lib/minikit/tls/ca.crt "$share/ca.crt"
+    if [ "${MINIKIT_HA:-}" = 1 ]; then
+      install -m 0600 /var/lib/minikit/server-token "$share/server-token"
+    fi
     # Every host's kubeconfig: the server's, naming the server by its lab address.
     sed "s#server: https://[^ ]*#server: https://$server_ip:6443#" /var/lib/minikit/kubeconfig >"$share/kubeconfig"
     chmod 0600 "$share/kubeconfig"

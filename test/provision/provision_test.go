@@ -237,7 +237,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	// and never show on the host.
 	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
-		"http_proxy=http://" + proxyAddr, "GOPROXY=file:///var/cache/hV-goproxy", "GOFLAGS=-mod=readonly",
+		"http_proxy=http://" + proxyAddr, "GOPROXY=file:///var/cache/hV-goproxy",
 		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_BINARY=", "MINIKIT_SSH_KEY=/tmp/minikit-ssh/id_rsa",
 		"MINIKIT_HOSTS=node1=" + serverIP + " client=192.168.56.100 external=192.168.56.200",
 	}
