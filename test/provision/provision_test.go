@@ -27,6 +27,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,9 +160,10 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 			t.Fatalf("%s is needed (scripts/deps.sh installs it): %v", tool, err)
 		}
 	}
+	removeStale(t)
 	repo := repoRoot(t)
 	arch := runtime.GOARCH
-	ns := "hV-prov-" + suffix()
+	ns := nsPrefix + suffix()
 	mine := func(name string) bool { return strings.HasPrefix(name, ns) }
 	before := testenv.RootSnapshot(t, mine)
 
@@ -231,6 +233,30 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		}
 	}
 	proxyAddr := startAptProxy(t, nsPath)
+	// nsDial dials from inside the namespace, as the root's programs do.
+	nsDial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := sandbox.DoPath(nsPath, func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+	// The proxy is apt's way to the Debian mirror and nothing else's.
+	viaProxy := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxyAddr}), DialContext: nsDial}}
+	for _, u := range []string{"http://example.com/", "http://" + debianMirror + ":8080/debian/"} {
+		resp, err := viaProxy.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s through the namespace's proxy: %v", u, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s through the namespace's proxy: %s, want 403 Forbidden", u, resp.Status)
+		}
+	}
+	viaProxy.CloseIdleConnections()
 
 	// The root's mounts live in a mount namespace of their own (ip netns exec
 	// makes one, unshare another, private; a UTS namespace for the hostname), so they end with its last process
@@ -328,15 +354,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := sandbox.DoPath(nsPath, func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		},
+		DialContext:     nsDial,
 	}}
 	defer client.CloseIdleConnections()
 	testenv.Eventually(t, 60*time.Second, "minikit server answers https://"+serverIP+":6443/readyz", func() error {
@@ -389,6 +407,32 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 	if after := testenv.RootSnapshot(t, mine); after != before {
 		t.Errorf("the root network namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// nsPrefix names this test's network namespaces.
+const nsPrefix = "hV-prov-"
+
+// removeStale removes what an earlier run left when it could not clean up (go
+// test's -timeout panics without running Cleanup): the processes of its roots,
+// its network namespaces, its roots (one run at a time on a machine).
+func removeStale(t *testing.T) {
+	t.Helper()
+	roots, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestProvisionFreshDebianRoot*", "*", "root"))
+	for _, root := range roots {
+		killRoot(t, root)
+		if !t.Failed() {
+			os.RemoveAll(filepath.Dir(filepath.Dir(root)))
+		}
+	}
+	names, err := sandbox.ListNamed(nsPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if err := sandbox.DeleteNamed(n); err != nil {
+			t.Errorf("removing a stale network namespace %s: %v", n, err)
+		}
 	}
 }
 
