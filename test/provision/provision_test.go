@@ -190,6 +190,8 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 
 	start := time.Now()
 	deb := exec.Command("debootstrap", "--variant=minbase", "bookworm", root, "http://"+debianMirror+"/debian")
+	// Dies with the test process (go test's -timeout panics without Cleanup).
+	deb.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if out, err := deb.CombinedOutput(); err != nil {
 		t.Fatalf("debootstrap: %v\n%s", err, tail(out, 40))
 	}
@@ -288,6 +290,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	defer cancel()
 	start = time.Now()
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	t.Logf("provision.sh: %s", time.Since(start).Round(time.Second))
 	if err != nil {
