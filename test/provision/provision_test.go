@@ -148,14 +148,18 @@ func TestVagrantfileValidates(t *testing.T) {
 	}
 }
 
-// TestProvisionFreshDebianRoot runs scripts/provision.sh as Vagrant runs it on
-// node1 (`provision.sh server 192.168.56.10 192.168.56.10`, nothing built on the
-// host) in a fresh Debian 12 root, and checks that it installed the Go it pins
-// (checksum-verified), built minikit with it, and left a server answering
-// /readyz in the test's namespace.
+// TestProvisionFreshDebianRoot runs scripts/provision.sh as Vagrant runs it,
+// on two hosts made of fresh Debian 12 roots, each in a network namespace of
+// its own joined by a veth (the Vagrant network): node1 (`provision.sh server
+// 192.168.56.10 192.168.56.10`, nothing built on the host) must install the Go
+// it pins (checksum-verified), build minikit with it and leave a server
+// answering /readyz; node2 (`provision.sh agent 192.168.56.11 192.168.56.10`,
+// with a binary built elsewhere, as from a host) must fetch node1's token, CA
+// and kubeconfig over SSH and join the cluster; examples/lib.sh on either
+// reaches node1 over SSH as root.
 func TestProvisionFreshDebianRoot(t *testing.T) {
 	testenv.RequireRoot(t)
-	for _, tool := range []string{"debootstrap", "chroot", "unshare", "ip"} {
+	for _, tool := range []string{"debootstrap", "chroot", "unshare", "nsenter", "ip", "ssh-keygen"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is needed (scripts/deps.sh installs it): %v", tool, err)
 		}
@@ -163,14 +167,13 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	removeStale(t)
 	repo := repoRoot(t)
 	arch := runtime.GOARCH
-	ns := nsPrefix + suffix()
-	mine := func(name string) bool { return strings.HasPrefix(name, ns) }
+	nsBase := nsPrefix + suffix()
+	mine := func(name string) bool { return strings.HasPrefix(name, nsBase) }
 	before := testenv.RootSnapshot(t, mine)
 
-	// The host's module download cache is the root's GOPROXY: the repository's
+	// The host's module download cache is the roots' GOPROXY: the repository's
 	// modules (the test binary was built from them) and the toolchain zip.
-	modcache := goEnv(t, "GOMODCACHE")
-	gocache := goEnv(t, "GOCACHE")
+	cache := goCaches{mod: goEnv(t, "GOMODCACHE"), build: goEnv(t, "GOCACHE")}
 	toolchain := "golang.org/toolchain@v0.0.1-go" + goVersion + ".linux-" + arch
 	if out, err := exec.Command("go", "mod", "download", toolchain).CombinedOutput(); err != nil {
 		t.Fatalf("go mod download %s: %v\n%s", toolchain, err, out)
@@ -182,14 +185,18 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 
 	tmp := t.TempDir()
-	root := filepath.Join(tmp, "root")
-	// Registered after TempDir, so it runs before the directory is removed: the
+	node1 := &vm{name: "node1", ip: serverIP, root: filepath.Join(tmp, "node1"), ns: nsBase + "-1"}
+	node2 := &vm{name: "node2", ip: "192.168.56.11", root: filepath.Join(tmp, "node2"), ns: nsBase + "-2"}
+	vms := []*vm{node1, node2}
+	// Registered after TempDir, so it runs before the directory is removed: a
 	// root must hold no mount and no process by then (removing a bind-mounted
 	// GOCACHE or source tree through the root would remove the host's).
-	t.Cleanup(func() { killRoot(t, root) })
+	for _, v := range vms {
+		t.Cleanup(func() { killRoot(t, v.root) })
+	}
 
 	start := time.Now()
-	deb := exec.Command("debootstrap", "--variant=minbase", "bookworm", root, "http://"+debianMirror+"/debian")
+	deb := exec.Command("debootstrap", "--variant=minbase", "bookworm", node1.root, "http://"+debianMirror+"/debian")
 	// Dies with the test process (go test's -timeout panics without Cleanup).
 	deb.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if out, err := deb.CombinedOutput(); err != nil {
@@ -198,56 +205,55 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	t.Logf("debootstrap: %s", time.Since(start).Round(time.Second))
 	// As in any chroot a package is installed in: services are not started by
 	// their packages (openssh-server's postinst); a VM has no such file.
-	if err := os.WriteFile(filepath.Join(root, "usr/sbin/policy-rc.d"), []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(node1.root, "usr/sbin/policy-rc.d"), []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The hosts' shared SSH key, where the Vagrantfile's file provisioner puts it.
-	if err := os.MkdirAll(filepath.Join(root, "tmp/minikit-ssh"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(node1.root, "tmp/minikit-ssh"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C", "minikit-lab", "-f", filepath.Join(root, "tmp/minikit-ssh/id_rsa")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C", "minikit-lab", "-f", filepath.Join(node1.root, "tmp/minikit-ssh/id_rsa")).CombinedOutput(); err != nil {
 		t.Fatalf("ssh-keygen: %v: %s", err, out)
 	}
+	// node2 starts from the same fresh root (a second debootstrap would fetch the same).
+	if out, err := exec.Command("cp", "-a", node1.root, node2.root).CombinedOutput(); err != nil {
+		t.Fatalf("copying the fresh root: %v: %s", err, out)
+	}
 
-	if err := sandbox.CreateNamed(ns); err != nil {
-		t.Fatalf("creating network namespace %s: %v", ns, err)
-	}
-	t.Cleanup(func() {
-		if err := sandbox.DeleteNamed(ns); err != nil {
-			t.Errorf("deleting network namespace %s: %v", ns, err)
+	for _, v := range vms {
+		if err := sandbox.CreateNamed(v.ns); err != nil {
+			t.Fatalf("creating network namespace %s: %v", v.ns, err)
 		}
-	})
-	// Registered last, so it runs first: the root's processes go before the namespace.
-	t.Cleanup(func() { killRoot(t, root) })
-	nsPath := sandbox.NetNSPath(ns)
-	for _, argv := range [][]string{
-		{"ip", "link", "set", "lo", "up"},
-		// node1's NIC on the Vagrant network: a veth whose peer stays in the
-		// namespace, unplugged (the dummy driver is not in every kernel).
-		{"ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1-peer"},
-		{"ip", "addr", "add", serverIP + "/24", "dev", "eth1"},
-		{"ip", "link", "set", "eth1-peer", "up"},
-		{"ip", "link", "set", "eth1", "up"},
-		{"ip", "route", "add", "default", "via", "192.168.56.1", "dev", "eth1", "onlink"},
-	} {
-		if out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...).CombinedOutput(); err != nil {
-			t.Fatalf("in %s: %v: %v: %s", ns, argv, err, out)
-		}
-	}
-	proxyAddr := startAptProxy(t, nsPath)
-	// nsDial dials from inside the namespace, as the root's programs do.
-	nsDial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var c net.Conn
-		err := sandbox.DoPath(nsPath, func() error {
-			var err error
-			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-			return err
+		t.Cleanup(func() {
+			if err := sandbox.DeleteNamed(v.ns); err != nil {
+				t.Errorf("deleting network namespace %s: %v", v.ns, err)
+			}
 		})
-		return c, err
+	}
+	// Registered last, so they run first: a root's processes go before its namespace.
+	for _, v := range vms {
+		t.Cleanup(func() { killRoot(t, v.root) })
+	}
+	// The Vagrant network: node1's eth1 and node2's eth1 are the two ends of one veth.
+	if out, err := exec.Command("ip", "netns", "exec", node1.ns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns", node2.ns).CombinedOutput(); err != nil {
+		t.Fatalf("linking %s and %s: %v: %s", node1.ns, node2.ns, err, out)
+	}
+	for _, v := range vms {
+		for _, argv := range [][]string{
+			{"ip", "link", "set", "lo", "up"},
+			{"ip", "addr", "add", v.ip + "/24", "dev", "eth1"},
+			{"ip", "link", "set", "eth1", "up"},
+			{"ip", "route", "add", "default", "via", "192.168.56.1", "dev", "eth1", "onlink"},
+		} {
+			if out, err := exec.Command("ip", append([]string{"netns", "exec", v.ns}, argv...)...).CombinedOutput(); err != nil {
+				t.Fatalf("in %s: %v: %v: %s", v.ns, argv, err, out)
+			}
+		}
+		v.proxy = startAptProxy(t, v.nsPath())
 	}
 	// The proxy is apt's way to the Debian mirror and nothing else's.
 	viaProxy := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: proxyAddr}), DialContext: nsDial}}
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: node1.proxy}), DialContext: node1.dial}}
 	for _, u := range []string{"http://example.com/", "http://" + debianMirror + ":8080/debian/"} {
 		resp, err := viaProxy.Get(u)
 		if err != nil {
@@ -260,44 +266,8 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 	viaProxy.CloseIdleConnections()
 
-	// The root's mounts live in a mount namespace of their own (ip netns exec
-	// makes one, unshare another, private; a UTS namespace for the hostname), so they end with its last process
-	// and never show on the host.
-	env := []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
-		"http_proxy=http://" + proxyAddr, "GOPROXY=file:///var/cache/hV-goproxy",
-		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_BINARY=", "MINIKIT_SSH_KEY=/tmp/minikit-ssh/id_rsa",
-		"MINIKIT_HOSTS=node1=" + serverIP + " client=192.168.56.100 external=192.168.56.200",
-	}
-	script := strings.Join([]string{
-		"set -e",
-		`r=` + shq(root),
-		"hostname node1",
-		`mount -t proc proc "$r/proc"`,
-		`mount -t sysfs sysfs "$r/sys"`,
-		`mount --rbind /dev "$r/dev"`,
-		`mount -t tmpfs tmpfs "$r/run"`,
-		`mkdir -p "$r/vagrant" "$r/var/cache/hV-goproxy" "$r/root/.cache/go-build"`,
-		`mount --bind -o ro ` + shq(repo) + ` "$r/vagrant"`,
-		`mount --bind -o ro ` + shq(filepath.Join(modcache, "cache", "download")) + ` "$r/var/cache/hV-goproxy"`,
-		// The host's build cache: the same toolchain at the same GOROOT, so the
-		// build reuses what the host compiled (cold, it compiles everything).
-		`mount --bind ` + shq(gocache) + ` "$r/root/.cache/go-build"`,
-		`exec chroot "$r" /usr/bin/env -i ` + strings.Join(quoteAll(env), " ") +
-			` /bin/bash /vagrant/scripts/provision.sh server ` + serverIP + " " + serverIP,
-	}, "\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	start = time.Now()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	t.Logf("provision.sh: %s", time.Since(start).Round(time.Second))
-	if err != nil {
-		t.Fatalf("provision.sh server: %v\n%s\nminikit log:\n%s", err, tail(out, 60), readTail(filepath.Join(root, "var/log/minikit.log"), 40))
-	}
-	log := string(out)
-	t.Logf("provision.sh said:\n%s", log)
+	hostsEnv := "MINIKIT_HOSTS=node1=" + node1.ip + " node2=" + node2.ip + " client=192.168.56.100 external=192.168.56.200"
+	log := node1.provision(t, repo, cache, []string{"MINIKIT_BINARY=", hostsEnv}, "server", node1.ip, serverIP)
 
 	// What it said and left: the pinned Go, verified, built minikit.
 	for _, want := range []string{
@@ -311,7 +281,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	if !strings.Contains(log, "checksum h1:") {
 		t.Errorf("provision.sh did not report the toolchain's checksum")
 	}
-	unit, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/minikit.service"))
+	unit, err := os.ReadFile(filepath.Join(node1.root, "etc/systemd/system/minikit.service"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,34 +290,34 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	if !strings.Contains(string(unit), wantExec) {
 		t.Errorf("minikit.service: want line %q in:\n%s", wantExec, unit)
 	}
-	hosts, _ := os.ReadFile(filepath.Join(root, "etc/hosts"))
+	hosts, _ := os.ReadFile(filepath.Join(node1.root, "etc/hosts"))
 	if !strings.Contains(string(hosts), "192.168.56.100\tclient # minikit\n") {
 		t.Errorf("/etc/hosts names no client:\n%s", hosts)
 	}
-	examplesEnv, _ := os.ReadFile(filepath.Join(root, "etc/minikit/examples.env"))
+	examplesEnv, _ := os.ReadFile(filepath.Join(node1.root, "etc/minikit/examples.env"))
 	if string(examplesEnv) != "MINIKIT_HOSTS_VIA=ssh\nKUBECONFIG=/etc/minikit/kubeconfig\n" {
 		t.Errorf("/etc/minikit/examples.env = %q", examplesEnv)
 	}
 	for _, f := range []string{"srv/minikit-share/token", "srv/minikit-share/ca.crt", "srv/minikit-share/kubeconfig", "etc/minikit/kubeconfig", "root/.ssh/id_rsa"} {
-		if st, err := os.Stat(filepath.Join(root, f)); err != nil || st.Size() == 0 {
+		if st, err := os.Stat(filepath.Join(node1.root, f)); err != nil || st.Size() == 0 {
 			t.Errorf("provision.sh left no %s: %v", f, err)
 		}
 	}
 	// The other hosts reach this one with the shared key, and the server's URL
 	// in the kubeconfig they fetch is its lab address.
-	pub, _ := os.ReadFile(filepath.Join(root, "tmp/minikit-ssh/id_rsa.pub"))
-	authorized, _ := os.ReadFile(filepath.Join(root, "root/.ssh/authorized_keys"))
+	pub, _ := os.ReadFile(filepath.Join(node1.root, "tmp/minikit-ssh/id_rsa.pub"))
+	authorized, _ := os.ReadFile(filepath.Join(node1.root, "root/.ssh/authorized_keys"))
 	if len(pub) == 0 || !strings.Contains(string(authorized), strings.TrimSpace(string(pub))) {
 		t.Errorf("root's authorized_keys does not hold the shared key:\n%s", authorized)
 	}
-	shared, _ := os.ReadFile(filepath.Join(root, "srv/minikit-share/kubeconfig"))
+	shared, _ := os.ReadFile(filepath.Join(node1.root, "srv/minikit-share/kubeconfig"))
 	if !strings.Contains(string(shared), "server: https://"+serverIP+":6443\n") {
 		t.Errorf("the shared kubeconfig does not name https://%s:6443:\n%s", serverIP, shared)
 	}
 
 	// The server answers /readyz on its lab address, in the namespace, over TLS
 	// that the cluster CA provision.sh shared verifies.
-	ca, err := os.ReadFile(filepath.Join(root, "srv/minikit-share/ca.crt"))
+	ca, err := os.ReadFile(filepath.Join(node1.root, "srv/minikit-share/ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +327,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool},
-		DialContext:     nsDial,
+		DialContext:     node1.dial,
 	}}
 	defer client.CloseIdleConnections()
 	testenv.Eventually(t, 60*time.Second, "minikit server answers https://"+serverIP+":6443/readyz", func() error {
@@ -373,44 +343,147 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		return nil
 	})
 
-	// The examples reach the hosts as they do on the VMs: examples/lib.sh reads
-	// /etc/minikit/examples.env and runs `on node1 ...` over SSH as root, with the
-	// shared key (sshd started here as the VM's systemd would), words quoted as
-	// they were; kubectl finds the cluster through the kubeconfig it names.
-	server := serverPID(t, root)
-	inRoot := func(script string) (string, error) {
-		cmd := exec.Command("nsenter", "--target", strconv.Itoa(server), "--mount", "--net", "--uts", "--root", "--wd",
-			"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
-			"/bin/bash", "-c", script)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+	// sshd, as the VM's systemd runs it.
+	if out, err := node1.run(t, "mkdir -p /run/sshd && /usr/sbin/sshd"); err != nil {
+		t.Fatalf("starting sshd on node1: %v\n%s", err, out)
 	}
-	if out, err := inRoot("mkdir -p /run/sshd && /usr/sbin/sshd"); err != nil {
-		t.Fatalf("starting sshd in the root: %v\n%s", err, out)
-	}
-	out2, err := inRoot(`set -e; . /vagrant/examples/lib.sh; echo "via=$MINIKIT_HOSTS_VIA kubeconfig=$KUBECONFIG"; on node1 hostname; on node1 printf '%s|' 'a b' "it's" '$HOME'; echo; show on node1 true`)
+
+	// node2: an agent from a binary built elsewhere (node1's, as from the host's bin/minikit).
+	bin, err := os.ReadFile(filepath.Join(node1.root, "usr/local/bin/minikit"))
 	if err != nil {
-		t.Fatalf("examples/lib.sh on node1: %v\n%s", err, out2)
+		t.Fatal(err)
 	}
-	if want := "via=ssh kubeconfig=/etc/minikit/kubeconfig\nnode1\na b|it's|$HOME|\n$ ssh root@node1 -- true\n"; out2 != want {
-		t.Errorf("examples/lib.sh in the root said:\n%s\nwant:\n%s", out2, want)
+	if err := os.WriteFile(filepath.Join(node2.root, "tmp/minikit-bin"), bin, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "kubectl (the root's) lists node1", func() error {
-		out, err := inRoot(`. /vagrant/examples/lib.sh; kubectl get nodes -o name`)
-		if err != nil || !strings.Contains(out, "node/node1") {
-			return fmt.Errorf("%v: %s", err, out)
+	log2 := node2.provision(t, repo, cache, []string{"MINIKIT_BINARY=/tmp/minikit-bin", hostsEnv}, "agent", node2.ip, serverIP)
+	for _, want := range []string{"provision: installed /tmp/minikit-bin", "provision: agent node2 (" + node2.ip + ") provisioned"} {
+		if !strings.Contains(log2, want) {
+			t.Errorf("provision.sh on node2 did not say %q", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(node2.root, "usr/local/go")); err == nil {
+		t.Errorf("provision.sh installed Go on node2, which was given a binary")
+	}
+	for from, to := range map[string]string{"srv/minikit-share/token": "etc/minikit/token", "srv/minikit-share/ca.crt": "etc/minikit/ca.crt", "srv/minikit-share/kubeconfig": "etc/minikit/kubeconfig"} {
+		a, _ := os.ReadFile(filepath.Join(node1.root, from))
+		b, err := os.ReadFile(filepath.Join(node2.root, to))
+		if err != nil || len(a) == 0 || string(a) != string(b) {
+			t.Errorf("node2's /%s is not node1's /%s (fetched over SSH): %v", to, from, err)
+		}
+	}
+
+	// The examples reach the hosts as they do on the VMs: examples/lib.sh reads
+	// /etc/minikit/examples.env and runs `on node1 ...` over SSH as root with the
+	// shared key, words quoted as they were, from node1 itself and from node2;
+	// kubectl finds the cluster through the kubeconfig it names.
+	for _, v := range vms {
+		out, err := v.run(t, `set -e; . /vagrant/examples/lib.sh; echo "via=$MINIKIT_HOSTS_VIA kubeconfig=$KUBECONFIG"; on node1 hostname; on node1 printf '%s|' 'a b' "it's" '$HOME'; echo; show on node1 true`)
+		if err != nil {
+			t.Fatalf("examples/lib.sh on %s: %v\n%s", v.name, err, out)
+		}
+		if want := "via=ssh kubeconfig=/etc/minikit/kubeconfig\nnode1\na b|it's|$HOME|\n$ ssh root@node1 -- true\n"; out != want {
+			t.Errorf("examples/lib.sh on %s said:\n%s\nwant:\n%s", v.name, out, want)
+		}
+	}
+	testenv.Eventually(t, 60*time.Second, "kubectl on node2 lists node1 and node2", func() error {
+		out, err := node2.run(t, `. /vagrant/examples/lib.sh; kubectl get nodes -o name`)
+		if err != nil || out != "node/node1\nnode/node2\n" {
+			return fmt.Errorf("%v: %q", err, out)
 		}
 		return nil
 	})
 
-	// Everything goes: the root's processes (hence its mounts), the namespace.
-	killRoot(t, root)
-	if err := sandbox.DeleteNamed(ns); err != nil {
-		t.Fatalf("deleting network namespace %s: %v", ns, err)
+	// Everything goes: the roots' processes (hence their mounts), the namespaces.
+	for _, v := range vms {
+		killRoot(t, v.root)
+	}
+	for _, v := range vms {
+		if err := sandbox.DeleteNamed(v.ns); err != nil {
+			t.Fatalf("deleting network namespace %s: %v", v.ns, err)
+		}
 	}
 	if after := testenv.RootSnapshot(t, mine); after != before {
 		t.Errorf("the root network namespace changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
+}
+
+// vm is one "VM" of the test: a Debian root in a network namespace.
+type vm struct {
+	name, ip string
+	root     string // its root directory
+	ns       string // its network namespace
+	proxy    string // apt's proxy, on loopback in ns
+}
+
+// goCaches are the host's module and build caches, which the roots share.
+type goCaches struct{ mod, build string }
+
+func (v *vm) nsPath() string { return sandbox.NetNSPath(v.ns) }
+
+// dial dials from inside v's namespace, as its programs do.
+func (v *vm) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := sandbox.DoPath(v.nsPath(), func() error {
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// provision runs `provision.sh ARGS...` in v's root and returns what it said.
+// The root's mounts live in a mount namespace of their own (ip netns exec
+// makes one, unshare another, private; a UTS namespace for the hostname), so
+// they end with its last process and never show on the host.
+func (v *vm) provision(t *testing.T, repo string, cache goCaches, env []string, args ...string) string {
+	t.Helper()
+	env = append([]string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
+		"http_proxy=http://" + v.proxy, "GOPROXY=file:///var/cache/hV-goproxy",
+		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_SSH_KEY=/tmp/minikit-ssh/id_rsa",
+	}, env...)
+	script := strings.Join([]string{
+		"set -e",
+		`r=` + shq(v.root),
+		"hostname " + v.name,
+		`mount -t proc proc "$r/proc"`,
+		`mount -t sysfs sysfs "$r/sys"`,
+		`mount --rbind /dev "$r/dev"`,
+		`mount -t tmpfs tmpfs "$r/run"`,
+		`mkdir -p "$r/vagrant" "$r/var/cache/hV-goproxy" "$r/root/.cache/go-build"`,
+		`mount --bind -o ro ` + shq(repo) + ` "$r/vagrant"`,
+		`mount --bind -o ro ` + shq(filepath.Join(cache.mod, "cache", "download")) + ` "$r/var/cache/hV-goproxy"`,
+		// The host's build cache: the same toolchain at the same GOROOT, so the
+		// build reuses what it compiled before (cold, it compiles everything).
+		`mount --bind ` + shq(cache.build) + ` "$r/root/.cache/go-build"`,
+		`exec chroot "$r" /usr/bin/env -i ` + strings.Join(quoteAll(env), " ") +
+			` /bin/bash /vagrant/scripts/provision.sh ` + strings.Join(quoteAll(args), " "),
+	}, "\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", v.ns, "unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	t.Logf("provision.sh %s on %s: %s", strings.Join(args, " "), v.name, time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("provision.sh %s on %s: %v\n%s\nminikit log:\n%s", strings.Join(args, " "), v.name, err, tail(out, 60), readTail(filepath.Join(v.root, "var/log/minikit.log"), 40))
+	}
+	t.Logf("provision.sh on %s said:\n%s", v.name, out)
+	return string(out)
+}
+
+// run runs a bash script in v's root, in the namespaces (mount, network, UTS)
+// of the minikit there, as root logged in on the VM.
+func (v *vm) run(t *testing.T, script string) (string, error) {
+	t.Helper()
+	pid := minikitPID(t, v.root)
+	cmd := exec.Command("nsenter", "--target", strconv.Itoa(pid), "--mount", "--net", "--uts", "--root", "--wd",
+		"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
+		"/bin/bash", "-c", script)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // nsPrefix names this test's network namespaces.
@@ -421,9 +494,11 @@ const nsPrefix = "hV-prov-"
 // its network namespaces, its roots (one run at a time on a machine).
 func removeStale(t *testing.T) {
 	t.Helper()
-	roots, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestProvisionFreshDebianRoot*", "*", "root"))
+	roots, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestProvisionFreshDebianRoot*", "*", "node[0-9]"))
 	for _, root := range roots {
 		killRoot(t, root)
+	}
+	for _, root := range roots {
 		if !t.Failed() {
 			os.RemoveAll(filepath.Dir(filepath.Dir(root)))
 		}
@@ -502,16 +577,16 @@ func killRoot(t *testing.T, root string) {
 	}
 }
 
-// serverPID is the minikit server provision.sh started in root.
-func serverPID(t *testing.T, root string) int {
+// minikitPID is the minikit (server or agent) provision.sh started in root.
+func minikitPID(t *testing.T, root string) int {
 	t.Helper()
 	for _, pid := range rootPIDs(root) {
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		if strings.HasPrefix(string(cmdline), "/usr/local/bin/minikit\x00server\x00") {
+		if strings.HasPrefix(string(cmdline), "/usr/local/bin/minikit\x00") {
 			return pid
 		}
 	}
-	t.Fatalf("no minikit server runs in %s", root)
+	t.Fatalf("no minikit runs in %s", root)
 	return 0
 }
 
