@@ -1,11 +1,14 @@
 // Package provision_test checks the Vagrant path without a hypervisor: the
 // Vagrantfile validates in every layout it offers, and scripts/provision.sh, run
-// as Vagrant runs it but in a fresh Debian 12 root (debootstrap + chroot), gets
-// from a bare system to a `minikit server` answering /readyz.
+// as Vagrant runs it but on "VMs" made of fresh Debian 12 roots (debootstrap),
+// gets from a bare system to a cluster: a `minikit server` answering /readyz,
+// an agent that joined it, and an example's check.sh passing unchanged.
 //
-// The root's network is a network namespace the test creates: the server
-// listens there, never in the root namespace. That namespace has no route off
-// the machine; provision.sh reaches its two registries as a VM behind a proxy
+// Each VM is a root entered with pivot_root in namespaces of its own (mount,
+// PID, UTS, and a network namespace the test creates): the servers listen
+// there, never in the root namespace, and killing the VM's init ends every
+// process it ran, hence its mounts. The VMs' network has no route off the
+// machine; provision.sh reaches its two registries as a VM behind a proxy
 // would: apt through an HTTP proxy the test serves inside the namespace (it
 // forwards only to the Debian mirror), the Go module proxy as GOPROXY=file://
 // over the host's module download cache (the toolchain zip is put there first
@@ -188,12 +191,6 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	node1 := &vm{name: "node1", ip: serverIP, root: filepath.Join(tmp, "node1"), ns: nsBase + "-1"}
 	node2 := &vm{name: "node2", ip: "192.168.56.11", root: filepath.Join(tmp, "node2"), ns: nsBase + "-2"}
 	vms := []*vm{node1, node2}
-	// Registered after TempDir, so it runs before the directory is removed: a
-	// root must hold no mount and no process by then (removing a bind-mounted
-	// GOCACHE or source tree through the root would remove the host's).
-	for _, v := range vms {
-		t.Cleanup(func() { killRoot(t, v.root) })
-	}
 
 	start := time.Now()
 	deb := exec.Command("debootstrap", "--variant=minbase", "bookworm", node1.root, "http://"+debianMirror+"/debian")
@@ -230,10 +227,6 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 			}
 		})
 	}
-	// Registered last, so they run first: a root's processes go before its namespace.
-	for _, v := range vms {
-		t.Cleanup(func() { killRoot(t, v.root) })
-	}
 	// The Vagrant network: node1's eth1 and node2's eth1 are the two ends of one veth.
 	if out, err := exec.Command("ip", "netns", "exec", node1.ns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns", node2.ns).CombinedOutput(); err != nil {
 		t.Fatalf("linking %s and %s: %v: %s", node1.ns, node2.ns, err, out)
@@ -250,6 +243,8 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 			}
 		}
 		v.proxy = startAptProxy(t, v.nsPath())
+		// Registered after the namespace's removal, so it runs before it.
+		v.boot(t, repo, cache)
 	}
 	// The proxy is apt's way to the Debian mirror and nothing else's.
 	viaProxy := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -267,7 +262,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	viaProxy.CloseIdleConnections()
 
 	hostsEnv := "MINIKIT_HOSTS=node1=" + node1.ip + " node2=" + node2.ip + " client=192.168.56.100 external=192.168.56.200"
-	log := node1.provision(t, repo, cache, []string{"MINIKIT_BINARY=", hostsEnv}, "server", node1.ip, serverIP)
+	log := node1.provision(t, []string{"MINIKIT_BINARY=", hostsEnv}, "server", node1.ip, serverIP)
 
 	// What it said and left: the pinned Go, verified, built minikit.
 	for _, want := range []string{
@@ -356,7 +351,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(node2.root, "tmp/minikit-bin"), bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	log2 := node2.provision(t, repo, cache, []string{"MINIKIT_BINARY=/tmp/minikit-bin", hostsEnv}, "agent", node2.ip, serverIP)
+	log2 := node2.provision(t, []string{"MINIKIT_BINARY=/tmp/minikit-bin", hostsEnv}, "agent", node2.ip, serverIP)
 	for _, want := range []string{"provision: installed /tmp/minikit-bin", "provision: agent node2 (" + node2.ip + ") provisioned"} {
 		if !strings.Contains(log2, want) {
 			t.Errorf("provision.sh on node2 did not say %q", want)
@@ -394,9 +389,21 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		return nil
 	})
 
-	// Everything goes: the roots' processes (hence their mounts), the namespaces.
+	// An example's check, unchanged, as a student runs it on a VM (`vagrant ssh
+	// node2; sudo /vagrant/examples/clusterip/check.sh`): pods on both nodes, the
+	// ClusterIP from a pod, node1's rules read over SSH.
+	start = time.Now()
+	out, err := node2.run(t, "/vagrant/examples/clusterip/check.sh")
+	t.Logf("examples/clusterip/check.sh on node2: %s", time.Since(start).Round(time.Second))
+	if err != nil || !strings.Contains(out, "SHOWN: ") {
+		t.Fatalf("examples/clusterip/check.sh on node2: %v\n%s\nnode1's minikit log:\n%s\nnode2's:\n%s", err, out,
+			readTail(filepath.Join(node1.root, "var/log/minikit.log"), 30), readTail(filepath.Join(node2.root, "var/log/minikit.log"), 30))
+	}
+	t.Logf("examples/clusterip/check.sh on node2:\n%s", out)
+
+	// Everything goes: the VMs' processes (hence their mounts), the namespaces.
 	for _, v := range vms {
-		killRoot(t, v.root)
+		v.halt(t)
 	}
 	for _, v := range vms {
 		if err := sandbox.DeleteNamed(v.ns); err != nil {
@@ -408,15 +415,17 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 }
 
-// vm is one "VM" of the test: a Debian root in a network namespace.
+// vm is one "VM" of the test: a Debian root in namespaces of its own.
 type vm struct {
 	name, ip string
 	root     string // its root directory
 	ns       string // its network namespace
 	proxy    string // apt's proxy, on loopback in ns
+	unshare  *exec.Cmd
+	init     int // its init (PID 1 in its PID namespace) as the host sees it
 }
 
-// goCaches are the host's module and build caches, which the roots share.
+// goCaches are the host's module and build caches, which the VMs share.
 type goCaches struct{ mod, build string }
 
 func (v *vm) nsPath() string { return sandbox.NetNSPath(v.ns) }
@@ -432,56 +441,119 @@ func (v *vm) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	return c, err
 }
 
-// provision runs `provision.sh ARGS...` in v's root and returns what it said.
-// The root's mounts live in a mount namespace of their own (ip netns exec
-// makes one, unshare another, private; a UTS namespace for the hostname), so
-// they end with its last process and never show on the host.
-func (v *vm) provision(t *testing.T, repo string, cache goCaches, env []string, args ...string) string {
+// boot starts v: in v's network namespace, new mount, UTS and PID namespaces
+// whose init mounts /proc, /sys, /dev, /run and the shared directories in the
+// root, pivots into it and sleeps. The mounts are private to the VM: they end
+// with its last process, and never show on the host. halt ends it, also when
+// the test fails; if the test process dies, so does the VM (its unshare has a
+// parent-death signal and kills its init when it goes).
+func (v *vm) boot(t *testing.T, repo string, cache goCaches) {
 	t.Helper()
-	env = append([]string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8",
-		"http_proxy=http://" + v.proxy, "GOPROXY=file:///var/cache/hV-goproxy",
-		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_SSH_KEY=/tmp/minikit-ssh/id_rsa",
-	}, env...)
 	script := strings.Join([]string{
 		"set -e",
 		`r=` + shq(v.root),
 		"hostname " + v.name,
+		`mount --bind "$r" "$r"`,
 		`mount -t proc proc "$r/proc"`,
 		`mount -t sysfs sysfs "$r/sys"`,
 		`mount --rbind /dev "$r/dev"`,
 		`mount -t tmpfs tmpfs "$r/run"`,
-		`mkdir -p "$r/vagrant" "$r/var/cache/hV-goproxy" "$r/root/.cache/go-build"`,
+		`mkdir -p "$r/vagrant" "$r/var/cache/hV-goproxy" "$r/root/.cache/go-build" "$r/.hV-oldroot"`,
 		`mount --bind -o ro ` + shq(repo) + ` "$r/vagrant"`,
 		`mount --bind -o ro ` + shq(filepath.Join(cache.mod, "cache", "download")) + ` "$r/var/cache/hV-goproxy"`,
 		// The host's build cache: the same toolchain at the same GOROOT, so the
 		// build reuses what it compiled before (cold, it compiles everything).
 		`mount --bind ` + shq(cache.build) + ` "$r/root/.cache/go-build"`,
-		`exec chroot "$r" /usr/bin/env -i ` + strings.Join(quoteAll(env), " ") +
-			` /bin/bash /vagrant/scripts/provision.sh ` + strings.Join(quoteAll(args), " "),
+		`cd "$r"`,
+		`pivot_root . .hV-oldroot`,
+		`cd /`,
+		`umount -l /.hV-oldroot`,
+		`rmdir /.hV-oldroot`,
+		`echo booted`,
+		`exec sleep infinity`,
 	}, "\n")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", v.ns, "unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh", "-c", script)
+	cmd := exec.Command("ip", "netns", "exec", v.ns, "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
+		"--propagation", "private", "--", "/bin/sh", "-c", script)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.CombinedOutput()
-	t.Logf("provision.sh %s on %s: %s", strings.Join(args, " "), v.name, time.Since(start).Round(time.Second))
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatalf("provision.sh %s on %s: %v\n%s\nminikit log:\n%s", strings.Join(args, " "), v.name, err, tail(out, 60), readTail(filepath.Join(v.root, "var/log/minikit.log"), 40))
+		t.Fatal(err)
 	}
-	t.Logf("provision.sh on %s said:\n%s", v.name, out)
-	return string(out)
+	var stderr testenv.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("booting %s: %v", v.name, err)
+	}
+	v.unshare = cmd
+	t.Cleanup(func() { v.halt(t) })
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "booted\n" {
+		t.Fatalf("booting %s: %q: %s", v.name, line, stderr.String())
+	}
+	// ip netns exec execs unshare, whose child is the init.
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.init, err = strconv.Atoi(strings.TrimSpace(string(children))); err != nil {
+		t.Fatalf("the init of %s: children of %d: %q", v.name, cmd.Process.Pid, children)
+	}
 }
 
-// run runs a bash script in v's root, in the namespaces (mount, network, UTS)
-// of the minikit there, as root logged in on the VM.
+// halt kills v's init, which ends every process in v's PID namespace, and
+// waits for them.
+func (v *vm) halt(t *testing.T) {
+	t.Helper()
+	if v.unshare == nil {
+		return
+	}
+	if v.init != 0 {
+		syscall.Kill(v.init, syscall.SIGKILL)
+	}
+	v.unshare.Process.Kill()
+	v.unshare.Wait()
+	v.unshare = nil
+	if v.init != 0 {
+		testenv.Eventually(t, 30*time.Second, "the processes of "+v.name+" end", func() error {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", v.init)); err == nil {
+				return fmt.Errorf("its init %d is still there", v.init)
+			}
+			return nil
+		})
+	}
+}
+
+// provision runs `provision.sh ARGS...` on v and returns what it said.
+func (v *vm) provision(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	env = append([]string{
+		"http_proxy=http://" + v.proxy, "GOPROXY=file:///var/cache/hV-goproxy",
+		"MINIKIT_SRC=/vagrant", "MINIKIT_SHARE=/srv/minikit-share", "MINIKIT_SSH_KEY=/tmp/minikit-ssh/id_rsa",
+	}, env...)
+	start := time.Now()
+	out, err := v.runEnv(t, env, "/bin/bash /vagrant/scripts/provision.sh "+strings.Join(quoteAll(args), " "))
+	t.Logf("provision.sh %s on %s: %s", strings.Join(args, " "), v.name, time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("provision.sh %s on %s: %v\n%s\nminikit log:\n%s", strings.Join(args, " "), v.name, err, tail([]byte(out), 60), readTail(filepath.Join(v.root, "var/log/minikit.log"), 40))
+	}
+	t.Logf("provision.sh on %s said:\n%s", v.name, out)
+	return out
+}
+
+// run runs a bash script on v as root logged in there would.
 func (v *vm) run(t *testing.T, script string) (string, error) {
 	t.Helper()
-	pid := minikitPID(t, v.root)
-	cmd := exec.Command("nsenter", "--target", strconv.Itoa(pid), "--mount", "--net", "--uts", "--root", "--wd",
-		"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root",
-		"/bin/bash", "-c", script)
+	return v.runEnv(t, nil, script)
+}
+
+func (v *vm) runEnv(t *testing.T, env []string, script string) (string, error) {
+	t.Helper()
+	argv := append([]string{"--target", strconv.Itoa(v.init), "--mount", "--uts", "--net", "--pid", "--root", "--wd",
+		"/usr/bin/env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}, env...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", append(argv, "/bin/bash", "-c", script)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -490,19 +562,10 @@ func (v *vm) run(t *testing.T, script string) (string, error) {
 const nsPrefix = "hV-prov-"
 
 // removeStale removes what an earlier run left when it could not clean up (go
-// test's -timeout panics without running Cleanup): the processes of its roots,
-// its network namespaces, its roots (one run at a time on a machine).
+// test's -timeout panics without running Cleanup; its VMs died with it): its
+// network namespaces and roots (one run at a time on a machine).
 func removeStale(t *testing.T) {
 	t.Helper()
-	roots, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestProvisionFreshDebianRoot*", "*", "node[0-9]"))
-	for _, root := range roots {
-		killRoot(t, root)
-	}
-	for _, root := range roots {
-		if !t.Failed() {
-			os.RemoveAll(filepath.Dir(filepath.Dir(root)))
-		}
-	}
 	names, err := sandbox.ListNamed(nsPrefix)
 	if err != nil {
 		t.Fatal(err)
@@ -511,6 +574,10 @@ func removeStale(t *testing.T) {
 		if err := sandbox.DeleteNamed(n); err != nil {
 			t.Errorf("removing a stale network namespace %s: %v", n, err)
 		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "TestProvisionFreshDebianRoot*"))
+	for _, d := range dirs {
+		os.RemoveAll(d)
 	}
 }
 
@@ -538,75 +605,6 @@ func startAptProxy(t *testing.T, nsPath string) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return ln.Addr().String()
-}
-
-// killRoot kills every process whose root directory is root (the chroot's:
-// provision.sh, the minikit server it started) until none is left, then checks
-// that no mount of the host is under root.
-func killRoot(t *testing.T, root string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		pids := rootPIDs(root)
-		if len(pids) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("processes %v in %s survived SIGKILL for 30 s", pids, root)
-			return
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && (fields[4] == root || strings.HasPrefix(fields[4], root+"/")) {
-			// Never reached while the mounts stay in the chroot's own mount
-			// namespace; if one leaked, removing the root would reach through it.
-			t.Fatalf("mount %s is in the host's mount namespace: not removing %s", fields[4], root)
-		}
-	}
-}
-
-// minikitPID is the minikit (server or agent) provision.sh started in root.
-func minikitPID(t *testing.T, root string) int {
-	t.Helper()
-	for _, pid := range rootPIDs(root) {
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		if strings.HasPrefix(string(cmdline), "/usr/local/bin/minikit\x00") {
-			return pid
-		}
-	}
-	t.Fatalf("no minikit runs in %s", root)
-	return 0
-}
-
-func rootPIDs(root string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		r, err := os.Readlink(filepath.Join("/proc", e.Name(), "root"))
-		if err != nil {
-			continue
-		}
-		if r == root || strings.HasPrefix(r, root+"/") {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
