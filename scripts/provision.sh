@@ -238,10 +238,15 @@ Restart=on-failure
 [Install]
 WantedBy=multi-user.target
 UNIT
+  # restart, not start: `vagrant provision` again runs the new binary and flags.
   if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
-    systemctl enable --now minikit
+    systemctl enable minikit
+    systemctl restart minikit
   else
+    if [ -s /run/minikit.pid ] && kill "$(cat /run/minikit.pid)" 2>/dev/null; then
+      for i in $(seq 30); do kill -0 "$(cat /run/minikit.pid)" 2>/dev/null || break; sleep 1; done
+    fi
     log "systemd is not running here: starting ${argv[*]} in the background (log /var/log/minikit.log)"
     setsid "${argv[@]}" >>/var/log/minikit.log 2>&1 </dev/null &
     echo $! >/run/minikit.pid
