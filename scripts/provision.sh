@@ -244,8 +244,13 @@ UNIT
     systemctl enable minikit
     systemctl restart minikit
   else
+    # (Until it is gone or a zombie: a container's init may never reap it.)
     if [ -s /run/minikit.pid ] && kill "$(cat /run/minikit.pid)" 2>/dev/null; then
-      for i in $(seq 30); do kill -0 "$(cat /run/minikit.pid)" 2>/dev/null || break; sleep 1; done
+      for i in $(seq 30); do
+        state=$(sed 's/.*) //' "/proc/$(cat /run/minikit.pid)/stat" 2>/dev/null | cut -c1)
+        [ -n "$state" ] && [ "$state" != Z ] || break
+        sleep 1
+      done
     fi
     log "systemd is not running here: starting ${argv[*]} in the background (log /var/log/minikit.log)"
     setsid "${argv[@]}" >>/var/log/minikit.log 2>&1 </dev/null &

@@ -436,6 +436,28 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		t.Logf("examples/%s/check.sh on the client: %s", example, out[strings.LastIndex(out, "SHOWN: "):])
 	}
 
+	// `vagrant provision` again: nothing to install, the agent restarted (a new
+	// process), node2 back in the cluster.
+	agentPIDs := func() string {
+		out, _ := node2.run(t, "pgrep -f '^/usr/local/bin/minikit agent'")
+		return strings.TrimSpace(out)
+	}
+	old := agentPIDs()
+	again := node2.provision(t, []string{"MINIKIT_BINARY=/tmp/minikit-bin", hostsEnv}, "agent", node2.ip, serverIP)
+	if strings.Contains(again, "installing ") {
+		t.Errorf("provisioning node2 again installed packages again")
+	}
+	if now := agentPIDs(); old == "" || now == "" || now == old || strings.Contains(now, "\n") {
+		t.Errorf("provisioning node2 again: agent processes %q before, %q after; want one new one", old, now)
+	}
+	testenv.Eventually(t, 60*time.Second, "node2 is Ready again", func() error {
+		out, err := client.run(t, `. /vagrant/examples/lib.sh; kubectl get node node2 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'`)
+		if err != nil || out != "True" {
+			return fmt.Errorf("%v: %q", err, out)
+		}
+		return nil
+	})
+
 	// Everything goes: the VMs' processes (hence their mounts), the namespaces.
 	for _, v := range vms {
 		v.halt(t)
