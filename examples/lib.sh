@@ -8,6 +8,8 @@
 #   LAB_DIR     the lab's directory       (default: /var/lib/minikit-lab/$LAB)
 #   KUBECONFIG  the lab's kubeconfig      (default: $LAB_DIR/kubeconfig)
 #   KEEP=1      leave the example's objects in place for exploring afterwards
+#   MINIKIT_HOSTS_VIA  how `on HOST` reaches a lab host: lab (minikit lab exec, the
+#               default) or ssh (as root, to the host of that name: the Vagrant VMs)
 # Run as root (minikit lab exec enters network namespaces):
 #   go build -o bin/minikit ./minikit && sudo bin/minikit lab up
 #   sudo examples/clusterip/check.sh
@@ -25,6 +27,20 @@ if [ -z "${MINIKIT:-}" ]; then
   [ -n "$MINIKIT" ] || MINIKIT=$EXAMPLES/../bin/minikit
 fi
 LAB=${LAB:-lab}
+# On the Vagrant VMs (docs/vagrant.md) the lab hosts are VMs of the same names and
+# addresses: scripts/provision.sh writes /etc/minikit/examples.env there, saying
+# to reach them over SSH and where the cluster's kubeconfig is. Read when no lab
+# was named; what the caller set wins.
+if [ -z "${LAB_DIR:-}" ] && [ -r /etc/minikit/examples.env ]; then
+  while IFS='=' read -r k v; do
+    case $k in
+    MINIKIT_HOSTS_VIA) MINIKIT_HOSTS_VIA=${MINIKIT_HOSTS_VIA:-$v} ;;
+    KUBECONFIG) KUBECONFIG=${KUBECONFIG:-$v} ;;
+    esac
+  done </etc/minikit/examples.env
+fi
+MINIKIT_HOSTS_VIA=${MINIKIT_HOSTS_VIA:-lab}
+case $MINIKIT_HOSTS_VIA in lab | ssh) ;; *) echo "FAIL: MINIKIT_HOSTS_VIA=$MINIKIT_HOSTS_VIA: want lab or ssh" >&2; exit 1 ;; esac
 LAB_DIR=${LAB_DIR:-/var/lib/minikit-lab/$LAB}
 export KUBECONFIG=${KUBECONFIG:-$LAB_DIR/kubeconfig}
 NS=${NS:-default}
@@ -49,7 +65,9 @@ show() {
   case $1 in
   k) printf '$ kubectl -n %s %s\n' "$NS" "${words[*]:1}" ;;
   inpod) printf '$ kubectl exec -n %s %s -- %s\n' "$NS" "$2" "${words[*]:2}" ;;
-  on) printf '$ minikit lab exec%s %s -- %s\n' "$labflags" "$2" "${words[*]:2}" ;;
+  on)
+    if [ "$MINIKIT_HOSTS_VIA" = ssh ]; then printf '$ ssh root@%s -- %s\n' "$2" "${words[*]:2}"
+    else printf '$ minikit lab exec%s %s -- %s\n' "$labflags" "$2" "${words[*]:2}"; fi ;;
   *) printf '$ %s\n' "${words[*]}" ;;
   esac
   "$@"
@@ -65,8 +83,17 @@ shown() { printf 'SHOWN: %s\n' "$*"; }
 # k is kubectl in the example's namespace.
 k() { kubectl -n "$NS" "$@"; }
 
-# on HOST CMD... runs a command on a lab host (node1, node2, client, external).
-on() { local h=$1; shift; "$MINIKIT" lab exec --name "$LAB" --dir "$LAB_DIR" "$h" -- "$@"; }
+# on HOST CMD... runs a command on a lab host (node1, node2, client, external):
+# in the lab's namespace, or over SSH on the VM of that name (its remote shell,
+# bash, gets the words quoted back as they were).
+on() {
+  local h=$1; shift
+  if [ "$MINIKIT_HOSTS_VIA" = ssh ]; then
+    ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR "root@$h" -- "$(printf '%q ' "$@")"
+  else
+    "$MINIKIT" lab exec --name "$LAB" --dir "$LAB_DIR" "$h" -- "$@"
+  fi
+}
 
 # inpod POD CMD... runs a command inside a pod of the example's namespace, as a
 # student would: kubectl exec, through the API server to the node agent's

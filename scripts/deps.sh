@@ -23,6 +23,11 @@ command -v tcpdump >/dev/null || need+=(tcpdump)
 command -v iperf3 >/dev/null || need+=(iperf3)
 # scripts/pictures.sh (and TestPictures, which runs it) waits on trace and kubectl JSON with jq.
 command -v jq >/dev/null || need+=(jq)
+# test/provision: `vagrant validate` on the Vagrantfile, and scripts/provision.sh
+# run in a fresh Debian 12 root that debootstrap makes.
+command -v vagrant >/dev/null || need+=(vagrant)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v unzip >/dev/null || need+=(unzip)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
