@@ -22,6 +22,8 @@
 #                   at SERVER_IP runs --cluster-init, the others --join it with its
 #                   DATA_DIR/server-token
 #   MINIKIT_HOSTS   "NAME=IP ..." written to /etc/hosts, so every host is reached by name
+#   MINIKIT_SERVER_IPS  every server's address, comma-separated (default: SERVER_IP); agents
+#                   name them all in --server and fail over among them
 #   MINIKIT_EXTERNAL_IP  the external host (default 192.168.56.200): DNS upstream
 #   MINIKIT_LB_POOL the LoadBalancer pool (default 192.168.56.240-192.168.56.250)
 #   GOPROXY         where the toolchain and modules come from (default https://proxy.golang.org)
@@ -207,7 +209,10 @@ server)
 agent)
   fetch token /etc/minikit/token
   fetch ca.crt /etc/minikit/ca.crt
-  argv=(/usr/local/bin/minikit agent --server "https://$server_ip:6443" --token-file /etc/minikit/token
+  servers=
+  IFS=, read -ra ips <<<"${MINIKIT_SERVER_IPS:-$server_ip}"
+  for ip in "${ips[@]}"; do servers+=${servers:+,}https://$ip:6443; done
+  argv=(/usr/local/bin/minikit agent --server "$servers" --token-file /etc/minikit/token
     --ca-file /etc/minikit/ca.crt --node-name "$name" --node-ip "$node_ip" --dns-upstream "$external_ip")
   ;;
 external)

@@ -140,11 +140,12 @@ func TestVagrantfileValidates(t *testing.T) {
 		want string
 	}{
 		{"MINIKIT_SERVERS=3", "MINIKIT_SERVERS=3: want 1 to MINIKIT_NODES (2)"},
+		{"MINIKIT_NODES=4 MINIKIT_SERVERS=2", "MINIKIT_SERVERS=2: want an odd number (1, 3, 5, 7)"},
 		{"MINIKIT_NODES=two", `MINIKIT_NODES="two" is not a number`},
 		{"MINIKIT_ARCH=riscv64", `MINIKIT_ARCH="riscv64": want amd64 or arm64`},
 	} {
 		t.Run("refuses "+tc.env, func(t *testing.T) {
-			out, err := run(tc.env)
+			out, err := run(strings.Fields(tc.env)...)
 			if err == nil || !strings.Contains(out, tc.want) {
 				t.Fatalf("vagrant validate with %s: err %v, want a failure saying %q:\n%s", tc.env, err, tc.want, out)
 			}
