@@ -382,23 +382,9 @@ func (w *walker) vmap(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 	if len(rest) > 0 {
 		return nil, fmt.Errorf("statements after a vmap")
 	}
-	var elems []elem
-	name := ""
-	switch d := arg["data"].(type) {
-	case string:
-		name = strings.TrimPrefix(d, "@")
-		s, ok := w.r.sets[name]
-		if !ok || !s.isMap {
-			return nil, fmt.Errorf("vmap lookup in missing map %s", d)
-		}
-		elems = s.elems
-	case map[string]any:
-		var err error
-		if elems, err = anonMap(d); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("unsupported vmap data %v", arg["data"])
+	elems, name, err := w.mapElems(arg["data"], "vmap")
+	if err != nil {
+		return nil, err
 	}
 	verdictOf := func(o ruleOut, e elem) (ruleOut, error) {
 		vm, ok := e.data.(map[string]any)
@@ -517,23 +503,9 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 		}
 		// An anonymous map (kube-proxy's rules) or a named one (minikit's
 		// dnat-endpoints-PROTO-N maps, the chain's block of keys from the offset).
-		var elems []elem
-		name := ""
-		switch d := mp["data"].(type) {
-		case string:
-			name = strings.TrimPrefix(d, "@")
-			s, ok := w.r.sets[name]
-			if !ok || !s.isMap {
-				return nil, fmt.Errorf("dnat lookup in missing map %s", d)
-			}
-			elems = s.elems
-		case map[string]any:
-			var err error
-			if elems, err = anonMap(d); err != nil {
-				return nil, err
-			}
-		default:
-			return nil, fmt.Errorf("unsupported dnat map data %v", mp["data"])
+		elems, name, err := w.mapElems(mp["data"], "dnat")
+		if err != nil {
+			return nil, err
 		}
 		var out []ruleOut
 		missed := 0.0
@@ -977,4 +949,24 @@ func scalarEqual(key, v any) (bool, error) {
 		}
 	}
 	return false, fmt.Errorf("cannot compare %v with %v", v, key)
+}
+
+// mapElems are the elements of a lookup's map: a named one ("@NAME", with its
+// name) or an anonymous one written in the rule. what names the lookup in
+// errors (vmap, dnat).
+func (w *walker) mapElems(data any, what string) ([]elem, string, error) {
+	switch d := data.(type) {
+	case string:
+		name := strings.TrimPrefix(d, "@")
+		s, ok := w.r.sets[name]
+		if !ok || !s.isMap {
+			return nil, "", fmt.Errorf("%s lookup in missing map %s", what, d)
+		}
+		return s.elems, name, nil
+	case map[string]any:
+		elems, err := anonMap(d)
+		return elems, "", err
+	default:
+		return nil, "", fmt.Errorf("unsupported %s map data %v", what, data)
+	}
 }
