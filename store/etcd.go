@@ -445,13 +445,23 @@ func (t *etcdTx) state(key string) *pending {
 	return p
 }
 
-func (t *etcdTx) Create(key string, value []byte) error {
+// writable is key's pending write, once the key is valid and the
+// transaction's reads have not failed.
+func (t *etcdTx) writable(key string) (*pending, error) {
 	if err := t.e.checkKey(key); err != nil {
-		return err
+		return nil, err
 	}
 	p := t.state(key)
 	if t.failed != nil {
-		return t.failed
+		return nil, t.failed
+	}
+	return p, nil
+}
+
+func (t *etcdTx) Create(key string, value []byte) error {
+	p, err := t.writable(key)
+	if err != nil {
+		return err
 	}
 	if !p.deleted {
 		return ErrExists
@@ -461,24 +471,18 @@ func (t *etcdTx) Create(key string, value []byte) error {
 }
 
 func (t *etcdTx) Put(key string, value []byte) error {
-	if err := t.e.checkKey(key); err != nil {
+	p, err := t.writable(key)
+	if err != nil {
 		return err
-	}
-	p := t.state(key)
-	if t.failed != nil {
-		return t.failed
 	}
 	p.value, p.deleted = bytes.Clone(value), false
 	return nil
 }
 
 func (t *etcdTx) Delete(key string) error {
-	if err := t.e.checkKey(key); err != nil {
+	p, err := t.writable(key)
+	if err != nil {
 		return err
-	}
-	p := t.state(key)
-	if t.failed != nil {
-		return t.failed
 	}
 	if p.deleted {
 		return ErrNotFound
