@@ -11,7 +11,7 @@
 #   MINIKIT_HOSTS_VIA  how `on HOST` reaches a lab host: lab (minikit lab exec, the
 #               default) or ssh (as root, to the host of that name: the Vagrant VMs)
 # Run as root (minikit lab exec enters network namespaces):
-#   go build -o bin/minikit ./minikit && sudo bin/minikit lab up
+#   go build -o bin/minikit ./cmd/minikit && sudo bin/minikit lab up
 #   sudo examples/clusterip/check.sh
 #
 # Every check works in a Kubernetes namespace of its own, deleted when the check

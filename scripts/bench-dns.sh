@@ -42,7 +42,7 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2
 trap cleanup EXIT
 
 echo "# building minikit and the standalone DNS server" >&2
-(cd "$ROOT" && "$GO" build -o "$WORK/bin/minikit" ./minikit && "$GO" build -o "$WORK/bin/dnsserver" ./test/dns/dnsserver)
+(cd "$ROOT" && "$GO" build -o "$WORK/bin/minikit" ./cmd/minikit && "$GO" build -o "$WORK/bin/dnsserver" ./test/dns/dnsserver)
 command -v dnsperf >/dev/null || { apt-get install -y dnsperf >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y dnsperf >/dev/null; }; }
 command -v dig >/dev/null || { apt-get install -y dnsutils >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y dnsutils >/dev/null; }; }
 

@@ -41,7 +41,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "# building minikit" >&2
-(cd "$ROOT" && "$GO" build -o "$MINIKIT" ./minikit)
+(cd "$ROOT" && "$GO" build -o "$MINIKIT" ./cmd/minikit)
 
 # gbps reads iperf3's JSON: the receiver's throughput, in Gbit/s.
 gbps() { python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))'; }

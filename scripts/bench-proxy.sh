@@ -42,14 +42,17 @@ if [ "${1:-}" = --nft-vs ]; then
   trap cleanup EXIT
   trap 'exit 130' INT TERM HUP
   git worktree add -q --detach "$TMP/ref" "$REF"
-  cp proxy/nft_bench_test.go "$TMP/ref/proxy/nft_bench_test.go"
-  (cd "$TMP/ref" && go test -c -o "$TMP/ref.test" ./proxy)
-  go test -c -o "$TMP/this.test" ./proxy
+  refpkg=internal/kubeproxy   # the proxy's package in REF: proxy/ before the layout of issue 23
+  [ -d "$TMP/ref/$refpkg" ] || refpkg=proxy
+  cp internal/kubeproxy/nft_bench_test.go "$TMP/ref/$refpkg/nft_bench_test.go"
+  sed -i "s/^package kubeproxy\$/package $(basename $refpkg)/" "$TMP/ref/$refpkg/nft_bench_test.go"
+  (cd "$TMP/ref" && go test -c -o "$TMP/ref.test" "./$refpkg")
+  go test -c -o "$TMP/this.test" ./internal/kubeproxy
   BENCH=${NFT_BENCH:-BenchmarkNFTSync/netlink/services=10000/}
   echo "# $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg); this tree $(git rev-parse --short HEAD) vs $REF ($(git rev-parse --short "$REF")); $BENCH, ${ROUNDS:-3} rounds of ${BENCHTIME:-20x}"
   for r in $(seq "${ROUNDS:-3}"); do
     for which in ref this; do
-      (cd proxy && "$TMP/$which.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "${BENCHTIME:-20x}" -test.timeout 2h) |
+      (cd internal/kubeproxy && "$TMP/$which.test" -test.run '^$' -test.bench "$BENCH" -test.benchtime "${BENCHTIME:-20x}" -test.timeout 2h) |
         awk -v w="$which" '/^Benchmark/ { sub(/-[0-9]+$/, "", $1); print w, $1, $3 }' >>"$TMP/results"
     done
   done
@@ -85,7 +88,7 @@ TMP=$(mktemp -d /tmp/bench-proxy.XXXXXX)
 cleanup() { ip netns del "$NS" 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
-go test -c -tags benchproxy -o "$TMP/proxy.test" ./proxy
+go test -c -tags benchproxy -o "$TMP/proxy.test" ./internal/kubeproxy
 ip netns add "$NS"
 echo "# $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 MINIKIT_BENCH_NETNS=$NS ip netns exec "$NS" "$TMP/proxy.test" -test.run '^TestBenchProxy$' -test.v -test.timeout 2h |

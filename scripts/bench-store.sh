@@ -21,8 +21,8 @@ COUNT=${COUNT:-1}
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 
-echo "# go test ./etcdserver -bench BenchmarkDatastores -benchtime 1x -count $COUNT" >&2
-(cd "$ROOT" && "$GO" test ./etcdserver -run '^$' -bench BenchmarkDatastores -benchtime 1x -count "$COUNT" -timeout 30m) | tee "$OUT" >&2
+echo "# go test ./internal/etcdserver -bench BenchmarkDatastores -benchtime 1x -count $COUNT" >&2
+(cd "$ROOT" && "$GO" test ./internal/etcdserver -run '^$' -bench BenchmarkDatastores -benchtime 1x -count "$COUNT" -timeout 30m) | tee "$OUT" >&2
 
 python3 - "$OUT" <<'PY'
 import re, sys

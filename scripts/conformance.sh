@@ -58,7 +58,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[ -x "$MINIKIT" ] || go build -o "$MINIKIT" ./minikit
+[ -x "$MINIKIT" ] || go build -o "$MINIKIT" ./cmd/minikit
 if [ -z "$LAB" ]; then
   LAB=conf$$
   made=1

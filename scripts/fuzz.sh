@@ -34,14 +34,14 @@ while [ $# -gt 0 ]; do
 done
 # package:target:CI execution count, one per fuzz function in the repository.
 targets=(
-  ./apiserver:FuzzDecodeAndValidate:20000x
-  ./proxy:FuzzRender:10000x
-  ./proxy/nft:FuzzCompile:250000x
-  ./netpol:FuzzRenderPolicies:2000x
-  ./dns:FuzzRequest:100000x
-  ./ingress/config:FuzzRoute:50000x
-  ./ingress/proxy:FuzzRequestHead:100000x
-  ./ingress/proxy:FuzzChunked:80000x
+  ./internal/apiserver:FuzzDecodeAndValidate:20000x
+  ./internal/kubeproxy:FuzzRender:10000x
+  ./internal/nft:FuzzCompile:250000x
+  ./internal/netpol:FuzzRenderPolicies:2000x
+  ./internal/dns:FuzzRequest:100000x
+  ./internal/ingress/config:FuzzRoute:50000x
+  ./internal/ingress/httpproxy:FuzzRequestHead:100000x
+  ./internal/ingress/httpproxy:FuzzChunked:80000x
 )
 # A fuzz function nobody listed here would never run long: refuse.
 listed=$(printf '%s\n' "${targets[@]}" | cut -d: -f2 | sort)

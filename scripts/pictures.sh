@@ -50,7 +50,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-go build -o "$MINIKIT" ./minikit
+go build -o "$MINIKIT" ./cmd/minikit
 "$MINIKIT" lab up --name "$LAB" --nodes 2 --dir "$LAB_DIR" --kubeconfig-merge=false >/dev/null
 echo "lab $LAB is up"
 

@@ -16,7 +16,7 @@
 #   MINIKIT_SHARE   where the first server leaves its token, CA and kubeconfig
 #                   (default /etc/minikit/share)
 #   MINIKIT_BINARY  a minikit built on the host (default $MINIKIT_SRC/bin/minikit
-#                   when it exists: GOOS=linux GOARCH=amd64|arm64 go build -o bin/minikit ./minikit);
+#                   when it exists: GOOS=linux GOARCH=amd64|arm64 go build -o bin/minikit ./cmd/minikit);
 #                   without one (or set empty), the pinned Go toolchain is installed and builds it here
 #   MINIKIT_HA=1    servers form an HA control plane with embedded etcd: the server
 #                   at SERVER_IP runs --cluster-init, the others --join it with its
@@ -140,7 +140,7 @@ check_go_mod() {
 install_minikit() {
   local bin=${MINIKIT_BINARY-$src/bin/minikit}
   if [ -n "$bin" ] && [ -e "$bin" ]; then
-    "$bin" version >/dev/null 2>&1 || die "$bin does not run here (built for another OS or architecture? GOOS=linux GOARCH=$(dpkg --print-architecture) go build -o bin/minikit ./minikit)"
+    "$bin" version >/dev/null 2>&1 || die "$bin does not run here (built for another OS or architecture? GOOS=linux GOARCH=$(dpkg --print-architecture) go build -o bin/minikit ./cmd/minikit)"
     install -m 0755 "$bin" /usr/local/bin/minikit
     log "installed $bin"
     return
@@ -149,7 +149,7 @@ install_minikit() {
   install_go
   log "building minikit from $src"
   # GOTOOLCHAIN=local: never switch to another toolchain (check_go_mod proved this one fits).
-  (cd "$src" && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -o /usr/local/bin/minikit.new ./minikit)
+  (cd "$src" && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go build -o /usr/local/bin/minikit.new ./cmd/minikit)
   mv /usr/local/bin/minikit.new /usr/local/bin/minikit
 }
 

@@ -89,7 +89,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 bold "== building minikit"
-go build -o "$MINIKIT" ./minikit
+go build -o "$MINIKIT" ./cmd/minikit
 
 bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --datastore $DATASTORE --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
 "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --datastore "$DATASTORE" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false

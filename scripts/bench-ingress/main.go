@@ -34,9 +34,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/minikit/minikit/ingress/config"
-	"github.com/minikit/minikit/ingress/nginxconf"
-	"github.com/minikit/minikit/ingress/proxy"
+	"github.com/minikit/minikit/internal/ingress/config"
+	"github.com/minikit/minikit/internal/ingress/httpproxy"
+	"github.com/minikit/minikit/internal/ingress/nginxconf"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -177,7 +177,7 @@ func runProxy(args []string) {
 	for _, p := range cfg.Problems {
 		log.Printf("config problem: %s", p)
 	}
-	p, err := proxy.New(proxy.Options{Logger: logger, HSTS: true})
+	p, err := httpproxy.New(httpproxy.Options{Logger: logger, HSTS: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func render(args []string) {
 	c.register(fs)
 	fs.Parse(args)
 	cfg := config.Build(c.objects())
-	_, fakeCert, fakeKey, err := proxy.NewFakeCertificate()
+	_, fakeCert, fakeKey, err := httpproxy.NewFakeCertificate()
 	if err != nil {
 		log.Fatal(err)
 	}

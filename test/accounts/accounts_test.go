@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,7 +52,7 @@ func startPods(t *testing.T, c kubernetes.Interface, ns string, nodes ...string)
 		}
 		ready := testenv.WaitPodReady(t, c, ns, p.Name)
 		sb := testenv.SandboxName(t, c, ready)
-		if !sandbox.ExistsNamed(sb) {
+		if !cni.ExistsNamed(sb) {
 			t.Fatalf("pod %s/%s has no netns %s", ns, p.Name, sb)
 		}
 		sandboxes[ns+"/"+p.Name] = sb
@@ -67,10 +67,10 @@ func gone(c kubernetes.Interface, ns string, sandboxes map[string]string) error 
 		return fmt.Errorf("namespace %s still there (%v)", ns, err)
 	}
 	for pod, sb := range sandboxes {
-		if sandbox.ExistsNamed(sb) {
+		if cni.ExistsNamed(sb) {
 			return fmt.Errorf("netns %s of pod %s still exists", sb, pod)
 		}
-		if _, err := os.Stat(filepath.Join(sandbox.PodNSDir, sb)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(cni.PodNSDir, sb)); !os.IsNotExist(err) {
 			return fmt.Errorf("mount and UTS namespaces of pod %s still pinned", pod)
 		}
 	}
@@ -248,7 +248,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 				return fmt.Errorf("%d configmaps left", len(cms.Items))
 			}
 			for pod, sb := range sandboxes {
-				if sandbox.ExistsNamed(sb) {
+				if cni.ExistsNamed(sb) {
 					return fmt.Errorf("netns %s of pod %s still exists", sb, pod)
 				}
 			}

@@ -39,7 +39,7 @@ func runTests(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "minikit")
 	// `go test` puts the go command that runs it first on PATH.
-	build := exec.Command("go", "build", "-o", bin, "github.com/minikit/minikit/minikit")
+	build := exec.Command("go", "build", "-o", bin, "github.com/minikit/minikit/cmd/minikit")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	start := time.Now()
 	if err := build.Run(); err != nil {

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
+	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -94,7 +94,7 @@ func TestLabByHand(t *testing.T) {
 	os.Chown(home, studentUID, studentGID)
 	userKC := filepath.Join(home, ".kube", "config")
 	mine := func(n string) bool {
-		return strings.HasPrefix(n, name+"-") || strings.HasPrefix(n, node.SandboxPrefix("node1", filepath.Join(dir, "node1", "agent")))
+		return strings.HasPrefix(n, name+"-") || strings.HasPrefix(n, kubelet.SandboxPrefix("node1", filepath.Join(dir, "node1", "agent")))
 	}
 	before := testenv.RootSnapshot(t, mine)
 

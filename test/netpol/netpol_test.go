@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"

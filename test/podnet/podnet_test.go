@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
+	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,8 +36,8 @@ func TestHostGW(t *testing.T) {
 	c := testenv.Client(t, l)
 	crossNode(t, l, c)
 	n2 := getNode(t, c, "node2")
-	if got := n2.Annotations[node.AnnotationBackendType]; got != "host-gw" {
-		t.Errorf("node2's %s = %q, want host-gw", node.AnnotationBackendType, got)
+	if got := n2.Annotations[kubelet.AnnotationBackendType]; got != "host-gw" {
+		t.Errorf("node2's %s = %q, want host-gw", kubelet.AnnotationBackendType, got)
 	}
 	hasLine(t, l, "node1", "10.244.1.0/24 via 192.168.56.11 dev eth1 proto 77", "ip", "route")
 	if out, err := testenv.Run(l, "node1", "ip", "link", "show", "flannel.1"); err == nil {
@@ -237,7 +237,7 @@ func newLab(t *testing.T, cfg lab.Config) *lab.Lab {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		prefixes = append(prefixes, n.Annotations[node.AnnotationNetNSPrefix])
+		prefixes = append(prefixes, n.Annotations[kubelet.AnnotationNetNSPrefix])
 	}
 	return l
 }
@@ -429,7 +429,7 @@ func getNode(t *testing.T, c kubernetes.Interface, name string) *corev1.Node {
 // vtepMAC is the VtepMAC a node publishes in its backend-data annotation.
 func vtepMAC(t *testing.T, c kubernetes.Interface, name string) string {
 	t.Helper()
-	d := getNode(t, c, name).Annotations[node.AnnotationBackendData]
+	d := getNode(t, c, name).Annotations[kubelet.AnnotationBackendData]
 	_, rest, _ := strings.Cut(d, `"VtepMAC":"`)
 	mac, _, _ := strings.Cut(rest, `"`)
 	return mac

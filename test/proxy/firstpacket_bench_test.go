@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/iptables"
-	"github.com/minikit/minikit/proxy"
-	"github.com/minikit/minikit/proxy/nft"
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/kubeproxy"
+	"github.com/minikit/minikit/internal/nft"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -141,7 +141,7 @@ type fpTopology struct {
 	target  unix.SockaddrInet4 // the measured ClusterIP:80
 	samples []time.Duration
 	ctx     context.Context
-	stats   func() proxy.Stats
+	stats   func() kubeproxy.Stats
 }
 
 const (
@@ -194,7 +194,7 @@ func newFPTopology(b *testing.B, ctx context.Context, mode string, size int) *fp
 	// The backend: one listener on all 5 endpoint addresses; the socket is
 	// opened inside the backend namespace and stays bound to it.
 	var ln net.Listener
-	if err := sandbox.DoPath(sandbox.NetNSPath(t.backend), func() (err error) {
+	if err := cni.DoPath(cni.NetNSPath(t.backend), func() (err error) {
 		ln, err = net.Listen("tcp4", ":"+strconv.Itoa(fpBackendPort))
 		return err
 	}); err != nil {
@@ -213,10 +213,10 @@ func newFPTopology(b *testing.B, ctx context.Context, mode string, size int) *fp
 	return t
 }
 
-// proxyConfig is the node's configuration, as cluster/proxy.go builds it.
-func (t *fpTopology) proxyConfig() proxy.Config {
+// proxyConfig is the node's configuration, as internal/cluster/proxy.go builds it.
+func (t *fpTopology) proxyConfig() kubeproxy.Config {
 	beLiberal := false
-	return proxy.Config{
+	return kubeproxy.Config{
 		NodeName:    "node-" + t.mode,
 		NodeIP:      netip.MustParseAddr(fpNodeClientIP),
 		ClusterCIDR: netip.MustParsePrefix("10.244.0.0/16"),
@@ -225,7 +225,7 @@ func (t *fpTopology) proxyConfig() proxy.Config {
 		// written as on a default node.
 		TCPBeLiberal: &beLiberal,
 		// conntrack in the node namespace, not the process's.
-		Conntrack: nsConntrack{path: sandbox.NetNSPath(t.node)},
+		Conntrack: nsConntrack{path: cni.NetNSPath(t.node)},
 	}
 }
 
@@ -234,11 +234,11 @@ func (t *fpTopology) proxyConfig() proxy.Config {
 // waits until it answers. It returns the measured service's index.
 func (t *fpTopology) startIPTables(b *testing.B, svcs []*corev1.Service, slices []*discovery.EndpointSlice) int {
 	b.Helper()
-	ipt, err := newNSIPTables(sandbox.NetNSPath(t.node))
+	ipt, err := newNSIPTables(cni.NetNSPath(t.node))
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := proxy.New(t.proxyConfig(), ipt)
+	p, err := kubeproxy.New(t.proxyConfig(), ipt)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -276,14 +276,14 @@ func (t *fpTopology) startIPTables(b *testing.B, svcs []*corev1.Service, slices 
 func (t *fpTopology) startNFT(b *testing.B, svcs []*corev1.Service, slices []*discovery.EndpointSlice, measured int) {
 	b.Helper()
 	var nl *nft.Netlink
-	if err := sandbox.DoPath(sandbox.NetNSPath(t.node), func() (err error) {
-		nl, err = nft.NewNetlink(nft.IPv4Family, proxy.NFTTableName)
+	if err := cni.DoPath(cni.NetNSPath(t.node), func() (err error) {
+		nl, err = nft.NewNetlink(nft.IPv4Family, kubeproxy.NFTTableName)
 		return err
 	}); err != nil {
 		b.Fatalf("opening nftables in %s: %v", t.node, err)
 	}
 	b.Cleanup(func() { nl.Close() })
-	p, err := proxy.NewNFT(proxy.NFTConfig{
+	p, err := kubeproxy.NewNFT(kubeproxy.NFTConfig{
 		Config:       t.proxyConfig(),
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
 		Backend:      "netlink",
@@ -304,7 +304,7 @@ func (t *fpTopology) startNFT(b *testing.B, svcs []*corev1.Service, slices []*di
 	p.SetInitialized()
 	t.setTarget(svcs[measured])
 	t.waitSynced(b, len(svcs), func() bool {
-		out, err := exec.Command("ip", "netns", "exec", t.node, "nft", "list", "map", "ip", proxy.NFTTableName, "service-ips").CombinedOutput()
+		out, err := exec.Command("ip", "netns", "exec", t.node, "nft", "list", "map", "ip", kubeproxy.NFTTableName, "service-ips").CombinedOutput()
 		return err == nil && strings.Count(string(out), " : goto service-") == len(svcs)
 	})
 	t.waitAnswers(b)
@@ -366,7 +366,7 @@ func (t *fpTopology) waitAnswers(b *testing.B) {
 // short by the Go runtime's signals (EINTR) and could not be retried.
 func (t *fpTopology) connect() (time.Duration, error) {
 	var fd int
-	if err := sandbox.DoPath(sandbox.NetNSPath(t.client), func() (err error) {
+	if err := cni.DoPath(cni.NetNSPath(t.client), func() (err error) {
 		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 		return err
 	}); err != nil {
@@ -525,7 +525,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/1e3) }
 
 // nsIPTables is the real iptables.Interface run inside a network namespace:
-// the iptables binaries are forked from a thread that sandbox.DoPath has
+// the iptables binaries are forked from a thread that cni.DoPath has
 // switched into the namespace, so they inherit it. (The proxier calls its
 // Interface from its own goroutines, which are in the process's namespace.)
 type nsIPTables struct {
@@ -535,13 +535,13 @@ type nsIPTables struct {
 
 func newNSIPTables(path string) (*nsIPTables, error) {
 	n := &nsIPTables{path: path}
-	if err := sandbox.DoPath(path, func() (err error) { n.ipt, err = iptables.New(); return err }); err != nil {
+	if err := cni.DoPath(path, func() (err error) { n.ipt, err = iptables.New(); return err }); err != nil {
 		return nil, fmt.Errorf("iptables in %s: %w", path, err)
 	}
 	return n, nil
 }
 
-func (n *nsIPTables) do(fn func() error) error { return sandbox.DoPath(n.path, fn) }
+func (n *nsIPTables) do(fn func() error) error { return cni.DoPath(n.path, fn) }
 
 func (n *nsIPTables) EnsureChain(table, chain string) error {
 	return n.do(func() error { return n.ipt.EnsureChain(table, chain) })
@@ -599,11 +599,11 @@ var _ iptables.Interface = (*nsIPTables)(nil)
 // switched into it.
 type nsConntrack struct{ path string }
 
-var _ proxy.Conntrack = nsConntrack{}
+var _ kubeproxy.Conntrack = nsConntrack{}
 
-func (c nsConntrack) ListUDP() ([]proxy.Flow, error) {
-	var out []proxy.Flow
-	err := sandbox.DoPath(c.path, func() error {
+func (c nsConntrack) ListUDP() ([]kubeproxy.Flow, error) {
+	var out []kubeproxy.Flow
+	err := cni.DoPath(c.path, func() error {
 		flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
 		if err != nil {
 			return fmt.Errorf("listing conntrack flows: %w", err)
@@ -612,7 +612,7 @@ func (c nsConntrack) ListUDP() ([]proxy.Flow, error) {
 			if f.Forward.Protocol != unix.IPPROTO_UDP {
 				continue
 			}
-			out = append(out, proxy.Flow{
+			out = append(out, kubeproxy.Flow{
 				OrigSrc:  addrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 				OrigDst:  addrPort(f.Forward.DstIP, f.Forward.DstPort),
 				ReplySrc: addrPort(f.Reverse.SrcIP, 0).Addr(),
@@ -623,13 +623,13 @@ func (c nsConntrack) ListUDP() ([]proxy.Flow, error) {
 	return out, err
 }
 
-func (c nsConntrack) Delete(flows []proxy.Flow) (int, error) {
+func (c nsConntrack) Delete(flows []kubeproxy.Flow) (int, error) {
 	set := flowFilter{}
 	for _, f := range flows {
 		set[f] = true
 	}
 	var n uint
-	err := sandbox.DoPath(c.path, func() (err error) {
+	err := cni.DoPath(c.path, func() (err error) {
 		n, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, set)
 		return err
 	})
@@ -640,10 +640,10 @@ func (c nsConntrack) Delete(flows []proxy.Flow) (int, error) {
 }
 
 // flowFilter matches UDP conntrack flows by original tuple and reply source.
-type flowFilter map[proxy.Flow]bool
+type flowFilter map[kubeproxy.Flow]bool
 
 func (s flowFilter) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
-	return f.Forward.Protocol == unix.IPPROTO_UDP && s[proxy.Flow{
+	return f.Forward.Protocol == unix.IPPROTO_UDP && s[kubeproxy.Flow{
 		OrigSrc:  addrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 		OrigDst:  addrPort(f.Forward.DstIP, f.Forward.DstPort),
 		ReplySrc: addrPort(f.Reverse.SrcIP, 0).Addr(),

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -134,7 +134,7 @@ func TestCrashRecovery(t *testing.T) {
 		victimNS := map[string][]procID{}
 		for _, v := range victims {
 			name := testenv.SandboxName(t, c, v)
-			for _, pid := range processesInNetNS(nsInode(sandbox.NetNSPath(name))) {
+			for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(name))) {
 				victimNS[name] = append(victimNS[name], procID{pid, procStart(pid)})
 			}
 			if len(victimNS[name]) == 0 {
@@ -208,7 +208,7 @@ func TestCrashRecovery(t *testing.T) {
 			})
 		}
 		for name, procs := range victimNS {
-			if sandbox.ExistsNamed(name) || sandbox.PodNamespacesExist(name) {
+			if cni.ExistsNamed(name) || cni.PodNamespacesExist(name) {
 				t.Errorf("round %d: the sandbox %s of a pod deleted while the agent was down is still there", r, name)
 			}
 			for _, p := range procs {
@@ -406,7 +406,7 @@ func checkAdopted(t *testing.T, r int, c kubernetes.Interface, before map[types.
 			t.Errorf("round %d: pod %s was not adopted as it was: before IP %s container %s restarts %d, after IP %s container %s restarts %d",
 				r, w.name, w.ip, w.containerID, w.restarts, p.Status.PodIP, cid, restarts)
 		}
-		if !sandbox.ExistsNamed(w.sandbox) {
+		if !cni.ExistsNamed(w.sandbox) {
 			t.Errorf("round %d: the sandbox %s of surviving pod %s is gone", r, w.sandbox, w.name)
 		}
 	}
@@ -654,9 +654,9 @@ func converged(t *testing.T, l *lab.Lab, c kubernetes.Interface, led *ledger, pr
 		}
 	}
 	for _, host := range []string{"node1", "node2"} {
-		prefix := node.SandboxPrefix(host, filepath.Join(l.Dir(), host, "agent"))
-		names, _ := sandbox.ListNamed(prefix)
-		if entries, err := os.ReadDir(sandbox.PodNSDir); err == nil {
+		prefix := kubelet.SandboxPrefix(host, filepath.Join(l.Dir(), host, "agent"))
+		names, _ := cni.ListNamed(prefix)
+		if entries, err := os.ReadDir(cni.PodNSDir); err == nil {
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), prefix) {
 					names = append(names, e.Name())

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +37,7 @@ type vm struct {
 	bin                string
 }
 
-func (v *vm) nsPath() string { return sandbox.NetNSPath(v.name) }
+func (v *vm) nsPath() string { return cni.NetNSPath(v.name) }
 
 // command runs argv in the VM's network namespace and the machine's mount
 // namespace, as a process on that VM would see them (nsenter --net, as the lab
@@ -58,7 +58,7 @@ func (v *vm) run(t testing.TB, argv ...string) string {
 
 // sandboxPrefix is the netns prefix of the VM's pods.
 func (v *vm) sandboxPrefix() string {
-	return node.SandboxPrefix("vm", filepath.Join(v.dataDir, "agent"))
+	return kubelet.SandboxPrefix("vm", filepath.Join(v.dataDir, "agent"))
 }
 
 var (
@@ -98,7 +98,7 @@ func (v *vm) snapshot(t testing.TB, podProcs []procID) string {
 	}
 	prefix := v.sandboxPrefix()
 	var ours []string
-	for _, dir := range []string{sandbox.NetNSDir, sandbox.PodNSDir} {
+	for _, dir := range []string{cni.NetNSDir, cni.PodNSDir} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), prefix) {
@@ -134,7 +134,7 @@ func newVM(t *testing.T) *vm {
 	rand.Read(rb)
 	v := &vm{name: "mkvm" + hex.EncodeToString(rb), dir: t.TempDir(), ip: "192.168.77.10", bin: testenv.Minikit(t)}
 	v.dataDir = filepath.Join(v.dir, "data")
-	if err := sandbox.CreateNamed(v.name); err != nil {
+	if err := cni.CreateNamed(v.name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -150,7 +150,7 @@ func newVM(t *testing.T) *vm {
 				t.Errorf("cleanup: minikit down: %v: %s", err, out)
 			}
 		}
-		if err := sandbox.DeleteNamed(v.name); err != nil {
+		if err := cni.DeleteNamed(v.name); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -277,7 +277,7 @@ func TestDownLeavesNothing(t *testing.T) {
 	var clientNS string
 	for _, p := range pods.Items {
 		name := v.sandboxPrefix() + strings.ReplaceAll(string(p.UID), "-", "")[:10]
-		for _, pid := range processesInNetNS(nsInode(sandbox.NetNSPath(name))) {
+		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(name))) {
 			podProcs = append(podProcs, procID{pid, procStart(pid)})
 		}
 		if p.Name == "client" {
@@ -332,7 +332,7 @@ func TestDownLeavesNothing(t *testing.T) {
 	if after := v.snapshot(t, podProcs); after != before {
 		t.Errorf("the VM's state after minikit down --purge differs:\n%s", lineDiff(before, after))
 	}
-	if err := sandbox.DeleteNamed(v.name); err != nil {
+	if err := cni.DeleteNamed(v.name); err != nil {
 		t.Fatal(err)
 	}
 	if rootAfter := testenv.RootSnapshot(t, func(n string) bool { return strings.HasPrefix(n, "mkvm") || mine(n) }); rootAfter != rootBefore {
@@ -376,7 +376,7 @@ func TestDownAfterPartialRemoval(t *testing.T) {
 	for _, p := range pods.Items {
 		name := v.sandboxPrefix() + strings.ReplaceAll(string(p.UID), "-", "")[:10]
 		sandboxes = append(sandboxes, name)
-		for _, pid := range processesInNetNS(nsInode(sandbox.NetNSPath(name))) {
+		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(name))) {
 			podProcs = append(podProcs, procID{pid, procStart(pid)})
 		}
 	}
@@ -390,7 +390,7 @@ func TestDownAfterPartialRemoval(t *testing.T) {
 	for _, argv := range [][]string{
 		{"ip", "link", "del", "cni0"},
 		{"ip", "netns", "del", sandboxes[0]},
-		{"umount", sandbox.PodUTSPath(sandboxes[1])},
+		{"umount", cni.PodUTSPath(sandboxes[1])},
 		{"iptables", "-t", "nat", "-D", "POSTROUTING", "-m", "comment", "--comment", "minikit pod masquerade", "-j", "MINIKIT-POSTROUTING"},
 		{"iptables", "-t", "nat", "-F", "MINIKIT-POSTROUTING"},
 		{"iptables", "-t", "nat", "-X", "MINIKIT-POSTROUTING"},
@@ -485,17 +485,17 @@ func TestLabDownKillsEverything(t *testing.T) {
 	// soon reused by another.
 	procs := map[procID]string{}
 	for _, h := range l.Hosts() {
-		for _, pid := range processesInNetNS(nsInode(sandbox.NetNSPath(lab.NS(name, h)))) {
+		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(lab.NS(name, h)))) {
 			procs[procID{pid, procStart(pid)}] = "host " + h
 		}
 	}
 	var prefixes []string
 	for _, n := range []string{"node1", "node2"} {
-		prefixes = append(prefixes, node.SandboxPrefix(n, filepath.Join(dir, n, "agent")))
+		prefixes = append(prefixes, kubelet.SandboxPrefix(n, filepath.Join(dir, n, "agent")))
 	}
 	containers := 0
 	for i := range pods.Items {
-		for _, pid := range processesInNetNS(nsInode(sandbox.NetNSPath(testenv.SandboxName(t, c, &pods.Items[i])))) {
+		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(testenv.SandboxName(t, c, &pods.Items[i])))) {
 			procs[procID{pid, procStart(pid)}] = "pod " + pods.Items[i].Name
 			containers++
 		}
@@ -525,7 +525,7 @@ func TestLabDownKillsEverything(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, p := range append(prefixes, name+"-") {
-		for _, dir := range []string{sandbox.NetNSDir, sandbox.PodNSDir} {
+		for _, dir := range []string{cni.NetNSDir, cni.PodNSDir} {
 			entries, _ := os.ReadDir(dir)
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), p) {

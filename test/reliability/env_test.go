@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
 
 	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/test/testenv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,7 +106,7 @@ func BenchmarkStream(b *testing.B) {
 // direct download and the forwarded one. It returns the port.
 func serveBulk(b *testing.B, netns string) int {
 	var ln net.Listener
-	err := sandbox.DoPath(sandbox.NetNSPath(netns), func() error {
+	err := cni.DoPath(cni.NetNSPath(netns), func() error {
 		var err error
 		ln, err = net.Listen("tcp4", "0.0.0.0:0")
 		return err

@@ -27,7 +27,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/test/testenv"
 
 	"github.com/creack/pty"

@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/node"
+	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/lab"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +43,7 @@ func Minikit(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "minikit")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/minikit/minikit/minikit").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/minikit/minikit/cmd/minikit").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v: %s", err, out)
 		}
@@ -237,7 +237,7 @@ func SandboxName(t testing.TB, c kubernetes.Interface, pod *corev1.Pod) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, err := node.PodSandboxName(n, pod.UID)
+	name, err := kubelet.PodSandboxName(n, pod.UID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/topology"
+	"github.com/minikit/minikit/internal/topology"
 )
 
 // What iproute2 says, read with `ip netns exec NS ip -j ...`: the

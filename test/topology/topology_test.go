@@ -20,11 +20,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
-	"github.com/minikit/minikit/sandbox"
+	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/topology"
+	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/test/testenv"
-	"github.com/minikit/minikit/topology"
-	"github.com/minikit/minikit/trace"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -209,7 +209,7 @@ func TestLabGraph(t *testing.T) {
 		// The pod's namespace disappears while the API still lists the pod
 		// (as when a pod is being deleted): Collect leaves it out.
 		gone := testenv.SandboxName(t, c, pods[len(pods)-1])
-		if err := sandbox.DeleteNamed(gone); err != nil {
+		if err := cni.DeleteNamed(gone); err != nil {
 			t.Fatal(err)
 		}
 		g2, err := col.Collect(ctx)

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/test/testenv"
-	"github.com/minikit/minikit/trace"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

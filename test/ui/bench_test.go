@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/test/testenv"
-	"github.com/minikit/minikit/topology"
 
 	"github.com/chromedp/chromedp"
 	corev1 "k8s.io/api/core/v1"

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/test/testenv"
-	"github.com/minikit/minikit/topology"
 
 	"github.com/chromedp/chromedp"
 )

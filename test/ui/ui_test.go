@@ -20,11 +20,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/lab"
+	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/topology"
+	"github.com/minikit/minikit/internal/trace"
+	"github.com/minikit/minikit/internal/ui"
 	"github.com/minikit/minikit/test/testenv"
-	"github.com/minikit/minikit/topology"
-	"github.com/minikit/minikit/trace"
-	"github.com/minikit/minikit/ui"
 
 	"github.com/chromedp/chromedp"
 	appsv1 "k8s.io/api/apps/v1"

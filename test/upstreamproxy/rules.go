@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/minikit/minikit/iptables"
+	"github.com/minikit/minikit/internal/iptables"
 )
 
 // Save is an iptables-save text parsed into table -> chain -> rules, each rule

@@ -14,7 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/minikit/minikit/dns"
+	"github.com/minikit/minikit/internal/dns"
 
 	"k8s.io/client-go/tools/clientcmd"
 )

@@ -1,0 +1,290 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/kubeproxy"
+	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
+	"github.com/minikit/minikit/internal/nft"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+)
+
+// proxyDebugAddr is where the proxy's debug endpoint listens inside the node's
+// network namespace (kube-proxy's metrics port): /rules, /stats, /healthz and
+// /metrics.
+const proxyDebugAddr = "127.0.0.1:10249"
+
+// ProxyMode is kube-proxy's --proxy-mode: which rules the service proxy
+// writes.
+type ProxyMode string
+
+const (
+	// ProxyModeIPTables writes kube-proxy's KUBE-* chains (the default: it
+	// is what the book shows).
+	ProxyModeIPTables ProxyMode = "iptables"
+	// ProxyModeNFTables writes kube-proxy's `ip kube-proxy` nftables table.
+	ProxyModeNFTables ProxyMode = "nftables"
+)
+
+// ParseProxyMode checks a --proxy-mode value; "" is the default, iptables.
+func ParseProxyMode(s string) (ProxyMode, error) {
+	switch ProxyMode(s) {
+	case "", ProxyModeIPTables:
+		return ProxyModeIPTables, nil
+	case ProxyModeNFTables:
+		return ProxyModeNFTables, nil
+	}
+	return "", fmt.Errorf("unknown proxy mode %q: want iptables or nftables", s)
+}
+
+// serviceProxy is what the wiring needs of a proxier, whichever mode it
+// writes: proxy.Proxier (iptables) and proxy.NFTProxier (nftables).
+type serviceProxy interface {
+	Run(ctx context.Context)
+	SetInitialized()
+	OnServiceUpdate(*corev1.Service)
+	OnServiceDelete(*corev1.Service)
+	OnEndpointSliceUpdate(*discovery.EndpointSlice)
+	OnEndpointSliceDelete(*discovery.EndpointSlice)
+	SetNodeIP(netip.Addr)
+	Handler() http.Handler
+	Stats() kubeproxy.Stats
+}
+
+var (
+	_ serviceProxy = (*kubeproxy.Proxier)(nil)
+	_ serviceProxy = (*kubeproxy.NFTProxier)(nil)
+)
+
+// startProxy starts the node's service proxy: informers for Services,
+// EndpointSlices and this Node feed the proxier, which writes kube-proxy's
+// rules in the node's network namespace, in the node's proxy mode. Starting
+// in one mode first removes the other mode's rules, so that switching a node
+// leaves no rules of the mode it left.
+func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
+	log := nc.Logger.With("component", "proxy")
+	mode, err := ParseProxyMode(string(nc.ProxyMode))
+	if err != nil {
+		return err
+	}
+	cfg := kubeproxy.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, ClusterCIDR: nc.ClusterCIDR, Logger: nc.Logger}
+	var p serviceProxy
+	var closeBackend func()
+	switch mode {
+	case ProxyModeNFTables:
+		backend, name, err := newNFTBackend()
+		if err != nil {
+			log.Warn("no nftables: services will not work on this node", "err", err)
+			return nil
+		}
+		closeBackend = func() { closeNFT(backend) }
+		if ipt, err := iptables.New(); err == nil {
+			if err := kubeproxy.Cleanup(ipt); err != nil {
+				log.Warn("removing the iptables mode's rules", "err", err)
+			}
+		}
+		// KUBE-FIREWALL is gone: route_localnet goes back to what it was
+		// before the iptables mode set it, or 127.0.0.0/8 would be routable
+		// unguarded (CVE-2020-8558).
+		if nc.Agent != nil {
+			if err := nc.Agent.ResetRouteLocalnet(); err != nil {
+				log.Warn("resetting route_localnet", "err", err)
+			}
+		}
+		var cidrs []netip.Prefix
+		if nc.ServiceCIDR.IsValid() {
+			cidrs = append(cidrs, nc.ServiceCIDR)
+		}
+		if p, err = kubeproxy.NewNFT(kubeproxy.NFTConfig{Config: cfg, ServiceCIDRs: cidrs, Backend: name}, backend); err != nil {
+			closeBackend()
+			return err
+		}
+		log.Info("service proxy in nftables mode", "backend", name)
+	default:
+		ipt, err := iptables.New()
+		if err != nil {
+			log.Warn("no iptables: services will not work on this node", "err", err)
+			return nil
+		}
+		if err := removeNFTTable(log); err != nil {
+			log.Warn("removing the nftables mode's table", "err", err)
+		}
+		icfg := cfg
+		icfg.NFAcct = nfacct.Netlink{}
+		if nc.Agent != nil {
+			icfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
+		}
+		if p, err = kubeproxy.New(icfg, ipt); err != nil {
+			return err
+		}
+	}
+	factory := informers.NewSharedInformerFactory(nc.Client, 0)
+	svcInf := factory.Core().V1().Services().Informer()
+	sliceInf := factory.Discovery().V1().EndpointSlices().Informer()
+	nodeInf := factory.Core().V1().Nodes().Informer()
+	svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { withObj(o, p.OnServiceUpdate) },
+		UpdateFunc: func(_, o any) { withObj(o, p.OnServiceUpdate) },
+		DeleteFunc: func(o any) { withObj(o, p.OnServiceDelete) },
+	})
+	sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { withObj(o, p.OnEndpointSliceUpdate) },
+		UpdateFunc: func(_, o any) { withObj(o, p.OnEndpointSliceUpdate) },
+		DeleteFunc: func(o any) { withObj(o, p.OnEndpointSliceDelete) },
+	})
+	nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { withObj(o, func(n *corev1.Node) { nodeAddress(n, nc.NodeName, p) }) },
+		UpdateFunc: func(_, o any) { withObj(o, func(n *corev1.Node) { nodeAddress(n, nc.NodeName, p) }) },
+	})
+	factory.Start(ctx.Done())
+
+	srv := &http.Server{Handler: proxyDebugHandler(p), ReadHeaderTimeout: 5 * time.Second}
+	if ln, err := net.Listen("tcp", proxyDebugAddr); err != nil {
+		log.Warn("proxy debug endpoint not available", "addr", proxyDebugAddr, "err", err)
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("proxy debug endpoint", "err", err)
+			}
+		}()
+	}
+
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer srv.Close()
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced) {
+				p.SetInitialized()
+			}
+		}()
+		p.Run(ctx)
+		factory.Shutdown()
+		if closeBackend != nil {
+			closeBackend()
+		}
+	}()
+	return nil
+}
+
+// metricsWriter is a proxier with metrics of its own (the nftables mode's
+// sync durations), served after the process metrics on /metrics.
+type metricsWriter interface{ WriteMetrics(io.Writer) }
+
+// proxyDebugHandler is the proxier's handler with /metrics: the process
+// metrics, then the proxier's own when it has them.
+func proxyDebugHandler(p serviceProxy) http.Handler {
+	process := withProcessMetrics(p.Handler())
+	mw, ok := p.(metricsWriter)
+	if !ok {
+		return process
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", process)
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		rec := &bufferedResponse{header: http.Header{}}
+		process.ServeHTTP(rec, r)
+		w.Header().Set("Content-Type", rec.header.Get("Content-Type"))
+		w.Write(rec.body.Bytes())
+		mw.WriteMetrics(w)
+	})
+	return mux
+}
+
+// bufferedResponse keeps what a handler writes, to append to it.
+type bufferedResponse struct {
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header         { return b.header }
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
+func (b *bufferedResponse) WriteHeader(int)             {}
+
+// withObj calls f with o, unwrapping informer tombstones.
+func withObj[T any](o any, f func(T)) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	if v, ok := o.(T); ok {
+		f(v)
+	}
+}
+
+func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
+	if n.Name != self {
+		return
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+				p.SetNodeIP(ip)
+			}
+			return
+		}
+	}
+}
+
+// removeNFTTable removes the nftables mode's table, for minikit down.
+func removeNFTTable(log *slog.Logger) error {
+	backend, _, err := newNFTBackend()
+	if err != nil {
+		log.Debug("no nftables; no table to remove", "err", err)
+		return nil
+	}
+	defer closeNFT(backend)
+	return kubeproxy.CleanupNFT(context.Background(), backend)
+}
+
+// closeNFT closes a backend's sockets.
+func closeNFT(b nft.Interface) {
+	if c, ok := b.(io.Closer); ok {
+		c.Close()
+	}
+}
+
+// nftBackend is the Netlink backend (one nf_tables batch per transaction, no
+// nft process), with `nft list table` for the debug endpoint's /rules when
+// the nft binary is installed.
+type nftBackend struct {
+	*nft.Netlink
+	exec *nft.Exec
+}
+
+func (b *nftBackend) List(ctx context.Context) (string, error) {
+	if b.exec == nil {
+		return "", errors.New("listing the table needs the nft binary, which is not installed")
+	}
+	return b.exec.List(ctx)
+}
+
+// newNFTBackend opens the nftables backend of the proxy's table in this
+// network namespace.
+func newNFTBackend() (nft.Interface, string, error) {
+	nl, err := nft.NewNetlink(nft.IPv4Family, kubeproxy.NFTTableName)
+	if err != nil {
+		return nil, "", err
+	}
+	b := &nftBackend{Netlink: nl}
+	if ex, err := nft.NewExec(nft.IPv4Family, kubeproxy.NFTTableName); err == nil {
+		b.exec = ex
+	}
+	return b, "netlink", nil
+}

@@ -1,0 +1,119 @@
+package cni
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// handleAt opens a rtnetlink handle inside ns. The socket stays bound to ns
+// for its whole life, so the handle is used from ordinary goroutines after
+// Do returns.
+func handleAt(ns netns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	err := Do(ns, func() error {
+		var err error
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	})
+	return h, err
+}
+
+// dumpRetries bounds RetryDump; a dump is interrupted only when the table
+// changes under it, so a handful of retries is plenty.
+const dumpRetries = 5
+
+// RetryDump repeats a netlink dump that the kernel reports as interrupted
+// (NLM_F_DUMP_INTR: the table changed during the dump and the result may be
+// inconsistent). It is the only way minikit runs a dump.
+func RetryDump[T any](dump func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range dumpRetries {
+		v, err = dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+func isLinkNotFound(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf)
+}
+
+func prefixOf(ipn *net.IPNet) (netip.Prefix, bool) {
+	if ipn == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(ipn.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := ipn.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
+
+func ipNetOf(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func hasAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) (bool, error) {
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
+	if err != nil {
+		return false, err
+	}
+	for _, a := range addrs {
+		if p, ok := prefixOf(a.IPNet); ok && p == want {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// ensureOnlyAddr makes want the only IPv4 address of link. The link is
+// ours (bridge or pod eth0), so any other IPv4 address is stale state, e.g.
+// from a previous pod CIDR.
+func ensureOnlyAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) error {
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
+	if err != nil {
+		return err
+	}
+	have := false
+	for _, a := range addrs {
+		if p, ok := prefixOf(a.IPNet); ok && p == want {
+			have = true
+			continue
+		}
+		if err := h.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return err
+		}
+	}
+	if have {
+		return nil
+	}
+	return h.AddrReplace(link, &netlink.Addr{IPNet: ipNetOf(want)})
+}
+
+func hasDefaultRoute(h *netlink.Handle, link netlink.Link, gw netip.Addr) (bool, error) {
+	routes, err := RetryDump(func() ([]netlink.Route, error) { return h.RouteList(link, netlink.FAMILY_V4) })
+	if err != nil {
+		return false, err
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue
+			}
+		}
+		if g, ok := netip.AddrFromSlice(r.Gw); ok && g.Unmap() == gw {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -1,0 +1,444 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minikit/minikit/internal/images"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var sigterm = syscall.SIGTERM
+
+// Restart back-off as the kubelet does it: 10s doubling to 5 minutes, reset after
+// a container ran for 10 minutes.
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+	backoffReset   = 10 * time.Minute
+)
+
+// containerState is the persisted part of a container.
+type containerState struct {
+	PID          int       `json:"pid"`
+	ProcStart    uint64    `json:"procStart"` // /proc/PID/stat starttime, to tell PID reuse
+	StartedAt    time.Time `json:"startedAt"`
+	RestartCount int32     `json:"restartCount"`
+	Image        string    `json:"image"`
+}
+
+// container is one running (or waiting) container process of a pod.
+type container struct {
+	w    *podWorker
+	name string
+
+	mu           sync.Mutex
+	pid          int
+	procStart    uint64
+	startedAt    time.Time
+	running      bool
+	exited       chan struct{}
+	restartCount int32
+	lastTerm     *corev1.ContainerStateTerminated
+	waitReason   string
+	waitMessage  string
+	backoff      time.Duration
+	nextStart    time.Time
+	stopping     bool
+	image        string
+
+	ready, started bool
+	// adopted is set for a process a previous agent started, until its probe
+	// state is initialised from the pod (initAdopted).
+	adopted        bool
+	probeCancel    context.CancelFunc
+	livenessFailed bool
+
+	// stdin is the write end of the container's stdin (a pipe, or its
+	// terminal's master ptmx) for containers with stdin: true, held for attach.
+	// It is lost with the agent: a container adopted after a restart has none.
+	stdin io.WriteCloser
+	ptmx  *os.File
+}
+
+func (c *container) persisted() *containerState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &containerState{PID: c.pid, ProcStart: c.procStart, StartedAt: c.startedAt, RestartCount: c.restartCount, Image: c.image}
+}
+
+// adoptContainer picks up a process a previous agent started, if it still runs.
+func adoptContainer(w *podWorker, name string, cs *containerState) *container {
+	c := &container{w: w, name: name, restartCount: cs.RestartCount, image: cs.Image}
+	if cs.PID > 0 && ProcStartTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
+		c.pid, c.procStart, c.startedAt, c.running = cs.PID, cs.ProcStart, cs.StartedAt, true
+		c.exited, c.adopted = make(chan struct{}), true
+		go c.watchAdopted()
+		w.logf("adopted running container", "container", name, "pid", cs.PID)
+	}
+	return c
+}
+
+// initAdopted gives a container adopted from a previous agent the probe state
+// it had. It started before this agent did, so it counts as started (the kubelet
+// treats a container older than itself the same way), and it keeps the readiness
+// the pod's status last reported until its readiness probe says otherwise: an
+// agent restart must not take serving pods out of their Services' endpoints, nor
+// leave a container without a readiness probe unready for ever.
+func (c *container) initAdopted(pod *corev1.Pod, spec corev1.Container) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.adopted {
+		return
+	}
+	c.adopted, c.started, c.ready = false, true, spec.ReadinessProbe == nil
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == spec.Name && cs.Ready {
+			c.ready = true
+		}
+	}
+}
+
+// watchAdopted polls an adopted process (not our child, so it cannot be waited for).
+func (c *container) watchAdopted() {
+	for {
+		time.Sleep(500 * time.Millisecond)
+		c.mu.Lock()
+		pid, start, detached := c.pid, c.procStart, !c.running && c.exited == nil
+		c.mu.Unlock()
+		if detached {
+			return
+		}
+		if ProcStartTime(pid) != start {
+			// Exit code unknown: the process was reaped by init.
+			c.finished(-1, "Unknown")
+			return
+		}
+	}
+}
+
+// procStat reads the fields of /proc/PID/stat that follow the command name
+// (state, ppid, pgrp, ...; proc(5) numbers them from 3), or nil when the process
+// is gone or a zombie.
+func procStat(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) == 0 || f[0] == "Z" {
+		return nil
+	}
+	return f
+}
+
+// ProcStartTime reads a process's start time in clock ticks since boot (0 if it
+// is gone or a zombie): with its PID, it names one process for good.
+func ProcStartTime(pid int) uint64 {
+	f := procStat(pid)
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+func (w *podWorker) logPath(name string) string {
+	return filepath.Join(w.dir(), "logs", name+".log")
+}
+
+// ensureContainers starts containers that should run and are due to.
+func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
+	for _, spec := range pod.Spec.Containers {
+		c := w.containers[spec.Name]
+		if c == nil {
+			c = &container{w: w, name: spec.Name}
+			w.containers[spec.Name] = c
+			w.track(c)
+		}
+		c.mu.Lock()
+		running, lastTerm, due := c.running, c.lastTerm, time.Now().After(c.nextStart)
+		c.mu.Unlock()
+		if running {
+			c.initAdopted(pod, spec)
+			c.ensureProbes(ctx, pod, spec)
+			continue
+		}
+		if lastTerm != nil && !shouldRestart(pod.Spec.RestartPolicy, lastTerm.ExitCode) {
+			continue
+		}
+		if !due {
+			c.mu.Lock()
+			c.waitReason, c.waitMessage = "CrashLoopBackOff",
+				fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", c.backoff, spec.Name, pod.Name, pod.Namespace, pod.UID)
+			wake := time.Until(c.nextStart)
+			c.mu.Unlock()
+			time.AfterFunc(wake, w.wake)
+			continue
+		}
+		if err := c.start(pod, spec); err != nil {
+			w.a.log.Warn("starting container", "pod", pod.Namespace+"/"+pod.Name, "container", spec.Name, "err", err)
+			continue
+		}
+		c.ensureProbes(ctx, pod, spec)
+		w.saveState()
+	}
+}
+
+func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true
+}
+
+// start runs the container's process inside the pod's namespaces.
+func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
+	w := c.w
+	// The container's own env wins over the Service variables (it comes later).
+	env, lookup := containerEnv(pod, spec, w.a.cfg.NodeName, w.state.IP, w.a.hostIP(), w.a.apiServiceEnv(context.Background()))
+	plan, err := images.Resolve(images.Spec{Image: spec.Image, Command: expandArgv(spec.Command, lookup), Args: expandArgv(spec.Args, lookup)})
+	if err != nil {
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "ErrImagePull", err.Error()
+		c.mu.Unlock()
+		return err
+	}
+	argv := plan.Argv
+	if plan.Builtin {
+		argv = append([]string{w.a.cfg.Executable, "__image-run", plan.Name}, plan.Argv...)
+	}
+	argv = w.execArgv(argv)
+	if err := os.MkdirAll(filepath.Dir(w.logPath(c.name)), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(w.logPath(c.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening log of container %q: %w", c.name, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group, no parent-death signal: containers outlive an agent restart.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdio, err := c.openStdio(cmd, spec, logf)
+	if err != nil {
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "RunContainerError", err.Error()
+		c.mu.Unlock()
+		return fmt.Errorf("starting container %q: %w", c.name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		stdio.abort()
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "RunContainerError", err.Error()
+		c.mu.Unlock()
+		return fmt.Errorf("starting container %q: %w", c.name, err)
+	}
+	stdio.started()
+	c.mu.Lock()
+	c.stdin, c.ptmx = stdio.stdin, stdio.ptmx
+	c.pid, c.procStart, c.startedAt, c.running = cmd.Process.Pid, ProcStartTime(cmd.Process.Pid), time.Now(), true
+	c.exited = make(chan struct{})
+	c.waitReason, c.waitMessage, c.image = "", "", spec.Image
+	c.ready, c.started, c.livenessFailed = spec.ReadinessProbe == nil, spec.StartupProbe == nil, false
+	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+		}
+		stdio.exited()
+		c.finished(code, "")
+	}()
+	return nil
+}
+
+// finished records a container's exit and schedules its restart back-off.
+func (c *container) finished(code int, reason string) {
+	c.mu.Lock()
+	if !c.running {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if reason == "" {
+		reason = "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		if code == 137 && c.livenessFailed {
+			reason = "Error"
+		}
+	}
+	c.lastTerm = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason,
+		StartedAt: metav1.NewTime(c.startedAt.Truncate(time.Second)), FinishedAt: metav1.NewTime(now.Truncate(time.Second)),
+		ContainerID: containerID(c.w.uid, c.name, c.procStart)}
+	c.running, c.ready = false, false
+	if now.Sub(c.startedAt) > backoffReset {
+		c.backoff = 0
+	}
+	if !c.stopping {
+		c.restartCount++
+		switch {
+		case c.backoff == 0:
+			c.backoff = backoffInitial
+		case c.backoff < backoffMax:
+			c.backoff = min(2*c.backoff, backoffMax)
+		}
+		// The first restart is immediate, as the kubelet's first back-off step is short.
+		if c.restartCount == 1 {
+			c.nextStart = now
+		} else {
+			c.nextStart = now.Add(c.backoff)
+		}
+	}
+	close(c.exited)
+	cancel := c.probeCancel
+	c.probeCancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	c.w.wake()
+}
+
+func containerID(uid types.UID, name string, start uint64) string {
+	return "minikit://" + string(uid)[:8] + "-" + name + "-" + strconv.FormatUint(start, 10)
+}
+
+func (c *container) signal(sig syscall.Signal) {
+	c.mu.Lock()
+	pid, running := c.pid, c.running
+	c.mu.Unlock()
+	if running && pid > 0 {
+		syscall.Kill(-pid, sig)
+		syscall.Kill(pid, sig)
+	}
+}
+
+func (c *container) waitUntil(deadline time.Time) {
+	c.mu.Lock()
+	ch, running := c.exited, c.running
+	c.mu.Unlock()
+	if !running || ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(time.Until(deadline)):
+	}
+}
+
+// kill ends the container's process group at once.
+func (c *container) kill(why string) {
+	c.mu.Lock()
+	running, ch := c.running, c.exited
+	c.mu.Unlock()
+	if !running {
+		return
+	}
+	c.signal(syscall.SIGKILL)
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			c.w.a.log.Warn("container did not exit after SIGKILL", "container", c.name, "why", why)
+		}
+	}
+}
+
+// detach forgets the process without stopping it (the agent is stopping).
+func (c *container) detach() {
+	c.closeProbes()
+}
+
+func (c *container) closeProbes() {
+	c.mu.Lock()
+	cancel := c.probeCancel
+	c.probeCancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// containerEnv is the process environment: the kubernetes Service's variables
+// (svcEnv), what built-in images read, and the container's env with the
+// downward API fields labs use. Each env value is $(VAR)-expanded with the
+// Service variables and the env entries before it, as the kubelet does; lookup
+// resolves $(VAR) in the container's command and args (the Service variables
+// and the container's env, not the image's PATH or HOSTNAME).
+func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP, hostIP string, svcEnv []string) (env []string, lookup func(string) (string, bool)) {
+	env = append(slices.Clone(svcEnv),
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOSTNAME="+podHostname(pod),
+		"HOME=/root",
+		"MINIKIT_NODE_NAME="+nodeName,
+		"MINIKIT_POD_NAMESPACE="+pod.Namespace,
+		"MINIKIT_POD_NAME="+pod.Name,
+		"POD_NAME="+pod.Name,
+	)
+	vars := map[string]string{}
+	for _, kv := range svcEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			vars[k] = v
+		}
+	}
+	lookup = func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+	for _, e := range spec.Env {
+		v := expandVars(e.Value, lookup)
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			switch e.ValueFrom.FieldRef.FieldPath {
+			case "metadata.name":
+				v = pod.Name
+			case "metadata.namespace":
+				v = pod.Namespace
+			case "metadata.uid":
+				v = string(pod.UID)
+			case "spec.nodeName":
+				v = nodeName
+			case "spec.serviceAccountName":
+				v = pod.Spec.ServiceAccountName
+			case "status.podIP", "status.podIPs":
+				v = podIP
+			case "status.hostIP", "status.hostIPs":
+				v = hostIP
+			}
+		}
+		vars[e.Name] = v
+		env = append(env, e.Name+"="+v)
+	}
+	return env, lookup
+}

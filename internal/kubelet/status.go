@@ -1,0 +1,229 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/minikit/minikit/internal/cni"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func mtime(t time.Time) metav1.Time { return metav1.NewTime(t.UTC().Truncate(time.Second)) }
+
+// computeStatus derives the pod's status from its containers, as the kubelet does.
+func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
+	st := corev1.PodStatus{QOSClass: corev1.PodQOSBestEffort}
+	if w.a.cfg.NodeIP.IsValid() {
+		st.HostIP = w.a.cfg.NodeIP.String()
+		st.HostIPs = []corev1.HostIP{{IP: st.HostIP}}
+	}
+	if w.state != nil {
+		t := mtime(w.state.StartTime)
+		st.StartTime = &t
+		if w.sandboxOK && w.state.IP != "" {
+			st.PodIP = w.state.IP
+			st.PodIPs = []corev1.PodIP{{IP: w.state.IP}}
+		}
+	}
+	allReady, running, terminated, failed := true, 0, 0, 0
+	for _, spec := range pod.Spec.Containers {
+		cs := corev1.ContainerStatus{Name: spec.Name, Image: spec.Image, ImageID: "minikit://" + spec.Image}
+		c := w.containers[spec.Name]
+		if c == nil {
+			reason := "ContainerCreating"
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
+			allReady = false
+			st.ContainerStatuses = append(st.ContainerStatuses, cs)
+			continue
+		}
+		c.mu.Lock()
+		cs.RestartCount = c.restartCount
+		if c.lastTerm != nil {
+			cs.LastTerminationState.Terminated = c.lastTerm.DeepCopy()
+		}
+		switch {
+		case c.running:
+			running++
+			cs.ContainerID = containerID(w.uid, c.name, c.procStart)
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: mtime(c.startedAt)}
+			cs.Ready, cs.Started = c.ready && c.started, ptr(c.started)
+			cs.LastTerminationState.Terminated = c.lastTermBefore()
+		case c.lastTerm != nil && (c.stopping || !shouldRestart(pod.Spec.RestartPolicy, c.lastTerm.ExitCode)):
+			terminated++
+			if c.lastTerm.ExitCode != 0 {
+				failed++
+			}
+			cs.State.Terminated = c.lastTerm.DeepCopy()
+			cs.LastTerminationState = corev1.ContainerState{}
+			cs.Started = ptr(false)
+		default:
+			reason, msg := c.waitReason, c.waitMessage
+			if reason == "" {
+				reason = "ContainerCreating"
+			}
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
+			cs.Started = ptr(false)
+		}
+		if !cs.Ready {
+			allReady = false
+		}
+		c.mu.Unlock()
+		if cs.ContainerID == "" && cs.State.Terminated != nil {
+			cs.ContainerID = cs.State.Terminated.ContainerID
+		}
+		st.ContainerStatuses = append(st.ContainerStatuses, cs)
+	}
+	n := len(pod.Spec.Containers)
+	switch {
+	case terminated == n && failed == 0:
+		st.Phase = corev1.PodSucceeded
+	case terminated == n:
+		st.Phase = corev1.PodFailed
+	case running > 0 || terminated > 0:
+		st.Phase = corev1.PodRunning
+	default:
+		st.Phase = corev1.PodPending
+	}
+	if st.Phase != corev1.PodRunning {
+		allReady = false
+	}
+	now := metav1.Now()
+	readyStatus := corev1.ConditionFalse
+	if allReady {
+		readyStatus = corev1.ConditionTrue
+	}
+	sandboxStatus := corev1.ConditionFalse
+	if w.sandboxOK {
+		sandboxStatus = corev1.ConditionTrue
+	}
+	conds := []corev1.PodCondition{
+		{Type: corev1.PodReadyToStartContainers, Status: sandboxStatus},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue},
+		{Type: corev1.ContainersReady, Status: readyStatus},
+		{Type: corev1.PodReady, Status: readyStatus},
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+	}
+	for i := range conds {
+		if conds[i].Status == corev1.ConditionFalse && (conds[i].Type == corev1.PodReady || conds[i].Type == corev1.ContainersReady) {
+			conds[i].Reason = "ContainersNotReady"
+			var notReady []string
+			for _, cs := range st.ContainerStatuses {
+				if !cs.Ready {
+					notReady = append(notReady, cs.Name)
+				}
+			}
+			conds[i].Message = "containers with unready status: [" + strings.Join(notReady, " ") + "]"
+			if st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed {
+				conds[i].Reason = "PodCompleted"
+				conds[i].Message = ""
+			}
+		}
+		conds[i].LastTransitionTime = now
+		for _, old := range pod.Status.Conditions {
+			if old.Type == conds[i].Type && old.Status == conds[i].Status {
+				conds[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+	st.Conditions = conds
+	if !w.sandboxOK && w.sandboxMsg != "" {
+		st.Message = w.sandboxMsg
+	}
+	return st
+}
+
+// lastTermBefore is the termination shown as lastState while a container runs again.
+func (c *container) lastTermBefore() *corev1.ContainerStateTerminated {
+	if c.lastTerm == nil {
+		return nil
+	}
+	return c.lastTerm.DeepCopy()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// adoptAndClean runs once at start: sandboxes recorded in the data dir whose pod no
+// longer exists (deleted while the agent was down) are torn down, processes killed.
+func (a *Agent) adoptAndClean(ctx context.Context) error {
+	entries, err := os.ReadDir(filepath.Join(a.cfg.DataDir, "pods"))
+	if err != nil {
+		return err
+	}
+	live := map[types.UID]bool{}
+	pods, err := a.pods.List(everything())
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		live[p.UID] = true
+	}
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if live[uid] {
+			continue
+		}
+		w := newPodWorker(a, "", "", uid)
+		w.loadState()
+		if w.state != nil {
+			w.namespace, w.name = w.state.Namespace, w.state.Name
+		}
+		a.log.Info("removing sandbox of a pod deleted while the agent was away", "uid", uid, "pod", w.namespace+"/"+w.name)
+		w.terminate(2 * time.Second)
+		if err := w.cleanup(); err != nil {
+			a.log.Error("removing stale sandbox", "uid", uid, "err", err)
+		}
+	}
+	// IPs owned by pods that no longer exist and have no state are released. Pod
+	// workers run meanwhile: a pod created since the snapshot above has a worker,
+	// registered before it allocates or creates anything, and is not debris.
+	for owner := range a.ipam.Owners() {
+		if !live[types.UID(owner)] && !a.hasWorker(types.UID(owner)) {
+			if _, err := os.Stat(filepath.Join(a.cfg.DataDir, "pods", owner)); os.IsNotExist(err) {
+				a.ipam.Release(owner)
+			}
+		}
+	}
+	// Namespaces with this node's prefix that no pod of ours claims are debris.
+	names, _ := cni.ListNamed(a.prefix)
+	claimed := map[string]bool{}
+	for _, p := range pods {
+		claimed[a.sandboxName(p.UID)] = true
+	}
+	a.mu.Lock()
+	for uid := range a.workers {
+		claimed[a.sandboxName(uid)] = true
+	}
+	a.mu.Unlock()
+	for _, n := range names {
+		if !claimed[n] {
+			cni.DeletePodNamespaces(n)
+			a.net.TeardownPod(n)
+		}
+	}
+	return nil
+}
+
+// hasWorker reports whether a pod worker owns uid.
+func (a *Agent) hasWorker(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.workers[uid]
+	return ok
+}
+
+func statusJSON(s corev1.PodStatus) string {
+	s = *s.DeepCopy()
+	for i := range s.Conditions {
+		s.Conditions[i].LastProbeTime = metav1.Time{}
+		s.Conditions[i].LastTransitionTime = metav1.Time{}
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}

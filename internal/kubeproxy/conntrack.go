@@ -1,0 +1,195 @@
+package kubeproxy
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Flow is the part of a UDP conntrack entry the cleanup looks at.
+type Flow struct {
+	OrigSrc  netip.AddrPort
+	OrigDst  netip.AddrPort // the service frontend the client sent to
+	ReplySrc netip.Addr     // the backend that answers (the DNAT target)
+}
+
+// Conntrack is the proxy's view of the kernel connection tracking table.
+type Conntrack interface {
+	// ListUDP lists the IPv4 UDP flows.
+	ListUDP() ([]Flow, error)
+	// Delete removes the given flows and reports how many it removed.
+	Delete(flows []Flow) (int, error)
+}
+
+// netlinkConntrack talks to nf_conntrack over netlink, in the calling
+// process's network namespace; no conntrack binary is needed.
+type netlinkConntrack struct{}
+
+func toAddrPort(ip []byte, port uint16) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(ip)
+	return netip.AddrPortFrom(a.Unmap(), port)
+}
+
+func (netlinkConntrack) ListUDP() ([]Flow, error) {
+	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	if err != nil {
+		return nil, fmt.Errorf("listing conntrack flows: %w", err)
+	}
+	var out []Flow
+	for _, f := range flows {
+		if f.Forward.Protocol != unix.IPPROTO_UDP {
+			continue
+		}
+		out = append(out, Flow{
+			OrigSrc:  toAddrPort(f.Forward.SrcIP, f.Forward.SrcPort),
+			OrigDst:  toAddrPort(f.Forward.DstIP, f.Forward.DstPort),
+			ReplySrc: toAddrPort(f.Reverse.SrcIP, 0).Addr(),
+		})
+	}
+	return out, nil
+}
+
+// flowSet matches conntrack flows by their original tuple and reply source.
+type flowSet map[Flow]bool
+
+func (s flowSet) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
+	if f.Forward.Protocol != unix.IPPROTO_UDP {
+		return false
+	}
+	return s[Flow{
+		OrigSrc:  toAddrPort(f.Forward.SrcIP, f.Forward.SrcPort),
+		OrigDst:  toAddrPort(f.Forward.DstIP, f.Forward.DstPort),
+		ReplySrc: toAddrPort(f.Reverse.SrcIP, 0).Addr(),
+	}]
+}
+
+func (netlinkConntrack) Delete(flows []Flow) (int, error) {
+	set := flowSet{}
+	for _, f := range flows {
+		set[f] = true
+	}
+	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, set)
+	if err != nil {
+		return int(n), fmt.Errorf("deleting conntrack flows: %w", err)
+	}
+	return int(n), nil
+}
+
+// staleUDPFlows is kube-proxy's conntrack reconciler (pkg/proxy/conntrack,
+// v1.32+ with the zero-endpoint fix of #139629): a UDP flow is stale when it
+// was sent to a service frontend (cluster IP, external IP, LB IP, or a
+// NodePort on this node) and its reply does not come from a serving endpoint
+// of that service. Services with no endpoints count with an empty set, so
+// flows created while a service had no backends (REJECTed, un-NATed) go too.
+// Traffic policy and topology are ignored, as in kube-proxy.
+func staleUDPFlows(flows []Flow, frontends map[netip.AddrPort]map[netip.Addr]bool, nodePorts map[uint16]map[netip.Addr]bool, nodeIP netip.Addr) []Flow {
+	var stale []Flow
+	for _, f := range flows {
+		if serving, ok := frontends[f.OrigDst]; ok {
+			if !serving[f.ReplySrc] {
+				stale = append(stale, f)
+			}
+			continue
+		}
+		if f.OrigDst.Addr() == nodeIP {
+			if serving, ok := nodePorts[f.OrigDst.Port()]; ok && !serving[f.ReplySrc] {
+				stale = append(stale, f)
+			}
+		}
+	}
+	return stale
+}
+
+// udpFrontends remembers, per service, the UDP frontends (cluster, external and
+// load-balancer IP with port) and node ports the last conntrack cleanup saw,
+// so the next one also purges the flows of ports deleted since. Both proxy
+// modes keep one.
+type udpFrontends struct {
+	frontends map[types.NamespacedName][]netip.AddrPort
+	nodePorts map[types.NamespacedName][]uint16
+}
+
+func newUDPFrontends() udpFrontends {
+	return udpFrontends{frontends: map[types.NamespacedName][]netip.AddrPort{}, nodePorts: map[types.NamespacedName][]uint16{}}
+}
+
+// had reports whether a service had UDP frontends or node ports at the last
+// cleanup (a change to it may leave stale flows).
+func (u *udpFrontends) had(key types.NamespacedName) bool {
+	return len(u.frontends[key]) > 0 || len(u.nodePorts[key]) > 0
+}
+
+// renderedPort is one rendered service port and the endpoint IPs it serves.
+type renderedPort struct {
+	sp      *servicePort
+	serving []string
+}
+
+// cleanup deletes the UDP flows no rule leads to any more after a sync
+// (staleUDPFlows decides which) and remembers ports for the next one. It
+// returns how many flows it deleted.
+func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.NamespacedName][]renderedPort, nodeIP netip.Addr) int {
+	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
+	nodePorts := map[uint16]map[netip.Addr]bool{}
+	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
+	newNodePorts := map[types.NamespacedName][]uint16{}
+	for key, rs := range ports {
+		for _, r := range rs {
+			sp := r.sp
+			if sp.protocol != "udp" {
+				continue
+			}
+			serving := map[netip.Addr]bool{}
+			for _, ip := range r.serving {
+				if a, err := netip.ParseAddr(ip); err == nil {
+					serving[a] = true
+				}
+			}
+			port := uint16(sp.port)
+			for _, ip := range append(append([]netip.Addr{sp.clusterIP}, sp.externalIPs...), sp.lbIPs...) {
+				ap := netip.AddrPortFrom(ip, port)
+				frontends[ap] = serving
+				newFrontends[key] = append(newFrontends[key], ap)
+			}
+			if sp.nodePort != 0 {
+				nodePorts[uint16(sp.nodePort)] = serving
+				newNodePorts[key] = append(newNodePorts[key], uint16(sp.nodePort))
+			}
+		}
+	}
+	// Frontends of UDP services deleted since: no endpoint serves them now.
+	for key, aps := range u.frontends {
+		for _, ap := range aps {
+			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
+				frontends[ap] = map[netip.Addr]bool{}
+			}
+		}
+	}
+	for key, nps := range u.nodePorts {
+		for _, np := range nps {
+			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
+				nodePorts[np] = map[netip.Addr]bool{}
+			}
+		}
+	}
+	u.frontends, u.nodePorts = newFrontends, newNodePorts
+	flows, err := ct.ListUDP()
+	if err != nil {
+		log.Error("listing conntrack flows", "err", err)
+		return 0
+	}
+	stale := staleUDPFlows(flows, frontends, nodePorts, nodeIP)
+	if len(stale) == 0 {
+		return 0
+	}
+	n, err := ct.Delete(stale)
+	if err != nil {
+		log.Error("deleting stale UDP conntrack flows", "err", err)
+	}
+	log.Info("deleted stale UDP conntrack flows", "flows", n)
+	return n
+}
