@@ -9,6 +9,7 @@ import (
 	"github.com/minikit/minikit/internal/cluster"
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/netns"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,10 +58,10 @@ func newExecCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if !cni.ExistsNamed(name) {
+			if !netns.ExistsNamed(name) {
 				return fmt.Errorf("pod %s runs on node %s, whose sandboxes are not on this machine; run minikit exec there", pod.Name, pod.Spec.NodeName)
 			}
-			argv := cni.ExecArgv(cni.NetNSPath(name), cni.PodUTSPath(name), cni.PodMntPath(name), args[1:])
+			argv := cni.ExecArgv(netns.NetNSPath(name), cni.PodUTSPath(name), cni.PodMntPath(name), args[1:])
 			c := exec.Command(argv[0], argv[1:]...)
 			c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 			c.Env = append(os.Environ(), "HOSTNAME="+pod.Name)

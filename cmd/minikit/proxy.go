@@ -5,8 +5,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/trace"
 
 	"github.com/spf13/cobra"
@@ -98,7 +98,7 @@ func proxyRuleTargets(labName, node string) ([]proxyRuleTarget, error) {
 			return nil, fmt.Errorf("%s is a lab host that runs no proxy; NODE is one of the lab's nodes", node)
 		}
 		ns := lab.NS(name, node)
-		if !cni.ExistsNamed(ns) {
+		if !netns.ExistsNamed(ns) {
 			return nil, fmt.Errorf("lab %q has no node %s (no network namespace %s)", name, node, ns)
 		}
 		return []proxyRuleTarget{{node: node, netns: ns}}, nil
@@ -108,7 +108,7 @@ func proxyRuleTargets(labName, node string) ([]proxyRuleTarget, error) {
 		if h == lab.Client || h == lab.External {
 			continue
 		}
-		if ns := lab.NS(name, h); cni.ExistsNamed(ns) {
+		if ns := lab.NS(name, h); netns.ExistsNamed(ns) {
 			out = append(out, proxyRuleTarget{node: h, netns: ns})
 		}
 	}

@@ -1,14 +1,13 @@
-// Package cni owns the kernel objects that make up a pod's network and
-// process sandbox on a node: named network namespaces (/run/netns, as
-// iproute2 makes them), the node's cni0 bridge, one veth pair per pod, the
-// pod's persistent UTS and mount namespaces, and the pod IP allocator.
+// Package cni is the pod network of a node, what the CNI bridge plugin and
+// host-local IPAM do for a kubelet: the node's cni0 bridge, one veth pair per
+// pod in the pod's named network namespace, the pod IP allocator, the routes
+// to other nodes' pod CIDRs (host-gw) or Flannel's VXLAN backend, and the
+// pod's persistent UTS and mount namespaces.
 //
-// It is the one place in minikit that enters namespaces. Everything that has
-// to run "inside" a network namespace goes through Do or DoPath, which lock
-// the OS thread and throw the thread away if it cannot be put back; nothing
-// else calls setns. Netlink work is done through handles opened inside the
-// target namespace (a netlink socket stays bound to the namespace it was
-// created in), so the long-running code never sits on a switched thread.
+// Entering namespaces is package netns's (Do, DoPath, named namespaces);
+// netlink work is done through handles opened inside the target namespace
+// (a netlink socket stays bound to the namespace it was created in), so the
+// long-running code never sits on a switched thread.
 //
 // All operations are idempotent and repair partial state, in the spirit of
 // the containernetworking bridge plugin: the node agent calls SetupPod for

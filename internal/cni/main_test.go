@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/minikit/minikit/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,7 +59,7 @@ func TestMain(m *testing.M) {
 	}
 	linksBefore := rootLinks()
 	mainNSBefore := mainThreadNS()
-	netnsDirExisted, netnsWasMount := exists(NetNSDir), isMountPoint(NetNSDir)
+	netnsDirExisted, netnsWasMount := exists(netns.NetNSDir), isMountPoint(netns.NetNSDir)
 	minikitExisted, podDirExisted, podWasMount := exists("/run/minikit"), exists(PodNSDir), isMountPoint(PodNSDir)
 
 	code := m.Run()
@@ -78,14 +79,14 @@ func TestMain(m *testing.M) {
 	// Another process may have pinned namespaces under /run/netns since;
 	// then the unmount fails with EBUSY and the mount stays, as iproute2
 	// would leave it.
-	if !netnsWasMount && isMountPoint(NetNSDir) {
-		unix.Unmount(NetNSDir, 0)
+	if !netnsWasMount && isMountPoint(netns.NetNSDir) {
+		unix.Unmount(netns.NetNSDir, 0)
 	}
 	if !netnsDirExisted {
-		os.Remove(NetNSDir) // only succeeds if empty
+		os.Remove(netns.NetNSDir) // only succeeds if empty
 	}
 
-	if left, _ := ListNamed("mkt-" + runID); len(left) > 0 {
+	if left, _ := netns.ListNamed("mkt-" + runID); len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "test namespaces left behind: %v\n", left)
 		code = 1
 	}
@@ -181,4 +182,19 @@ func mountsUnder(dir string) []string {
 		}
 	}
 	return out
+}
+
+// newNamedNS creates a named netns owned by the test and removed with it.
+func newNamedNS(t *testing.T, kind string) string {
+	t.Helper()
+	name := testName(kind)
+	if err := netns.CreateNamed(name); err != nil {
+		t.Fatalf("CreateNamed(%q): %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := netns.DeleteNamed(name); err != nil {
+			t.Errorf("DeleteNamed(%q): %v", name, err)
+		}
+	})
+	return name
 }

@@ -5,17 +5,18 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
 // handleAt opens a rtnetlink handle inside ns. The socket stays bound to ns
 // for its whole life, so the handle is used from ordinary goroutines after
 // Do returns.
-func handleAt(ns netns.NsHandle) (*netlink.Handle, error) {
+func handleAt(ns vnetns.NsHandle) (*netlink.Handle, error) {
 	var h *netlink.Handle
-	err := Do(ns, func() error {
+	err := netns.Do(ns, func() error {
 		var err error
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		return err

@@ -15,8 +15,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func (n *Node) validate() error {
 		return fmt.Errorf("bridge: %w", err)
 	}
 	if n.HostNS != "" {
-		if err := validName(n.HostNS); err != nil {
+		if err := netns.ValidName(n.HostNS); err != nil {
 			return err
 		}
 	}
@@ -92,7 +93,7 @@ func (n *Node) validatePod(p PodNet) error {
 	if err := n.validate(); err != nil {
 		return err
 	}
-	if err := validName(p.NetNS); err != nil {
+	if err := netns.ValidName(p.NetNS); err != nil {
 		return err
 	}
 	if err := validLinkName(p.HostVeth); err != nil {
@@ -132,7 +133,7 @@ func lastAddr(p netip.Prefix) netip.Addr {
 
 // host is an open node namespace with a netlink handle bound to it.
 type host struct {
-	ns netns.NsHandle
+	ns vnetns.NsHandle
 	h  *netlink.Handle
 }
 
@@ -142,12 +143,12 @@ func (hs *host) Close() {
 }
 
 func (n *Node) openHost() (*host, error) {
-	var ns netns.NsHandle
+	var ns vnetns.NsHandle
 	var err error
 	if n.HostNS == "" {
-		ns, err = netns.Get()
+		ns, err = vnetns.Get()
 	} else {
-		ns, err = netns.GetFromPath(NetNSPath(n.HostNS))
+		ns, err = vnetns.GetFromPath(netns.NetNSPath(n.HostNS))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening node netns %q: %w", n.HostNS, err)
@@ -243,7 +244,7 @@ func (n *Node) EnsureRouteLocalnet() error {
 	if n.HostNS == "" {
 		err = set()
 	} else {
-		err = DoPath(NetNSPath(n.HostNS), set)
+		err = netns.DoPath(netns.NetNSPath(n.HostNS), set)
 	}
 	if err != nil {
 		return fmt.Errorf("setting net.ipv4.conf.all.route_localnet: %w", err)
@@ -253,11 +254,11 @@ func (n *Node) EnsureRouteLocalnet() error {
 
 // ensureSysctls writes the node namespace's sysctls. /proc/sys/net shows
 // the network namespace of the thread that opens it, hence Do.
-func (n *Node) ensureSysctls(ns netns.NsHandle) error {
-	if err := Do(ns, func() error { return n.writeSysctl(sysctlIPForward, "1") }); err != nil {
+func (n *Node) ensureSysctls(ns vnetns.NsHandle) error {
+	if err := netns.Do(ns, func() error { return n.writeSysctl(sysctlIPForward, "1") }); err != nil {
 		return err
 	}
-	err := Do(ns, func() error { return n.writeSysctl(sysctlBridgeNF, "1") })
+	err := netns.Do(ns, func() error { return n.writeSysctl(sysctlBridgeNF, "1") })
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -267,7 +268,7 @@ func (n *Node) ensureSysctls(ns netns.NsHandle) error {
 			"err", mErr, "output", strings.TrimSpace(string(out)))
 		return nil
 	}
-	err = Do(ns, func() error { return n.writeSysctl(sysctlBridgeNF, "1") })
+	err = netns.Do(ns, func() error { return n.writeSysctl(sysctlBridgeNF, "1") })
 	if errors.Is(err, fs.ErrNotExist) {
 		n.log().Warn("br_netfilter loaded but " + sysctlBridgeNF + " is missing in the node netns")
 		return nil
@@ -296,7 +297,7 @@ func (n *Node) ResetRouteLocalnet() error {
 	if n.HostNS == "" {
 		err = set()
 	} else {
-		err = DoPath(NetNSPath(n.HostNS), set)
+		err = netns.DoPath(netns.NetNSPath(n.HostNS), set)
 	}
 	if err != nil {
 		return fmt.Errorf("resetting net.ipv4.conf.all.route_localnet to %s: %w", old, err)
@@ -378,7 +379,7 @@ func (n *Node) RestoreSysctls() error {
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(rec)) {
 		value := rec[name]
-		if err := Do(hs.ns, func() error { return os.WriteFile("/proc/sys/"+name, []byte(value), 0o644) }); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := netns.Do(hs.ns, func() error { return os.WriteFile("/proc/sys/"+name, []byte(value), 0o644) }); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("restoring sysctl %s=%s: %w", name, value, err))
 			continue
 		}
@@ -411,8 +412,8 @@ func (n *Node) SetupPod(p PodNet) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("setting up pod %q: %w", p.NetNS, err)
 	}
 
-	if !ExistsNamed(p.NetNS) {
-		if err := CreateNamed(p.NetNS); err != nil && !errors.Is(err, fs.ErrExist) {
+	if !netns.ExistsNamed(p.NetNS) {
+		if err := netns.CreateNamed(p.NetNS); err != nil && !errors.Is(err, fs.ErrExist) {
 			return netip.Addr{}, fmt.Errorf("creating netns for pod %q: %w", p.NetNS, err)
 		}
 		n.log().Info("created pod netns", "pod_netns", p.NetNS)
@@ -442,7 +443,7 @@ func (n *Node) SetupPod(p PodNet) (netip.Addr, error) {
 }
 
 func openPod(name string) (*host, error) {
-	ns, err := netns.GetFromPath(NetNSPath(name))
+	ns, err := vnetns.GetFromPath(netns.NetNSPath(name))
 	if err != nil {
 		return nil, fmt.Errorf("opening netns: %w", err)
 	}
@@ -637,7 +638,7 @@ func (n *Node) PodOK(p PodNet) (bool, string) {
 	if err := n.validatePod(p); err != nil {
 		return false, err.Error()
 	}
-	if !ExistsNamed(p.NetNS) {
+	if !netns.ExistsNamed(p.NetNS) {
 		return false, "netns missing"
 	}
 	hs, err := n.openHost()
@@ -698,15 +699,15 @@ func (n *Node) PodOK(p PodNet) (bool, string) {
 // end's alias, or as eth0 in the pod netns) and its named netns. Pieces
 // that are already gone are not errors.
 func (n *Node) TeardownPod(name string) error {
-	if err := validName(name); err != nil {
+	if err := netns.ValidName(name); err != nil {
 		return fmt.Errorf("tearing down pod %q: %w", name, err)
 	}
-	if n.HostNS == "" || ExistsNamed(n.HostNS) {
+	if n.HostNS == "" || netns.ExistsNamed(n.HostNS) {
 		if err := n.deleteHostVeths(name); err != nil {
 			return err
 		}
 	}
-	if ExistsNamed(name) {
+	if netns.ExistsNamed(name) {
 		pod, err := openPod(name)
 		if err != nil {
 			return fmt.Errorf("tearing down pod %q: %w", name, err)
@@ -720,7 +721,7 @@ func (n *Node) TeardownPod(name string) error {
 			return fmt.Errorf("deleting %s of pod %q: %w", PodIfName, name, err)
 		}
 	}
-	if err := DeleteNamed(name); err != nil {
+	if err := netns.DeleteNamed(name); err != nil {
 		return fmt.Errorf("deleting netns of pod %q: %w", name, err)
 	}
 	return nil
@@ -798,7 +799,7 @@ func (n *Node) EnsureBridgeRouteLocalnet() error {
 	if n.HostNS == "" {
 		err = set()
 	} else {
-		err = DoPath(NetNSPath(n.HostNS), set)
+		err = netns.DoPath(netns.NetNSPath(n.HostNS), set)
 	}
 	if err != nil {
 		return fmt.Errorf("setting route_localnet on %s: %w", n.Bridge, err)

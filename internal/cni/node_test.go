@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -95,7 +96,7 @@ func mustLink(t *testing.T, h *netlink.Handle, name string) netlink.Link {
 // The raw socket is created in the pod's namespace, so nothing is sent
 // from the root namespace. (iputils ping is not assumed to be installed.)
 func ping(from string, dst netip.Addr) error {
-	return DoPath(NetNSPath(from), func() error {
+	return netns.DoPath(netns.NetNSPath(from), func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
 		if err != nil {
 			return err
@@ -165,7 +166,7 @@ func requirePing(t *testing.T, from string, dst netip.Addr) {
 func readSysctlIn(t *testing.T, netnsName, name string) string {
 	t.Helper()
 	var v string
-	if err := DoPath(NetNSPath(netnsName), func() error {
+	if err := netns.DoPath(netns.NetNSPath(netnsName), func() error {
 		b, err := os.ReadFile("/proc/sys/" + name)
 		v = strings.TrimSpace(string(b))
 		return err
@@ -321,7 +322,7 @@ func TestSetupPodRepairs(t *testing.T) {
 		why     string // what PodOK reports after the breakage
 	}{
 		{"netns deleted", func(t *testing.T, n *Node, p PodNet) {
-			if err := DeleteNamed(p.NetNS); err != nil {
+			if err := netns.DeleteNamed(p.NetNS); err != nil {
 				t.Fatal(err)
 			}
 		}, "netns missing"},
@@ -430,7 +431,7 @@ func TestSetupPodReplacesOrphanedVeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	if err := DeleteNamed(p.NetNS); err != nil {
+	if err := netns.DeleteNamed(p.NetNS); err != nil {
 		t.Fatal(err)
 	}
 	inNode(t, n, func(h *netlink.Handle) { mustLink(t, h, p.HostVeth) }) // still there
@@ -455,11 +456,11 @@ func TestTeardownPod(t *testing.T) {
 	if err := n.TeardownPod(p.NetNS); err != nil {
 		t.Fatalf("TeardownPod: %v", err)
 	}
-	if ExistsNamed(p.NetNS) {
+	if netns.ExistsNamed(p.NetNS) {
 		t.Errorf("pod netns still exists")
 	}
-	if _, err := os.Stat(NetNSPath(p.NetNS)); err == nil {
-		t.Errorf("%s still exists", NetNSPath(p.NetNS))
+	if _, err := os.Stat(netns.NetNSPath(p.NetNS)); err == nil {
+		t.Errorf("%s still exists", netns.NetNSPath(p.NetNS))
 	}
 	inNode(t, n, func(h *netlink.Handle) {
 		if _, err := h.LinkByName(p.HostVeth); !isLinkNotFound(err) {
@@ -485,7 +486,7 @@ func TestTeardownPodWithoutNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Close()
-	if err := DeleteNamed(p.NetNS); err != nil {
+	if err := netns.DeleteNamed(p.NetNS); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.TeardownPod(p.NetNS); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/minikit/minikit/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +33,7 @@ func PodMntPath(name string) string { return filepath.Join(PodNSDir, name, "mnt"
 // PodNamespacesExist reports whether both of the pod's namespace files are
 // live namespaces.
 func PodNamespacesExist(name string) bool {
-	return validName(name) == nil && isNSFile(PodUTSPath(name)) && isNSFile(PodMntPath(name))
+	return netns.ValidName(name) == nil && netns.IsNamespaceFile(PodUTSPath(name)) && netns.IsNamespaceFile(PodMntPath(name))
 }
 
 // CreatePodNamespaces creates the pod's persistent UTS namespace (hostname
@@ -71,7 +72,7 @@ type Bind struct {
 // directory bind shows at once. Binds are mounted in order: a later Target
 // inside an earlier one's lands on the earlier mount.
 func CreatePodNamespacesWith(name, hostname, resolvConf, hosts string, binds []Bind) error {
-	if err := validName(name); err != nil {
+	if err := netns.ValidName(name); err != nil {
 		return fmt.Errorf("creating namespaces of pod: %w", err)
 	}
 	if PodNamespacesExist(name) {
@@ -87,7 +88,7 @@ func CreatePodNamespacesWith(name, hostname, resolvConf, hosts string, binds []B
 	if err != nil {
 		return wrap(err)
 	}
-	if err := ensureMountPoint(PodNSDir, unix.MS_PRIVATE|unix.MS_REC); err != nil {
+	if err := netns.EnsureMountPoint(PodNSDir, unix.MS_PRIVATE|unix.MS_REC); err != nil {
 		unlock()
 		return wrap(err)
 	}
@@ -130,7 +131,7 @@ func pinPodNamespaces(name, hostname, resolvConf, hosts string, binds []Bind) er
 	release := make(chan struct{})
 	// The thread ends up in a private mount namespace with its own
 	// fs_struct and must never run other goroutines.
-	go lockedThread(func() bool {
+	go netns.LockedThread(func() bool {
 		ready <- built{tid: unix.Gettid(), err: buildPodNamespaces(hostname, resolvConf, hosts, binds)}
 		<-release
 		return false
@@ -202,11 +203,11 @@ func buildPodNamespaces(hostname, resolvConf, hosts string, binds []Bind) error 
 // DeletePodNamespaces unpins and removes the pod's UTS and mount
 // namespaces. Missing pieces are not errors.
 func DeletePodNamespaces(name string) error {
-	if err := validName(name); err != nil {
+	if err := netns.ValidName(name); err != nil {
 		return fmt.Errorf("deleting namespaces of pod: %w", err)
 	}
 	for _, p := range []string{PodUTSPath(name), PodMntPath(name)} {
-		if err := unmountAndRemove(p); err != nil {
+		if err := netns.UnmountAndRemove(p); err != nil {
 			return fmt.Errorf("deleting namespaces of pod %q: %w", name, err)
 		}
 	}

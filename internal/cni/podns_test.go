@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/netns"
 )
 
 // newPodNamespaces creates a pod's UTS and mount namespaces owned by the
@@ -88,7 +90,7 @@ func TestPodNamespacesExec(t *testing.T) {
 	}
 
 	script := `hostname; echo ---; cat /etc/resolv.conf; echo ---; cat /etc/hosts; echo ---; ip -4 -o addr show dev eth0`
-	argv := ExecArgv(NetNSPath(p.NetNS), PodUTSPath(name), PodMntPath(name), []string{"sh", "-c", script})
+	argv := ExecArgv(netns.NetNSPath(p.NetNS), PodUTSPath(name), PodMntPath(name), []string{"sh", "-c", script})
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%q: %v\n%s", argv, err, out)
@@ -194,12 +196,12 @@ func TestPodMountNamespaceDoesNotPinNetns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		return strings.Contains(string(out), " "+NetNSPath(victim)+" ")
+		return strings.Contains(string(out), " "+netns.NetNSPath(victim)+" ")
 	}
 	if !mounted() {
-		t.Fatalf("pod mount namespace has no copy of %s; test premise broken", NetNSPath(victim))
+		t.Fatalf("pod mount namespace has no copy of %s; test premise broken", netns.NetNSPath(victim))
 	}
-	if err := DeleteNamed(victim); err != nil {
+	if err := netns.DeleteNamed(victim); err != nil {
 		t.Fatal(err)
 	}
 	if mounted() {
@@ -304,4 +306,31 @@ func removeMountPointsUnder(top string) {
 	rec := filepath.Join(os.TempDir(), filepath.Base(top)+".record")
 	os.WriteFile(rec, []byte(top+"\n"), 0o644)
 	removeMountPoints(rec)
+}
+
+// Namespace work must never strand the main thread: the runtime cannot
+// terminate it, so a discarded main thread would stay parked in the pod's
+// namespaces and /proc/self/{mountinfo,ns,net} would show them.
+func TestMainThreadNeverLeavesItsNamespaces(t *testing.T) {
+	requireRoot(t)
+	before := mainThreadNS()
+	for range 20 {
+		name := testName("m0")
+		if err := netns.CreateNamed(name); err != nil {
+			t.Fatal(err)
+		}
+		netns.DoPath(netns.NetNSPath(name), func() error { return nil })
+		if err := netns.DeleteNamed(name); err != nil {
+			t.Fatal(err)
+		}
+		if err := CreatePodNamespaces(name, "m0", "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := DeletePodNamespaces(name); err != nil {
+			t.Fatal(err)
+		}
+		if after := mainThreadNS(); after != before {
+			t.Fatalf("main thread namespaces changed from %s to %s", before, after)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -362,7 +363,7 @@ func (n *Node) WatchPodNetwork(done <-chan struct{}, kick func(), onErr func(err
 	neighs := make(chan netlink.NeighUpdate, 64)
 	routes := make(chan netlink.RouteUpdate, 64)
 	// The sockets are opened inside the node namespace and stay bound to it.
-	err = Do(hs.ns, func() error {
+	err = netns.Do(hs.ns, func() error {
 		if err := netlink.LinkSubscribeWithOptions(links, done, netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
 			return fmt.Errorf("subscribing to link changes: %w", err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/netns"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -137,9 +138,9 @@ func (w *podWorker) sweepOrphans() {
 // returns their PIDs. A namespace's inode identifies it while it is mounted.
 func killInPod(name string, keep func(pid, pgid, ppid int) bool) []int {
 	var want []string
-	for _, f := range []struct{ path, kind string }{{cni.NetNSPath(name), "net"}, {cni.PodMntPath(name), "mnt"}} {
+	for _, f := range []struct{ path, kind string }{{netns.NetNSPath(name), "net"}, {cni.PodMntPath(name), "mnt"}} {
 		var st syscall.Stat_t
-		if syscall.Stat(f.path, &st) == nil && cni.IsNamespaceFile(f.path) {
+		if syscall.Stat(f.path, &st) == nil && netns.IsNamespaceFile(f.path) {
 			want = append(want, f.kind+":["+strconv.FormatUint(st.Ino, 10)+"]")
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/images"
+	"github.com/minikit/minikit/internal/netns"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -38,7 +39,7 @@ func (a *Agent) hostIP() string {
 // when the agent runs inside it.
 func (a *Agent) hostNetNSPath() string {
 	if a.cfg.HostNS != "" {
-		return cni.NetNSPath(a.cfg.HostNS)
+		return netns.NetNSPath(a.cfg.HostNS)
 	}
 	return ""
 }
@@ -49,7 +50,7 @@ func (a *Agent) podNetNSPath(name string, hostNetwork bool) string {
 	if hostNetwork {
 		return a.hostNetNSPath()
 	}
-	return cni.NetNSPath(name)
+	return netns.NetNSPath(name)
 }
 
 // execArgv wraps argv to run in the pod's namespaces.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -191,7 +192,7 @@ func (a *Agent) adoptAndClean(ctx context.Context) error {
 		}
 	}
 	// Namespaces with this node's prefix that no pod of ours claims are debris.
-	names, _ := cni.ListNamed(a.prefix)
+	names, _ := netns.ListNamed(a.prefix)
 	claimed := map[string]bool{}
 	for _, p := range pods {
 		claimed[a.sandboxName(p.UID)] = true

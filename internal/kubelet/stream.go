@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/spdyframe"
 
 	"github.com/creack/pty"
@@ -77,7 +78,7 @@ func (a *Agent) resolveStream(ns, name, ctr string) (*streamTarget, error) {
 		}
 		t.c = c
 	}
-	if !cni.PodNamespacesExist(t.netns) || (!pod.Spec.HostNetwork && !cni.ExistsNamed(t.netns)) {
+	if !cni.PodNamespacesExist(t.netns) || (!pod.Spec.HostNetwork && !netns.ExistsNamed(t.netns)) {
 		return nil, &streamError{http.StatusInternalServerError, fmt.Sprintf("pod %q has no running sandbox", ns+"/"+name)}
 	}
 	return t, nil
@@ -438,7 +439,7 @@ func (t *streamTarget) PortForward(ctx context.Context, _, _ string, port int32,
 	}
 	var conn net.Conn
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
-	err := cni.DoPath(t.netnsPath(), func() error {
+	err := netns.DoPath(t.netnsPath(), func() error {
 		var d net.Dialer
 		var err error
 		conn, err = d.DialContext(ctx, "tcp4", addr)

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/nft"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +22,7 @@ type nsExec struct {
 	ns string
 }
 
-func (e nsExec) do(fn func() error) error { return cni.DoPath(cni.NetNSPath(e.ns), fn) }
+func (e nsExec) do(fn func() error) error { return netns.DoPath(netns.NetNSPath(e.ns), fn) }
 
 func (e nsExec) Run(ctx context.Context, tx *nft.Transaction) error {
 	return e.do(func() error { return e.ex.Run(ctx, tx) })
@@ -94,7 +94,7 @@ func BenchmarkNFTSync(b *testing.B) {
 			// open is a new backend, as a proxy process starting has one.
 			open := func(b *testing.B) nft.Interface {
 				var be nft.Interface
-				if err := cni.DoPath(cni.NetNSPath(ns), func() error {
+				if err := netns.DoPath(netns.NetNSPath(ns), func() error {
 					if backend == "netlink" {
 						nl, err := nft.NewNetlink(nft.IPv4Family, nftTableName)
 						if err == nil {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/nft"
 
 	corev1 "k8s.io/api/core/v1"
@@ -216,7 +216,7 @@ func loadShapes(p *NFTProxier) {
 func TestNFTNetlinkMatchesExec(t *testing.T) {
 	nsA, nsB := newNetns(t), newNetns(t)
 	var nl *nft.Netlink
-	if err := cni.DoPath(cni.NetNSPath(nsA), func() error {
+	if err := netns.DoPath(netns.NetNSPath(nsA), func() error {
 		var err error
 		nl, err = nft.NewNetlink(nft.IPv4Family, nftTableName)
 		return err
@@ -292,7 +292,7 @@ func TestNFTNetlinkMatchesExec(t *testing.T) {
 	}
 	mustSyncNFT(t, p)
 	var nl2 *nft.Netlink
-	if err := cni.DoPath(cni.NetNSPath(nsA), func() error {
+	if err := netns.DoPath(netns.NetNSPath(nsA), func() error {
 		var err error
 		nl2, err = nft.NewNetlink(nft.IPv4Family, nftTableName)
 		return err

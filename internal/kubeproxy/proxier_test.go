@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
+	"github.com/minikit/minikit/internal/netns"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -458,7 +458,7 @@ func TestLocalhostNodePortInNetns(t *testing.T) {
 	in(pod, "ip", "route", "add", "default", "via", "10.244.0.1")
 
 	var ln net.Listener
-	if err := cni.DoPath(cni.NetNSPath(pod), func() (err error) {
+	if err := netns.DoPath(netns.NetNSPath(pod), func() (err error) {
 		ln, err = net.Listen("tcp", "10.244.0.5:8080")
 		return err
 	}); err != nil {
@@ -475,7 +475,7 @@ func TestLocalhostNodePortInNetns(t *testing.T) {
 	port.Port = ptrInt32(8080)
 	sl := makeSlice("default", "web", []discovery.EndpointPort{port}, ep{ip: "10.244.0.5", node: testNode})
 	acct := nfacct.Netlink{}
-	err := cni.DoPath(cni.NetNSPath(node), func() error {
+	err := netns.DoPath(netns.NetNSPath(node), func() error {
 		ipt, err := iptables.New()
 		if err != nil {
 			return err
@@ -506,7 +506,7 @@ func TestLocalhostNodePortInNetns(t *testing.T) {
 		t.Fatalf("curl 127.0.0.1:30080 in the node namespace: %v: %s (want the backend, seeing the node's bridge-side address after masquerade)", err, out)
 	}
 	var c nfacct.Counter
-	if err := cni.DoPath(cni.NetNSPath(node), func() (err error) {
+	if err := netns.DoPath(netns.NetNSPath(node), func() (err error) {
 		c, err = acct.Get(CounterLocalhostNodePorts)
 		return err
 	}); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/netns"
 )
 
 // ErrNoLab is returned by DownByName when nothing of the lab exists: no
@@ -40,12 +41,12 @@ func DownByName(name, dir, binary string, log *slog.Logger) error {
 	if err != nil {
 		st = State{Name: name, Dir: dir, PIDs: map[string]int{}}
 		for _, h := range []string{"net", Router, Client, External} {
-			if cni.ExistsNamed(NS(name, h)) {
+			if netns.ExistsNamed(NS(name, h)) {
 				st.Namespaces = append(st.Namespaces, NS(name, h))
 			}
 		}
 		for i := 1; i <= 50; i++ {
-			if cni.ExistsNamed(NS(name, nodeName(i))) {
+			if netns.ExistsNamed(NS(name, nodeName(i))) {
 				st.Namespaces = append(st.Namespaces, NS(name, nodeName(i)))
 				st.Nodes = i
 			}
@@ -88,7 +89,7 @@ func (st State) names() []string {
 func (st State) namespaces() []string {
 	var out []string
 	for _, n := range st.names() {
-		if cni.ExistsNamed(n) {
+		if netns.ExistsNamed(n) {
 			out = append(out, n)
 		}
 	}
@@ -110,7 +111,7 @@ func (st State) podPrefixes() []string {
 func podSandboxes(prefixes []string) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, dir := range []string{cni.NetNSDir, cni.PodNSDir} {
+	for _, dir := range []string{netns.NetNSDir, cni.PodNSDir} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			for _, p := range prefixes {
@@ -126,9 +127,9 @@ func podSandboxes(prefixes []string) []string {
 }
 
 // processesIn lists the processes whose network namespace is the named one.
-func processesIn(netns string) []procID {
+func processesIn(ns string) []procID {
 	var st syscall.Stat_t
-	if syscall.Stat(cni.NetNSPath(netns), &st) != nil {
+	if syscall.Stat(netns.NetNSPath(ns), &st) != nil {
 		return nil
 	}
 	want := "net:[" + strconv.FormatUint(st.Ino, 10) + "]"
@@ -194,11 +195,11 @@ func down(st State, binary string, log *slog.Logger) error {
 	for i := 1; i <= st.Nodes; i++ {
 		ns := NS(st.Name, nodeName(i))
 		dataDir := filepath.Join(st.Dir, nodeName(i))
-		if !cni.ExistsNamed(ns) {
+		if !netns.ExistsNamed(ns) {
 			continue
 		}
 		if _, err := os.Stat(dataDir); err == nil && binary != "" {
-			out, err := exec.Command("nsenter", "--net="+cni.NetNSPath(ns), "--", binary, "down", "--data-dir", dataDir).CombinedOutput()
+			out, err := exec.Command("nsenter", "--net="+netns.NetNSPath(ns), "--", binary, "down", "--data-dir", dataDir).CombinedOutput()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("minikit down on %s: %v: %s", ns, err, out))
 			}
@@ -211,8 +212,8 @@ func down(st State, binary string, log *slog.Logger) error {
 			if err := cni.DeletePodNamespaces(ns); err != nil {
 				errs = append(errs, err)
 			}
-			if cni.ExistsNamed(ns) {
-				if err := cni.DeleteNamed(ns); err != nil {
+			if netns.ExistsNamed(ns) {
+				if err := netns.DeleteNamed(ns); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -226,7 +227,7 @@ func down(st State, binary string, log *slog.Logger) error {
 		kill(processesIn(ns))
 	}
 	for _, ns := range st.namespaces() {
-		if err := cni.DeleteNamed(ns); err != nil {
+		if err := netns.DeleteNamed(ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -277,7 +278,7 @@ func (st State) leftovers(procs map[procID]string, prefixes []string) []string {
 		}
 		mine := false
 		for _, n := range st.names() {
-			mine = mine || f[4] == cni.NetNSPath(n)
+			mine = mine || f[4] == netns.NetNSPath(n)
 		}
 		for _, p := range prefixes {
 			mine = mine || strings.Contains(f[4], "/"+p)

@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/netns"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -302,7 +302,7 @@ func run(argv ...string) error {
 // keeps the machine's mount namespace (nsenter --net), so pod namespaces that node
 // processes create are visible to everyone.
 func (l *Lab) Command(host string, argv ...string) *exec.Cmd {
-	args := append([]string{"--net=" + cni.NetNSPath(NS(l.cfg.Name, host)), "--"}, argv...)
+	args := append([]string{"--net=" + netns.NetNSPath(NS(l.cfg.Name, host)), "--"}, argv...)
 	return exec.Command("nsenter", args...)
 }
 
@@ -323,7 +323,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 		return nil, err
 	}
 	for _, h := range []string{"net", Client, External, Router, nodeName(1)} {
-		if cni.ExistsNamed(NS(cfg.Name, h)) {
+		if netns.ExistsNamed(NS(cfg.Name, h)) {
 			return nil, fmt.Errorf("lab %q already exists (namespace %s); remove it with: minikit lab down --name %s", cfg.Name, NS(cfg.Name, h), cfg.Name)
 		}
 	}
@@ -525,7 +525,7 @@ func (l *Lab) buildNetwork() error {
 func routerAddr(sub netip.Prefix) netip.Addr { return sub.Masked().Addr().Next() }
 
 func (l *Lab) addNS(name string) error {
-	if err := cni.CreateNamed(name); err != nil {
+	if err := netns.CreateNamed(name); err != nil {
 		return err
 	}
 	l.state.Namespaces = append(l.state.Namespaces, name)
@@ -761,9 +761,9 @@ func (l *Lab) DialContext(ctx context.Context, host, network, addr string) (net.
 }
 
 // DialIn dials addr from inside the named network namespace.
-func DialIn(ctx context.Context, netns, network, addr string) (net.Conn, error) {
+func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := cni.DoPath(cni.NetNSPath(netns), func() error {
+	err := netns.DoPath(netns.NetNSPath(ns), func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, network, addr)

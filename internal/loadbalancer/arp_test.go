@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 )
 
 // twoHosts makes two throwaway network namespaces joined by a veth pair,
@@ -32,10 +32,10 @@ func twoHosts(t *testing.T) (speaker, client string) {
 	id := hex.EncodeToString(b)
 	speaker, client = "mklb-s-"+id, "mklb-c-"+id
 	for _, ns := range []string{speaker, client} {
-		if err := cni.CreateNamed(ns); err != nil {
+		if err := netns.CreateNamed(ns); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cni.DeleteNamed(ns) })
+		t.Cleanup(func() { netns.DeleteNamed(ns) })
 	}
 	for _, argv := range [][]string{
 		{"ip", "-n", speaker, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns", client},
@@ -54,7 +54,7 @@ func twoHosts(t *testing.T) (speaker, client string) {
 func probe(t *testing.T, ns string, ip netip.Addr) []net.HardwareAddr {
 	t.Helper()
 	var macs []net.HardwareAddr
-	err := cni.DoPath(cni.NetNSPath(ns), func() error {
+	err := netns.DoPath(netns.NetNSPath(ns), func() error {
 		var err error
 		macs, err = ProbeARP(context.Background(), "eth1", ip, 300*time.Millisecond)
 		return err
@@ -74,7 +74,7 @@ func TestARPResponder(t *testing.T) {
 	speaker, client := twoHosts(t)
 	var r *ARPResponder
 	var ifname string
-	err := cni.DoPath(cni.NetNSPath(speaker), func() error {
+	err := netns.DoPath(netns.NetNSPath(speaker), func() error {
 		var err error
 		if ifname, err = InterfaceWith(netip.MustParseAddr("192.0.2.10")); err != nil {
 			return err

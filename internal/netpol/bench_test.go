@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/netns"
 
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
@@ -68,7 +68,7 @@ func BenchmarkSync(b *testing.B) {
 		b.Fatalf("%v: %s", err, out)
 	}
 	b.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	h, err := netns.GetFromName(name)
+	h, err := vnetns.GetFromName(name)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func BenchmarkSync(b *testing.B) {
 	var ipt iptables.Interface
 	var sets IPSets
 	do := func(f func() error) {
-		if err := cni.Do(h, f); err != nil {
+		if err := netns.Do(h, f); err != nil {
 			b.Fatal(err)
 		}
 	}

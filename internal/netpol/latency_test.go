@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -34,7 +34,7 @@ func BenchmarkFirstPacket(b *testing.B) {
 	e.SetInitialized()
 	dial := func() time.Duration {
 		var d time.Duration
-		err := cni.Do(l.a, func() error {
+		err := netns.Do(l.a, func() error {
 			start := time.Now()
 			c, err := net.DialTimeout("tcp", "10.250.0.3:8080", 5*time.Second)
 			d = time.Since(start)

@@ -16,17 +16,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/netns"
 
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // lab is a throwaway node namespace with a bridge and two pod namespaces,
 // a (10.250.0.2) and b (10.250.0.3), with no route anywhere else.
 type lab struct {
-	node, a, b netns.NsHandle
+	node, a, b vnetns.NsHandle
 	nodeName   string
 }
 
@@ -45,12 +45,12 @@ func newLab(t testing.TB) *lab {
 	rand.Read(b)
 	id := hex.EncodeToString(b)
 	l := &lab{nodeName: "mkt-np-" + id + "-node"}
-	names := map[string]*netns.NsHandle{l.nodeName: &l.node, "mkt-np-" + id + "-a": &l.a, "mkt-np-" + id + "-b": &l.b}
+	names := map[string]*vnetns.NsHandle{l.nodeName: &l.node, "mkt-np-" + id + "-a": &l.a, "mkt-np-" + id + "-b": &l.b}
 	for name, h := range names {
 		run(t, "ip", "netns", "add", name)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
 		var err error
-		if *h, err = netns.GetFromName(name); err != nil {
+		if *h, err = vnetns.GetFromName(name); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { h.Close() })
@@ -79,11 +79,11 @@ func newLab(t testing.TB) *lab {
 }
 
 // enforcer returns an enforcer acting in the lab's node namespace: Sync and
-// Check must run inside cni.Do(l.node, ...).
+// Check must run inside netns.Do(l.node, ...).
 func (l *lab) enforcer(t testing.TB, w *world, log *slog.Logger) (*Enforcer, iptables.Interface, IPSets) {
 	var ipt iptables.Interface
 	var sets IPSets
-	err := cni.Do(l.node, func() error {
+	err := netns.Do(l.node, func() error {
 		var err error
 		if ipt, err = iptables.New(); err != nil {
 			return err
@@ -98,10 +98,10 @@ func (l *lab) enforcer(t testing.TB, w *world, log *slog.Logger) (*Enforcer, ipt
 }
 
 // listen serves TCP and UDP echo on port in ns until the test ends.
-func listen(t testing.TB, ns netns.NsHandle, port int) {
+func listen(t testing.TB, ns vnetns.NsHandle, port int) {
 	var ln net.Listener
 	var pc net.PacketConn
-	err := cni.Do(ns, func() error {
+	err := netns.Do(ns, func() error {
 		var err error
 		if ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)); err != nil {
 			return err
@@ -138,10 +138,10 @@ func listen(t testing.TB, ns netns.NsHandle, port int) {
 // connect reports whether a TCP connection from ns to addr is answered
 // (true) or refused by a reset (false). A REJECT answers at once; a timeout
 // means a lost packet and fails the test.
-func connect(t testing.TB, ns netns.NsHandle, addr string) bool {
+func connect(t testing.TB, ns vnetns.NsHandle, addr string) bool {
 	t.Helper()
 	var ok bool
-	err := cni.Do(ns, func() error {
+	err := netns.Do(ns, func() error {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil
@@ -164,10 +164,10 @@ func connect(t testing.TB, ns netns.NsHandle, addr string) bool {
 
 // udpAnswered reports whether a UDP datagram from ns to addr is echoed
 // (true) or answered with port unreachable (false).
-func udpAnswered(t *testing.T, ns netns.NsHandle, addr string) bool {
+func udpAnswered(t *testing.T, ns vnetns.NsHandle, addr string) bool {
 	t.Helper()
 	var ok bool
-	err := cni.Do(ns, func() error {
+	err := netns.Do(ns, func() error {
 		c, err := net.Dial("udp", addr)
 		if err != nil {
 			return err
@@ -193,7 +193,7 @@ func udpAnswered(t *testing.T, ns netns.NsHandle, addr string) bool {
 
 func inNode(t testing.TB, l *lab, f func() error) {
 	t.Helper()
-	if err := cni.Do(l.node, f); err != nil {
+	if err := netns.Do(l.node, f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -220,7 +220,7 @@ func TestEnforcerPackets(t *testing.T) {
 	sync := func() { inNode(t, l, e.Sync) }
 
 	type probe struct {
-		from netns.NsHandle
+		from vnetns.NsHandle
 		addr string
 		udp  bool
 		want bool

@@ -13,7 +13,7 @@ import (
 // transaction rendered as text and fed to one `nft -f -`, which nft applies
 // as one netlink batch. It reads with `nft -j list`. It runs nft in the
 // network namespace of the calling thread, so callers in another namespace
-// enter it first (cni.Do).
+// enter it first (netns.Do).
 type Exec struct {
 	family Family
 	table  string

@@ -28,7 +28,7 @@ import (
 //
 // A Netlink is bound to the network namespace of the thread that created
 // it (its sockets are created there), so create it inside the target
-// namespace (cni.Do) and use it from anywhere.
+// namespace (netns.Do) and use it from anywhere.
 type Netlink struct {
 	family Family
 	table  string

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 )
 
 // The oracle: the same transactions applied by Exec (nft -f) in one network
@@ -30,11 +30,11 @@ func newNS(t testing.TB, what string) string {
 		t.Fatalf("this test needs root (network namespaces)")
 	}
 	name := fmt.Sprintf("mkt-nftlib-%s-%d-%d", what, os.Getpid(), nsCounter.Add(1))
-	if err := cni.CreateNamed(name); err != nil {
+	if err := netns.CreateNamed(name); err != nil {
 		t.Fatalf("creating netns: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := cni.DeleteNamed(name); err != nil {
+		if err := netns.DeleteNamed(name); err != nil {
 			t.Errorf("deleting netns %s: %v", name, err)
 		}
 	})
@@ -43,7 +43,7 @@ func newNS(t testing.TB, what string) string {
 
 func inNS(t testing.TB, ns string, fn func() error) {
 	t.Helper()
-	if err := cni.DoPath(cni.NetNSPath(ns), fn); err != nil {
+	if err := netns.DoPath(netns.NetNSPath(ns), fn); err != nil {
 		t.Fatalf("in netns %s: %v", ns, err)
 	}
 }

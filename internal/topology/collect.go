@@ -14,6 +14,7 @@ import (
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -63,7 +64,7 @@ func LabNotFound(name string) error {
 
 // Collect reads the whole lab.
 func (c *Collector) Collect(ctx context.Context) (*Graph, error) {
-	if !cni.ExistsNamed(lab.NS(c.st.Name, "net")) {
+	if !netns.ExistsNamed(lab.NS(c.st.Name, "net")) {
 		return nil, fmt.Errorf("reading lab %q: its underlay namespace %s does not exist (is the lab up?)", c.st.Name, lab.NS(c.st.Name, "net"))
 	}
 	api, err := c.readAPI(ctx)
@@ -298,12 +299,12 @@ type hostRead struct {
 // readNS reads a namespace's links, addresses and main-table IPv4 routes
 // from inside it.
 func readNS(h Host) (*hostRead, error) {
-	path := cni.NetNSPath(h.ID)
-	if !cni.IsNamespaceFile(path) {
+	path := netns.NetNSPath(h.ID)
+	if !netns.IsNamespaceFile(path) {
 		return nil, fmt.Errorf("reading %s: %w", h.ID, ErrGone)
 	}
 	var nh *netlink.Handle
-	err := cni.DoPath(path, func() error {
+	err := netns.DoPath(path, func() error {
 		var err error
 		nh, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		return err
@@ -566,7 +567,7 @@ type nsIDs struct {
 func (n *nsIDs) of(other string) int {
 	if n.memo == nil {
 		n.memo = map[string]int{}
-		n.err = cni.DoPath(cni.NetNSPath(n.self), func() error {
+		n.err = netns.DoPath(netns.NetNSPath(n.self), func() error {
 			var err error
 			n.h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 			return err
@@ -577,7 +578,7 @@ func (n *nsIDs) of(other string) int {
 	}
 	id := -2
 	if n.err == nil {
-		if f, err := os.Open(cni.NetNSPath(other)); err == nil {
+		if f, err := os.Open(netns.NetNSPath(other)); err == nil {
 			if got, err := n.h.GetNetNsIdByFd(int(f.Fd())); err == nil {
 				id = got
 			}

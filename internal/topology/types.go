@@ -3,7 +3,7 @@
 // below), Graphviz dot, Mermaid and SVG. It never reports what minikit meant
 // to create: an interface deleted by hand is missing from the picture.
 //
-// The collector (collect.go) enters each namespace once (cni.DoPath) for
+// The collector (collect.go) enters each namespace once (netns.DoPath) for
 // a netlink handle and reads links, addresses and main-table routes; veth
 // peers are matched across namespaces by ifindex and confirmed with the
 // namespace ids each namespace gives the others (RTM_GETNSID). A VXLAN

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/minikit/minikit/internal/netns"
+
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
 
@@ -22,42 +24,42 @@ import (
 
 // in runs fn inside the named network namespace (through sandbox, the one
 // package that enters namespaces), or right here for the root namespace.
-func in(netns string, fn func() error) error {
-	if netns == "" {
+func in(ns string, fn func() error) error {
+	if ns == "" {
 		return fn()
 	}
-	return cni.DoPath(cni.NetNSPath(netns), fn)
+	return netns.DoPath(netns.NetNSPath(ns), fn)
 }
 
 // saveRules is `iptables-save -c` of the nat and filter tables, read inside
 // the node's namespace (iptables.SaveCounters).
-func saveRules(netns string) (string, error) {
+func saveRules(ns string) (string, error) {
 	var out strings.Builder
 	path := ""
-	if netns != "" {
-		path = cni.NetNSPath(netns)
+	if ns != "" {
+		path = netns.NetNSPath(ns)
 	}
 	for _, table := range []string{"nat", "filter"} {
 		b, err := iptables.SaveCounters(path, table)
 		if err != nil {
-			return "", fmt.Errorf("reading the %s table of %s: %w", table, nsName(netns), err)
+			return "", fmt.Errorf("reading the %s table of %s: %w", table, nsName(ns), err)
 		}
 		out.Write(b)
 	}
 	return out.String(), nil
 }
 
-func nsName(netns string) string {
-	if netns == "" {
+func nsName(ns string) string {
+	if ns == "" {
 		return "the root namespace"
 	}
-	return "netns " + netns
+	return "netns " + ns
 }
 
 // addrs lists the IPv4 addresses of the namespace (addrtype LOCAL).
-func addrs(netns string) ([]netip.Addr, error) {
+func addrs(ns string) ([]netip.Addr, error) {
 	var out []netip.Addr
-	err := in(netns, func() error {
+	err := in(ns, func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -75,15 +77,15 @@ func addrs(netns string) ([]netip.Addr, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing addresses of %s: %w", nsName(netns), err)
+		return nil, fmt.Errorf("listing addresses of %s: %w", nsName(ns), err)
 	}
 	return out, nil
 }
 
 // hostAddr is the namespace's first global IPv4 address (a lab host's
 // underlay address).
-func hostAddr(netns string) (netip.Addr, error) {
-	as, err := addrs(netns)
+func hostAddr(ns string) (netip.Addr, error) {
+	as, err := addrs(ns)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -92,7 +94,7 @@ func hostAddr(netns string) (netip.Addr, error) {
 			return a, nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", nsName(netns))
+	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", nsName(ns))
 }
 
 // kernelRoute is `ip route get DST` in the namespace, plus, when the route
@@ -108,9 +110,9 @@ type kernelRoute struct {
 	PortIndex map[string]int
 }
 
-func routeGet(netns string, dst netip.Addr) (*kernelRoute, error) {
+func routeGet(ns string, dst netip.Addr) (*kernelRoute, error) {
 	r := &kernelRoute{}
-	err := in(netns, func() error {
+	err := in(ns, func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -152,7 +154,7 @@ func routeGet(netns string, dst netip.Addr) (*kernelRoute, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ip route get %s in %s: %w", dst, nsName(netns), err)
+		return nil, fmt.Errorf("ip route get %s in %s: %w", dst, nsName(ns), err)
 	}
 	return r, nil
 }
@@ -173,9 +175,9 @@ func eth0Peer(podNetns string) (int, error) {
 }
 
 // conntrackFlows lists the namespace's conntrack table.
-func conntrackFlows(netns string) ([]*netlink.ConntrackFlow, error) {
+func conntrackFlows(ns string) ([]*netlink.ConntrackFlow, error) {
 	var flows []*netlink.ConntrackFlow
-	err := in(netns, func() error {
+	err := in(ns, func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return err
@@ -187,16 +189,16 @@ func conntrackFlows(netns string) ([]*netlink.ConntrackFlow, error) {
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing conntrack entries of %s: %w", nsName(netns), err)
+		return nil, fmt.Errorf("listing conntrack entries of %s: %w", nsName(ns), err)
 	}
 	return flows, nil
 }
 
 // recentLists returns the xt_recent lists of the namespace that hold src:
 // session affinity's memory, which decides the first packet's endpoint.
-func recentLists(netns string, src netip.Addr) ([]string, error) {
+func recentLists(ns string, src netip.Addr) ([]string, error) {
 	var lists []string
-	err := in(netns, func() error {
+	err := in(ns, func() error {
 		// thread-self: /proc/self/net shows the main thread's namespace.
 		dir := "/proc/thread-self/net/xt_recent"
 		entries, err := os.ReadDir(dir)
@@ -221,7 +223,7 @@ func recentLists(netns string, src netip.Addr) ([]string, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading xt_recent lists of %s: %w", nsName(netns), err)
+		return nil, fmt.Errorf("reading xt_recent lists of %s: %w", nsName(ns), err)
 	}
 	return lists, nil
 }

@@ -7,7 +7,8 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
+
 	"github.com/minikit/minikit/internal/iptables/iptsim"
 )
 
@@ -29,17 +30,17 @@ const (
 
 // nftCommand is nft run inside netns (nsenter --net, as iptables-save is),
 // or here for the root namespace.
-func nftCommand(netns string, args ...string) *exec.Cmd {
-	if netns == "" {
+func nftCommand(ns string, args ...string) *exec.Cmd {
+	if ns == "" {
 		return exec.Command("nft", args...)
 	}
-	return exec.Command("nsenter", append([]string{"--net=" + cni.NetNSPath(netns), "--", "nft"}, args...)...)
+	return exec.Command("nsenter", append([]string{"--net=" + netns.NetNSPath(ns), "--", "nft"}, args...)...)
 }
 
 // runNFT runs nft in netns and returns its output; a failure carries nft's
 // own message.
-func runNFT(netns string, stdin []byte, args ...string) ([]byte, error) {
-	cmd := nftCommand(netns, args...)
+func runNFT(ns string, stdin []byte, args ...string) ([]byte, error) {
+	cmd := nftCommand(ns, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -47,7 +48,7 @@ func runNFT(netns string, stdin []byte, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("nft %s in %s: %w: %s", strings.Join(args, " "), nsName(netns), err, strings.TrimSpace(stderr.String()))
+		return out, fmt.Errorf("nft %s in %s: %w: %s", strings.Join(args, " "), nsName(ns), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }
@@ -58,14 +59,14 @@ var errNoNFTTable = errors.New("no table ip kube-proxy")
 
 // NFTRuleset is `nft -j list table ip kube-proxy` read in netns ("" for the
 // machine's own), for those that show the table's chains (minikit ui).
-func NFTRuleset(netns string) ([]byte, error) { return nftRules(netns) }
+func NFTRuleset(ns string) ([]byte, error) { return nftRules(ns) }
 
 // nftRules is `nft -j list table ip kube-proxy` in netns, or errNoNFTTable.
-func nftRules(netns string) ([]byte, error) {
+func nftRules(ns string) ([]byte, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, errNoNFTTable
 	}
-	out, err := runNFT(netns, nil, "-j", "list", "table", nftFamily, nftTable)
+	out, err := runNFT(ns, nil, "-j", "list", "table", nftFamily, nftTable)
 	if err != nil {
 		if strings.Contains(err.Error(), "No such file or directory") {
 			return nil, errNoNFTTable
@@ -149,8 +150,8 @@ func whyNFT(p Path, to Target, node string) string {
 // kernel, iptables-nft's base chains and kube-proxy's interleave by
 // priority within each hook; the verdict, the masquerade and the policy
 // verdicts do not depend on that order.)
-func minikitRules(netns string, outs []iptsim.Outcome, pkt iptsim.Packet, node iptsim.Node) ([]iptsim.Outcome, error) {
-	save, err := saveRules(netns)
+func minikitRules(ns string, outs []iptsim.Outcome, pkt iptsim.Packet, node iptsim.Node) ([]iptsim.Outcome, error) {
+	save, err := saveRules(ns)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func minikitRules(netns string, outs []iptsim.Outcome, pkt iptsim.Packet, node i
 		return nil, err
 	}
 	// See Run: without readable ipsets only a rule that matches one fails.
-	node.Sets, _ = policySets(netns)
+	node.Sets, _ = policySets(ns)
 	var res []iptsim.Outcome
 	for _, o := range outs {
 		if o.Verdict != "ACCEPT" || o.Local {

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
+
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/netpol"
 )
@@ -13,8 +14,8 @@ import (
 // Mode is the proxy mode of the node whose network namespace is netns (""
 // for this machine's own): nftables when the table ip kube-proxy is there
 // (starting one mode removes the other's rules), else iptables.
-func Mode(netns string) (string, error) {
-	_, err := nftRules(netns)
+func Mode(ns string) (string, error) {
+	_, err := nftRules(ns)
 	switch {
 	case err == nil:
 		return ModeNFTables, nil
@@ -29,26 +30,26 @@ func Mode(netns string) (string, error) {
 // in iptables mode `iptables-save` of the nat and filter tables cut down to
 // the KUBE-* chains and the rules that jump to them (what kube-proxy owns),
 // still input iptables-restore accepts.
-func ProxyRules(netns string) (mode, text string, err error) {
-	if mode, err = Mode(netns); err != nil {
+func ProxyRules(ns string) (mode, text string, err error) {
+	if mode, err = Mode(ns); err != nil {
 		return "", "", err
 	}
 	if mode == ModeNFTables {
-		out, err := runNFT(netns, nil, "list", "table", nftFamily, nftTable)
+		out, err := runNFT(ns, nil, "list", "table", nftFamily, nftTable)
 		if err != nil {
 			return "", "", err
 		}
 		return mode, string(out), nil
 	}
 	path := ""
-	if netns != "" {
-		path = cni.NetNSPath(netns)
+	if ns != "" {
+		path = netns.NetNSPath(ns)
 	}
 	var b strings.Builder
 	for _, table := range []string{"nat", "filter"} {
 		save, err := iptables.SaveCounters(path, table)
 		if err != nil {
-			return "", "", fmt.Errorf("reading the %s table of %s: %w", table, nsName(netns), err)
+			return "", "", fmt.Errorf("reading the %s table of %s: %w", table, nsName(ns), err)
 		}
 		b.WriteString(kubeChains(string(save)))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables/iptsim"
 	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/nft/nftsim"
 
 	"github.com/vishvananda/netlink"
@@ -257,7 +258,7 @@ func (r *run) labNS(host string) string { return r.o.Lab + "-" + host }
 // nodeNetns finds where a node's kernel state is: its lab namespace, or
 // this machine's own namespace when the node is this machine.
 func (r *run) nodeNetns(n *corev1.Node) (string, error) {
-	if ns := r.labNS(n.Name); cni.ExistsNamed(ns) {
+	if ns := r.labNS(n.Name); netns.ExistsNamed(ns) {
 		return ns, nil
 	}
 	ip := internalIP(n)
@@ -284,7 +285,7 @@ func (r *run) resolveFrom(ctx context.Context, s string) (Source, error) {
 	}
 	if !explicit && (s == "client" || s == "external") {
 		ns := r.labNS(s)
-		if !cni.ExistsNamed(ns) {
+		if !netns.ExistsNamed(ns) {
 			return Source{}, fmt.Errorf("lab %q has no %s host (netns %s)", r.o.Lab, s, ns)
 		}
 		ip, err := hostAddr(ns)
@@ -317,7 +318,7 @@ func (r *run) resolveFrom(ctx context.Context, s string) (Source, error) {
 	}
 	src := Source{Kind: "pod", Name: pod.Namespace + "/" + pod.Name, IP: ip, Node: pod.Spec.NodeName}
 	if n := r.node(pod.Spec.NodeName); n != nil && !pod.Spec.HostNetwork {
-		if sb, err := kubelet.PodSandboxName(n, pod.UID); err == nil && cni.ExistsNamed(sb) {
+		if sb, err := kubelet.PodSandboxName(n, pod.UID); err == nil && netns.ExistsNamed(sb) {
 			src.Netns = sb
 		}
 	}
@@ -700,7 +701,7 @@ func (r *run) hostWithIP(ip netip.Addr) string {
 	}
 	for _, h := range hosts {
 		ns := r.labNS(h)
-		if !cni.ExistsNamed(ns) {
+		if !netns.ExistsNamed(ns) {
 			continue
 		}
 		if as, err := addrs(ns); err == nil {

@@ -7,7 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
+
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/iptables/iptsim"
 	"github.com/minikit/minikit/internal/lab"
@@ -19,32 +20,32 @@ import (
 // RulesReader reads a node namespace's proxy rules, read-only.
 type RulesReader interface {
 	// Mode is the node's proxy mode (trace.ModeIPTables or ModeNFTables).
-	Mode(netns string) (string, error)
+	Mode(ns string) (string, error)
 	// IPTables is iptables-save -c of the nat and filter tables, parsed.
-	IPTables(netns string) (*iptsim.Rules, error)
+	IPTables(ns string) (*iptsim.Rules, error)
 	// NFT is `nft -j list table ip kube-proxy`.
-	NFT(netns string) ([]byte, error)
+	NFT(ns string) ([]byte, error)
 }
 
 // kernelRules reads them from the kernel: iptables-save -c through package
 // iptables, nft through package trace, both inside the namespace.
 type kernelRules struct{}
 
-func (kernelRules) Mode(netns string) (string, error) { return trace.Mode(netns) }
+func (kernelRules) Mode(ns string) (string, error) { return trace.Mode(ns) }
 
-func (kernelRules) IPTables(netns string) (*iptsim.Rules, error) {
+func (kernelRules) IPTables(ns string) (*iptsim.Rules, error) {
 	var save strings.Builder
 	for _, table := range []string{"nat", "filter"} {
-		b, err := iptables.SaveCounters(cni.NetNSPath(netns), table)
+		b, err := iptables.SaveCounters(netns.NetNSPath(ns), table)
 		if err != nil {
-			return nil, fmt.Errorf("reading the %s table of netns %s: %w", table, netns, err)
+			return nil, fmt.Errorf("reading the %s table of netns %s: %w", table, ns, err)
 		}
 		save.Write(b)
 	}
 	return iptsim.Parse(save.String())
 }
 
-func (kernelRules) NFT(netns string) ([]byte, error) { return trace.NFTRuleset(netns) }
+func (kernelRules) NFT(nodeNS string) ([]byte, error) { return trace.NFTRuleset(nodeNS) }
 
 // ChainNode is one rule (or map element) of a Service's chain tree and the
 // rules of the chain it jumps or goes to.
@@ -95,15 +96,15 @@ func (s *Server) serveChains(r *http.Request) (any, error) {
 	if !slices.Contains(nodes, nodeName) {
 		return nil, badRequest("chains: the lab has no node %q (nodes: %s)", nodeName, strings.Join(nodes, ", "))
 	}
-	netns := lab.NS(s.cfg.Lab.Name, nodeName)
-	mode, err := s.cfg.Rules.Mode(netns)
+	nodeNS := lab.NS(s.cfg.Lab.Name, nodeName)
+	mode, err := s.cfg.Rules.Mode(nodeNS)
 	if err != nil {
 		return nil, fmt.Errorf("reading the proxy mode of node %s: %w", nodeName, err)
 	}
 	t := &ChainTree{Service: key, Node: nodeName, Mode: mode}
 	switch mode {
 	case trace.ModeNFTables:
-		js, err := s.cfg.Rules.NFT(netns)
+		js, err := s.cfg.Rules.NFT(nodeNS)
 		if err != nil {
 			return nil, fmt.Errorf("reading the nftables rules of node %s: %w", nodeName, err)
 		}
@@ -111,7 +112,7 @@ func (s *Server) serveChains(r *http.Request) (any, error) {
 			return nil, fmt.Errorf("reading the nftables rules of node %s: %w", nodeName, err)
 		}
 	default:
-		rules, err := s.cfg.Rules.IPTables(netns)
+		rules, err := s.cfg.Rules.IPTables(nodeNS)
 		if err != nil {
 			return nil, fmt.Errorf("reading the iptables rules of node %s: %w", nodeName, err)
 		}

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/topology"
 
 	corev1 "k8s.io/api/core/v1"
@@ -218,7 +218,7 @@ func (l *live) refresh(ctx context.Context, d dirty) {
 		for i, id := range ids {
 			a := answers[i]
 			if a.err != nil {
-				if errors.Is(a.err, topology.ErrGone) || !cni.ExistsNamed(id) {
+				if errors.Is(a.err, topology.ErrGone) || !netns.ExistsNamed(id) {
 					removeHost(g, id)
 					l.fresh[id] = now
 					continue

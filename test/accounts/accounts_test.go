@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,7 +53,7 @@ func startPods(t *testing.T, c kubernetes.Interface, ns string, nodes ...string)
 		}
 		ready := testenv.WaitPodReady(t, c, ns, p.Name)
 		sb := testenv.SandboxName(t, c, ready)
-		if !cni.ExistsNamed(sb) {
+		if !netns.ExistsNamed(sb) {
 			t.Fatalf("pod %s/%s has no netns %s", ns, p.Name, sb)
 		}
 		sandboxes[ns+"/"+p.Name] = sb
@@ -67,7 +68,7 @@ func gone(c kubernetes.Interface, ns string, sandboxes map[string]string) error 
 		return fmt.Errorf("namespace %s still there (%v)", ns, err)
 	}
 	for pod, sb := range sandboxes {
-		if cni.ExistsNamed(sb) {
+		if netns.ExistsNamed(sb) {
 			return fmt.Errorf("netns %s of pod %s still exists", sb, pod)
 		}
 		if _, err := os.Stat(filepath.Join(cni.PodNSDir, sb)); !os.IsNotExist(err) {
@@ -248,7 +249,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 				return fmt.Errorf("%d configmaps left", len(cms.Items))
 			}
 			for pod, sb := range sandboxes {
-				if cni.ExistsNamed(sb) {
+				if netns.ExistsNamed(sb) {
 					return fmt.Errorf("netns %s of pod %s still exists", sb, pod)
 				}
 			}

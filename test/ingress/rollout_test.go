@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 	"k8s.io/client-go/kubernetes"
 
@@ -63,13 +63,13 @@ func webApp(t *testing.T, l *lab.Lab, replicas int32) {
 // clientHTTP is an HTTP client whose connections are made from the lab's client
 // host (its sockets live in that network namespace).
 func clientHTTP(l *lab.Lab) *http.Client {
-	nsPath := cni.NetNSPath(lab.NS(l.Name(), lab.Client))
+	nsPath := netns.NetNSPath(lab.NS(l.Name(), lab.Client))
 	tr := &http.Transport{
 		MaxIdleConnsPerHost: 64,
 		DisableCompression:  true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := cni.DoPath(nsPath, func() error {
+			err := netns.DoPath(nsPath, func() error {
 				var err error
 				c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
 				return err

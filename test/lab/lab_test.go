@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -256,10 +256,10 @@ func TestLabUpFailureRemovesWhatItMade(t *testing.T) {
 	mine := func(n string) bool { return strings.HasPrefix(n, name+"-") }
 	before := testenv.RootSnapshot(t, mine)
 	taken := lab.NS(name, "node2")
-	if err := cni.CreateNamed(taken); err != nil {
+	if err := netns.CreateNamed(taken); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cni.DeleteNamed(taken) })
+	t.Cleanup(func() { netns.DeleteNamed(taken) })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	l, err := lab.Up(ctx, lab.Config{Name: name, Nodes: 2, Dir: filepath.Join(t.TempDir(), "lab"), Binary: bin})
@@ -271,14 +271,14 @@ func TestLabUpFailureRemovesWhatItMade(t *testing.T) {
 		t.Errorf("lab up: %v; want an error naming %s", err, taken)
 	}
 	for _, h := range []string{"net", "node1", lab.Client, lab.External} {
-		if cni.ExistsNamed(lab.NS(name, h)) {
+		if netns.ExistsNamed(lab.NS(name, h)) {
 			t.Errorf("namespace %s left behind by the failed lab up", lab.NS(name, h))
 		}
 	}
-	if !cni.ExistsNamed(taken) {
+	if !netns.ExistsNamed(taken) {
 		t.Errorf("the failed lab up removed %s, which it did not make", taken)
 	}
-	if err := cni.DeleteNamed(taken); err != nil {
+	if err := netns.DeleteNamed(taken); err != nil {
 		t.Fatal(err)
 	}
 	if after := testenv.RootSnapshot(t, mine); after != before {

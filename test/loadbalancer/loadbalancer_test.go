@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/loadbalancer"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,7 +103,7 @@ func curl(l *lab.Lab, url string) (string, error) {
 func announcers(t *testing.T, l *lab.Lab, ip netip.Addr) []string {
 	t.Helper()
 	var macs []net.HardwareAddr
-	err := cni.DoPath(cni.NetNSPath(lab.NS(l.Name(), lab.Client)), func() error {
+	err := netns.DoPath(netns.NetNSPath(lab.NS(l.Name(), lab.Client)), func() error {
 		var err error
 		macs, err = loadbalancer.ProbeARP(ctx, "eth1", ip, 300*time.Millisecond)
 		return err

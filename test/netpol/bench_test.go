@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,7 +104,7 @@ func BenchmarkNetworkPolicy(b *testing.B) {
 	// First packet: TCP connect time, policed vs open, interleaved.
 	const samples = 400
 	var policed, open []time.Duration
-	err := cni.DoPath(cni.NetNSPath(testenv.SandboxName(b, c, client)), func() error {
+	err := netns.DoPath(netns.NetNSPath(testenv.SandboxName(b, c, client)), func() error {
 		dial := func(addr string) (time.Duration, error) {
 			start := time.Now()
 			conn, err := net.DialTimeout("tcp", addr, 2*time.Second)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	"github.com/vishvananda/netlink"
@@ -74,7 +74,7 @@ func forwardJumps(l *lab.Lab, host string) (n int, first bool, err error) {
 // sorted (no ipset binary is needed: netlink speaks ipset).
 func enforcerSets(l *lab.Lab, host string) (string, error) {
 	var sets []netlink.IPSetResult
-	err := cni.DoPath(cni.NetNSPath(lab.NS(l.Name(), host)), func() error {
+	err := netns.DoPath(netns.NetNSPath(lab.NS(l.Name(), host)), func() error {
 		var err error
 		sets, err = netlink.IpsetListAll()
 		return err

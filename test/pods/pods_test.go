@@ -17,6 +17,7 @@ import (
 
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -88,9 +89,9 @@ func TestPodsOnOneNode(t *testing.T) {
 		}
 	})
 	t.Run("deleting a pod removes its netns, veth and IP", func(t *testing.T) {
-		netns := testenv.SandboxName(t, c, b)
-		if !cni.ExistsNamed(netns) {
-			t.Fatalf("netns %s of pod b missing before delete", netns)
+		podNS := testenv.SandboxName(t, c, b)
+		if !netns.ExistsNamed(podNS) {
+			t.Fatalf("netns %s of pod b missing before delete", podNS)
 		}
 		links, _ := testenv.Run(l, "node1", "ip", "-o", "link", "show", "master", "cni0")
 		if strings.Count(links, "veth") != 2 {
@@ -108,8 +109,8 @@ func TestPodsOnOneNode(t *testing.T) {
 			}
 			return nil
 		})
-		if cni.ExistsNamed(netns) {
-			t.Errorf("netns %s still exists", netns)
+		if netns.ExistsNamed(podNS) {
+			t.Errorf("netns %s still exists", podNS)
 		}
 		links, _ = testenv.Run(l, "node1", "ip", "-o", "link", "show", "master", "cni0")
 		if strings.Count(links, "veth") != 1 {
@@ -118,7 +119,7 @@ func TestPodsOnOneNode(t *testing.T) {
 		if _, ok := ipamOwners(t, l, "node1")[string(b.UID)]; ok {
 			t.Errorf("IP of deleted pod b still reserved")
 		}
-		if _, err := os.Stat(filepath.Join(cni.PodNSDir, netns)); !os.IsNotExist(err) {
+		if _, err := os.Stat(filepath.Join(cni.PodNSDir, podNS)); !os.IsNotExist(err) {
 			t.Errorf("pod namespace files of b left in %s", cni.PodNSDir)
 		}
 	})
@@ -274,7 +275,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	goneNS := testenv.SandboxName(t, c, gone)
-	if !cni.ExistsNamed(goneNS) {
+	if !netns.ExistsNamed(goneNS) {
 		t.Fatalf("sandbox of pod gone vanished before the agent came back")
 	}
 	if _, ok := ipamOwners(t, l, "node2")[string(gone.UID)]; !ok {
@@ -304,7 +305,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 	})
 	t.Run("pod deleted while the agent was away is cleaned up", func(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "sandbox of pod gone removed", func() error {
-			if cni.ExistsNamed(goneNS) {
+			if netns.ExistsNamed(goneNS) {
 				return fmt.Errorf("netns %s still exists", goneNS)
 			}
 			if _, ok := ipamOwners(t, l, "node2")[string(gone.UID)]; ok {
@@ -315,7 +316,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 	})
 	t.Run("netns deleted by hand is recreated", func(t *testing.T) {
 		ns := testenv.SandboxName(t, c, keep)
-		if err := cni.DeleteNamed(ns); err != nil {
+		if err := netns.DeleteNamed(ns); err != nil {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 30*time.Second, "pod keep answers again after its netns was deleted", func() error {

@@ -42,7 +42,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 )
 
@@ -226,11 +226,11 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	}
 
 	for _, ns := range []string{sw, node1.ns, node2.ns, client.ns, external.ns} {
-		if err := cni.CreateNamed(ns); err != nil {
+		if err := netns.CreateNamed(ns); err != nil {
 			t.Fatalf("creating network namespace %s: %v", ns, err)
 		}
 		t.Cleanup(func() {
-			if err := cni.DeleteNamed(ns); err != nil {
+			if err := netns.DeleteNamed(ns); err != nil {
 				t.Errorf("deleting network namespace %s: %v", ns, err)
 			}
 		})
@@ -464,7 +464,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		v.halt(t)
 	}
 	for _, ns := range []string{sw, node1.ns, node2.ns, client.ns, external.ns} {
-		if err := cni.DeleteNamed(ns); err != nil {
+		if err := netns.DeleteNamed(ns); err != nil {
 			t.Fatalf("deleting network namespace %s: %v", ns, err)
 		}
 	}
@@ -486,12 +486,12 @@ type vm struct {
 // goCaches are the host's module and build caches, which the VMs share.
 type goCaches struct{ mod, build string }
 
-func (v *vm) nsPath() string { return cni.NetNSPath(v.ns) }
+func (v *vm) nsPath() string { return netns.NetNSPath(v.ns) }
 
 // dial dials from inside v's namespace, as its programs do.
 func (v *vm) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := cni.DoPath(v.nsPath(), func() error {
+	err := netns.DoPath(v.nsPath(), func() error {
 		var err error
 		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 		return err
@@ -624,12 +624,12 @@ const nsPrefix = "hV-prov-"
 // network namespaces and roots (one run at a time on a machine).
 func removeStale(t *testing.T) {
 	t.Helper()
-	names, err := cni.ListNamed(nsPrefix)
+	names, err := netns.ListNamed(nsPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range names {
-		if err := cni.DeleteNamed(n); err != nil {
+		if err := netns.DeleteNamed(n); err != nil {
 			t.Errorf("removing a stale network namespace %s: %v", n, err)
 		}
 	}
@@ -645,7 +645,7 @@ func removeStale(t *testing.T) {
 func startAptProxy(t *testing.T, nsPath string) string {
 	t.Helper()
 	var ln net.Listener
-	if err := cni.DoPath(nsPath, func() error {
+	if err := netns.DoPath(nsPath, func() error {
 		var err error
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 		return err

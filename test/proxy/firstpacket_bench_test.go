@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/kubeproxy"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/nft"
 
 	"github.com/vishvananda/netlink"
@@ -194,7 +194,7 @@ func newFPTopology(b *testing.B, ctx context.Context, mode string, size int) *fp
 	// The backend: one listener on all 5 endpoint addresses; the socket is
 	// opened inside the backend namespace and stays bound to it.
 	var ln net.Listener
-	if err := cni.DoPath(cni.NetNSPath(t.backend), func() (err error) {
+	if err := netns.DoPath(netns.NetNSPath(t.backend), func() (err error) {
 		ln, err = net.Listen("tcp4", ":"+strconv.Itoa(fpBackendPort))
 		return err
 	}); err != nil {
@@ -225,7 +225,7 @@ func (t *fpTopology) proxyConfig() kubeproxy.Config {
 		// written as on a default node.
 		TCPBeLiberal: &beLiberal,
 		// conntrack in the node namespace, not the process's.
-		Conntrack: nsConntrack{path: cni.NetNSPath(t.node)},
+		Conntrack: nsConntrack{path: netns.NetNSPath(t.node)},
 	}
 }
 
@@ -234,7 +234,7 @@ func (t *fpTopology) proxyConfig() kubeproxy.Config {
 // waits until it answers. It returns the measured service's index.
 func (t *fpTopology) startIPTables(b *testing.B, svcs []*corev1.Service, slices []*discovery.EndpointSlice) int {
 	b.Helper()
-	ipt, err := newNSIPTables(cni.NetNSPath(t.node))
+	ipt, err := newNSIPTables(netns.NetNSPath(t.node))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func (t *fpTopology) startIPTables(b *testing.B, svcs []*corev1.Service, slices 
 func (t *fpTopology) startNFT(b *testing.B, svcs []*corev1.Service, slices []*discovery.EndpointSlice, measured int) {
 	b.Helper()
 	var nl *nft.Netlink
-	if err := cni.DoPath(cni.NetNSPath(t.node), func() (err error) {
+	if err := netns.DoPath(netns.NetNSPath(t.node), func() (err error) {
 		nl, err = nft.NewNetlink(nft.IPv4Family, kubeproxy.NFTTableName)
 		return err
 	}); err != nil {
@@ -366,7 +366,7 @@ func (t *fpTopology) waitAnswers(b *testing.B) {
 // short by the Go runtime's signals (EINTR) and could not be retried.
 func (t *fpTopology) connect() (time.Duration, error) {
 	var fd int
-	if err := cni.DoPath(cni.NetNSPath(t.client), func() (err error) {
+	if err := netns.DoPath(netns.NetNSPath(t.client), func() (err error) {
 		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 		return err
 	}); err != nil {
@@ -525,7 +525,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 func us(d time.Duration) string { return fmt.Sprintf("%.1fµs", float64(d)/1e3) }
 
 // nsIPTables is the real iptables.Interface run inside a network namespace:
-// the iptables binaries are forked from a thread that cni.DoPath has
+// the iptables binaries are forked from a thread that netns.DoPath has
 // switched into the namespace, so they inherit it. (The proxier calls its
 // Interface from its own goroutines, which are in the process's namespace.)
 type nsIPTables struct {
@@ -535,13 +535,13 @@ type nsIPTables struct {
 
 func newNSIPTables(path string) (*nsIPTables, error) {
 	n := &nsIPTables{path: path}
-	if err := cni.DoPath(path, func() (err error) { n.ipt, err = iptables.New(); return err }); err != nil {
+	if err := netns.DoPath(path, func() (err error) { n.ipt, err = iptables.New(); return err }); err != nil {
 		return nil, fmt.Errorf("iptables in %s: %w", path, err)
 	}
 	return n, nil
 }
 
-func (n *nsIPTables) do(fn func() error) error { return cni.DoPath(n.path, fn) }
+func (n *nsIPTables) do(fn func() error) error { return netns.DoPath(n.path, fn) }
 
 func (n *nsIPTables) EnsureChain(table, chain string) error {
 	return n.do(func() error { return n.ipt.EnsureChain(table, chain) })
@@ -603,7 +603,7 @@ var _ kubeproxy.Conntrack = nsConntrack{}
 
 func (c nsConntrack) ListUDP() ([]kubeproxy.Flow, error) {
 	var out []kubeproxy.Flow
-	err := cni.DoPath(c.path, func() error {
+	err := netns.DoPath(c.path, func() error {
 		flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
 		if err != nil {
 			return fmt.Errorf("listing conntrack flows: %w", err)
@@ -629,7 +629,7 @@ func (c nsConntrack) Delete(flows []kubeproxy.Flow) (int, error) {
 		set[f] = true
 	}
 	var n uint
-	err := cni.DoPath(c.path, func() (err error) {
+	err := netns.DoPath(c.path, func() (err error) {
 		n, err = netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, set)
 		return err
 	})

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -272,7 +272,7 @@ func TestUDPServiceSurvivesBackendReplacement(t *testing.T) {
 
 	// A UDP socket opened inside the client pod's netns, bound to a fixed port.
 	var conn *net.UDPConn
-	err = cni.DoPath(cni.NetNSPath(testenv.SandboxName(t, c, client)), func() error {
+	err = netns.DoPath(netns.NetNSPath(testenv.SandboxName(t, c, client)), func() error {
 		var err error
 		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero, Port: 40053})
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -134,7 +135,7 @@ func TestCrashRecovery(t *testing.T) {
 		victimNS := map[string][]procID{}
 		for _, v := range victims {
 			name := testenv.SandboxName(t, c, v)
-			for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(name))) {
+			for _, pid := range processesInNetNS(nsInode(netns.NetNSPath(name))) {
 				victimNS[name] = append(victimNS[name], procID{pid, procStart(pid)})
 			}
 			if len(victimNS[name]) == 0 {
@@ -208,7 +209,7 @@ func TestCrashRecovery(t *testing.T) {
 			})
 		}
 		for name, procs := range victimNS {
-			if cni.ExistsNamed(name) || cni.PodNamespacesExist(name) {
+			if netns.ExistsNamed(name) || cni.PodNamespacesExist(name) {
 				t.Errorf("round %d: the sandbox %s of a pod deleted while the agent was down is still there", r, name)
 			}
 			for _, p := range procs {
@@ -406,7 +407,7 @@ func checkAdopted(t *testing.T, r int, c kubernetes.Interface, before map[types.
 			t.Errorf("round %d: pod %s was not adopted as it was: before IP %s container %s restarts %d, after IP %s container %s restarts %d",
 				r, w.name, w.ip, w.containerID, w.restarts, p.Status.PodIP, cid, restarts)
 		}
-		if !cni.ExistsNamed(w.sandbox) {
+		if !netns.ExistsNamed(w.sandbox) {
 			t.Errorf("round %d: the sandbox %s of surviving pod %s is gone", r, w.sandbox, w.name)
 		}
 	}
@@ -655,7 +656,7 @@ func converged(t *testing.T, l *lab.Lab, c kubernetes.Interface, led *ledger, pr
 	}
 	for _, host := range []string{"node1", "node2"} {
 		prefix := kubelet.SandboxPrefix(host, filepath.Join(l.Dir(), host, "agent"))
-		names, _ := cni.ListNamed(prefix)
+		names, _ := netns.ListNamed(prefix)
 		if entries, err := os.ReadDir(cni.PodNSDir); err == nil {
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), prefix) {

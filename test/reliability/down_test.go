@@ -20,6 +20,7 @@ import (
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +38,7 @@ type vm struct {
 	bin                string
 }
 
-func (v *vm) nsPath() string { return cni.NetNSPath(v.name) }
+func (v *vm) nsPath() string { return netns.NetNSPath(v.name) }
 
 // command runs argv in the VM's network namespace and the machine's mount
 // namespace, as a process on that VM would see them (nsenter --net, as the lab
@@ -98,7 +99,7 @@ func (v *vm) snapshot(t testing.TB, podProcs []procID) string {
 	}
 	prefix := v.sandboxPrefix()
 	var ours []string
-	for _, dir := range []string{cni.NetNSDir, cni.PodNSDir} {
+	for _, dir := range []string{netns.NetNSDir, cni.PodNSDir} {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), prefix) {
@@ -134,7 +135,7 @@ func newVM(t *testing.T) *vm {
 	rand.Read(rb)
 	v := &vm{name: "mkvm" + hex.EncodeToString(rb), dir: t.TempDir(), ip: "192.168.77.10", bin: testenv.Minikit(t)}
 	v.dataDir = filepath.Join(v.dir, "data")
-	if err := cni.CreateNamed(v.name); err != nil {
+	if err := netns.CreateNamed(v.name); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -150,7 +151,7 @@ func newVM(t *testing.T) *vm {
 				t.Errorf("cleanup: minikit down: %v: %s", err, out)
 			}
 		}
-		if err := cni.DeleteNamed(v.name); err != nil {
+		if err := netns.DeleteNamed(v.name); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -277,7 +278,7 @@ func TestDownLeavesNothing(t *testing.T) {
 	var clientNS string
 	for _, p := range pods.Items {
 		name := v.sandboxPrefix() + strings.ReplaceAll(string(p.UID), "-", "")[:10]
-		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(name))) {
+		for _, pid := range processesInNetNS(nsInode(netns.NetNSPath(name))) {
 			podProcs = append(podProcs, procID{pid, procStart(pid)})
 		}
 		if p.Name == "client" {
@@ -332,7 +333,7 @@ func TestDownLeavesNothing(t *testing.T) {
 	if after := v.snapshot(t, podProcs); after != before {
 		t.Errorf("the VM's state after minikit down --purge differs:\n%s", lineDiff(before, after))
 	}
-	if err := cni.DeleteNamed(v.name); err != nil {
+	if err := netns.DeleteNamed(v.name); err != nil {
 		t.Fatal(err)
 	}
 	if rootAfter := testenv.RootSnapshot(t, func(n string) bool { return strings.HasPrefix(n, "mkvm") || mine(n) }); rootAfter != rootBefore {
@@ -376,7 +377,7 @@ func TestDownAfterPartialRemoval(t *testing.T) {
 	for _, p := range pods.Items {
 		name := v.sandboxPrefix() + strings.ReplaceAll(string(p.UID), "-", "")[:10]
 		sandboxes = append(sandboxes, name)
-		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(name))) {
+		for _, pid := range processesInNetNS(nsInode(netns.NetNSPath(name))) {
 			podProcs = append(podProcs, procID{pid, procStart(pid)})
 		}
 	}
@@ -485,7 +486,7 @@ func TestLabDownKillsEverything(t *testing.T) {
 	// soon reused by another.
 	procs := map[procID]string{}
 	for _, h := range l.Hosts() {
-		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(lab.NS(name, h)))) {
+		for _, pid := range processesInNetNS(nsInode(netns.NetNSPath(lab.NS(name, h)))) {
 			procs[procID{pid, procStart(pid)}] = "host " + h
 		}
 	}
@@ -495,7 +496,7 @@ func TestLabDownKillsEverything(t *testing.T) {
 	}
 	containers := 0
 	for i := range pods.Items {
-		for _, pid := range processesInNetNS(nsInode(cni.NetNSPath(testenv.SandboxName(t, c, &pods.Items[i])))) {
+		for _, pid := range processesInNetNS(nsInode(netns.NetNSPath(testenv.SandboxName(t, c, &pods.Items[i])))) {
 			procs[procID{pid, procStart(pid)}] = "pod " + pods.Items[i].Name
 			containers++
 		}
@@ -525,7 +526,7 @@ func TestLabDownKillsEverything(t *testing.T) {
 	}
 	mounts, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, p := range append(prefixes, name+"-") {
-		for _, dir := range []string{cni.NetNSDir, cni.PodNSDir} {
+		for _, dir := range []string{netns.NetNSDir, cni.PodNSDir} {
 			entries, _ := os.ReadDir(dir)
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), p) {

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
+
 	"github.com/minikit/minikit/test/testenv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,9 +105,9 @@ func BenchmarkStream(b *testing.B) {
 // serveBulk serves GET /N (N bytes of zeros) on a port of the pod's network
 // namespace, from this process: a server whose own cost is the same for the
 // direct download and the forwarded one. It returns the port.
-func serveBulk(b *testing.B, netns string) int {
+func serveBulk(b *testing.B, podNS string) int {
 	var ln net.Listener
-	err := cni.DoPath(cni.NetNSPath(netns), func() error {
+	err := netns.DoPath(netns.NetNSPath(podNS), func() error {
 		var err error
 		ln, err = net.Listen("tcp4", "0.0.0.0:0")
 		return err

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/test/testenv"
@@ -209,7 +209,7 @@ func TestLabGraph(t *testing.T) {
 		// The pod's namespace disappears while the API still lists the pod
 		// (as when a pod is being deleted): Collect leaves it out.
 		gone := testenv.SandboxName(t, c, pods[len(pods)-1])
-		if err := cni.DeleteNamed(gone); err != nil {
+		if err := netns.DeleteNamed(gone); err != nil {
 			t.Fatal(err)
 		}
 		g2, err := col.Collect(ctx)

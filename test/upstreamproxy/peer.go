@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -144,7 +144,7 @@ func (p *Peer) spliceAPI(kubeconfig string) error {
 		return fmt.Errorf("kubeconfig server %s is not on loopback", cfg.Host)
 	}
 	addr := u.Host
-	err = cni.DoPath(cni.NetNSPath(p.NS), func() error {
+	err = netns.DoPath(netns.NetNSPath(p.NS), func() error {
 		var err error
 		p.ln, err = net.Listen("tcp", addr)
 		return err
@@ -211,7 +211,7 @@ func (p *Peer) Metrics(ctx context.Context) (string, error) {
 func GetInNetns(ctx context.Context, ns, url string) (string, error) {
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := cni.DoPath(cni.NetNSPath(ns), func() error {
+		err := netns.DoPath(netns.NetNSPath(ns), func() error {
 			var d net.Dialer
 			var err error
 			c, err = d.DialContext(ctx, network, addr)
@@ -255,7 +255,7 @@ func (p *Peer) Stop() error {
 	if out, err := exec.Command("ip", "netns", "del", p.NS).CombinedOutput(); err != nil {
 		errs = append(errs, fmt.Errorf("deleting netns %s: %v: %s", p.NS, err, out))
 	}
-	if _, err := os.Stat(cni.NetNSPath(p.NS)); err == nil {
+	if _, err := os.Stat(netns.NetNSPath(p.NS)); err == nil {
 		errs = append(errs, fmt.Errorf("netns %s still exists", p.NS))
 	}
 	return errors.Join(errs...)

@@ -17,7 +17,7 @@
 // Accounting objects belong to a network namespace. Every request opens its
 // socket in the calling thread's namespace: callers that serve a node
 // namespace other than their own must call from a thread locked into it
-// (cni.Do).
+// (netns.Do).
 package nfacct
 
 import (

@@ -6,7 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/minikit/minikit/internal/cni"
+	"github.com/minikit/minikit/internal/netns"
 )
 
 // inNetns runs fn on a thread locked into a fresh network namespace, removed
@@ -23,7 +23,7 @@ func inNetns(t *testing.T, fn func() error) {
 		t.Fatalf("ip netns add: %v: %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	if err := cni.DoPath(cni.NetNSPath(name), fn); err != nil {
+	if err := netns.DoPath(netns.NetNSPath(name), fn); err != nil {
 		t.Fatal(err)
 	}
 }

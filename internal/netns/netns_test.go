@@ -1,15 +1,14 @@
-package cni
+package netns
 
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 )
 
 // newNamedNS creates a named netns owned by the test and removed with it.
@@ -29,7 +28,7 @@ func newNamedNS(t *testing.T, kind string) string {
 
 func currentNSID(t *testing.T) string {
 	t.Helper()
-	h, err := netns.Get()
+	h, err := vnetns.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +38,7 @@ func currentNSID(t *testing.T) string {
 
 func nsIDOf(t *testing.T, name string) string {
 	t.Helper()
-	h, err := netns.GetFromPath(NetNSPath(name))
+	h, err := vnetns.GetFromPath(NetNSPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +104,7 @@ func TestDoEntersAndRestores(t *testing.T) {
 		// still in the namespace the process started in.
 		done := make(chan string)
 		go func() {
-			h, _ := netns.Get()
+			h, _ := vnetns.Get()
 			defer h.Close()
 			done <- h.UniqueId()
 		}()
@@ -138,46 +137,4 @@ func TestDoRepanics(t *testing.T) {
 		}
 	}()
 	DoPath(NetNSPath(name), func() error { panic("kaboom") })
-}
-
-// mainThreadNamespaces is what /proc/self shows: the namespaces of the
-// process's main thread.
-func mainThreadNamespaces(t *testing.T) string {
-	t.Helper()
-	var b strings.Builder
-	for _, ns := range []string{"net", "mnt", "uts"} {
-		l, err := os.Readlink("/proc/self/ns/" + ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.WriteString(l + " ")
-	}
-	return b.String()
-}
-
-// Namespace work must never strand the main thread: the runtime cannot
-// terminate it, so a discarded main thread would stay parked in the pod's
-// namespaces and /proc/self/{mountinfo,ns,net} would show them.
-func TestMainThreadNeverLeavesItsNamespaces(t *testing.T) {
-	requireRoot(t)
-	before := mainThreadNamespaces(t)
-	for range 20 {
-		name := testName("m0")
-		if err := CreateNamed(name); err != nil {
-			t.Fatal(err)
-		}
-		DoPath(NetNSPath(name), func() error { return nil })
-		if err := DeleteNamed(name); err != nil {
-			t.Fatal(err)
-		}
-		if err := CreatePodNamespaces(name, "m0", "", ""); err != nil {
-			t.Fatal(err)
-		}
-		if err := DeletePodNamespaces(name); err != nil {
-			t.Fatal(err)
-		}
-		if after := mainThreadNamespaces(t); after != before {
-			t.Fatalf("main thread namespaces changed from %s to %s", before, after)
-		}
-	}
 }

@@ -1,4 +1,11 @@
-package cni
+// Package netns enters and names network namespaces. It is the one place in
+// minikit that calls setns: everything that has to run "inside" a namespace
+// goes through Do or DoPath, which lock the OS thread and throw the thread
+// away if it cannot be put back. Named namespaces live in /run/netns, as
+// iproute2 makes them, so `ip netns exec NAME` works on ours and ours on its.
+//
+// Kernel assumptions: Linux >= 4.11 (/proc/thread-self, nsfs).
+package netns
 
 import (
 	"errors"
@@ -11,7 +18,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,20 +46,20 @@ var createMu sync.Mutex
 // Goroutines started by fn do not inherit the namespace: they run on other
 // threads. Sockets and netlink handles opened inside fn stay bound to target
 // and may be used after Do returns. A panic in fn is re-raised in the caller.
-func Do(target netns.NsHandle, fn func() error) error {
+func Do(target vnetns.NsHandle, fn func() error) error {
 	if !target.IsOpen() {
 		return errors.New("entering network namespace: handle is closed")
 	}
 	var err error
 	var panicked any
-	lockedThread(func() (clean bool) {
-		orig, gerr := netns.Get()
+	LockedThread(func() (clean bool) {
+		orig, gerr := vnetns.Get()
 		if gerr != nil {
 			err = fmt.Errorf("getting current network namespace: %w", gerr)
 			return true
 		}
 		defer orig.Close()
-		if serr := netns.Set(target); serr != nil {
+		if serr := vnetns.Set(target); serr != nil {
 			// setns failed, so the thread never left orig.
 			err = fmt.Errorf("entering network namespace %s: %w", target, serr)
 			return true
@@ -61,7 +68,7 @@ func Do(target netns.NsHandle, fn func() error) error {
 			defer func() { panicked = recover() }()
 			err = fn()
 		}()
-		return netns.Set(orig) == nil
+		return vnetns.Set(orig) == nil
 	})
 	if panicked != nil {
 		panic(panicked)
@@ -72,7 +79,7 @@ func Do(target netns.NsHandle, fn func() error) error {
 // DoPath is Do for a namespace file such as /run/netns/NAME or
 // /proc/PID/ns/net.
 func DoPath(path string, fn func() error) error {
-	h, err := netns.GetFromPath(path)
+	h, err := vnetns.GetFromPath(path)
 	if err != nil {
 		return fmt.Errorf("opening network namespace %s: %w", path, err)
 	}
@@ -80,7 +87,7 @@ func DoPath(path string, fn func() error) error {
 	return Do(h, fn)
 }
 
-// lockedThread runs fn on a new goroutine locked to an OS thread and waits
+// LockedThread runs fn on a new goroutine locked to an OS thread and waits
 // for it. If fn reports the thread clean it is unlocked and reused;
 // otherwise the goroutine exits locked and the runtime terminates the
 // thread.
@@ -90,13 +97,13 @@ func DoPath(path string, fn func() error) error {
 // /proc/self (mountinfo, ns/*, /proc/net) shows the main thread's view. While
 // a goroutine holds the main thread locked, a goroutine it starts cannot be
 // scheduled there, so it hands fn on and releases the untouched thread.
-func lockedThread(fn func() (clean bool)) {
+func LockedThread(fn func() (clean bool)) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
-			lockedThread(fn)
+			LockedThread(fn)
 			runtime.UnlockOSThread()
 			return
 		}
@@ -111,26 +118,26 @@ func lockedThread(fn func() (clean bool)) {
 // may unshare namespaces of that thread at will.
 func onThrowawayThread(fn func() error) error {
 	var err error
-	lockedThread(func() bool {
+	LockedThread(func() bool {
 		err = fn()
 		return false
 	})
 	return err
 }
 
-// validName rejects names that would escape the namespace directory.
-func validName(name string) error {
+// ValidName rejects names that would escape the namespace directory.
+func ValidName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
 		return fmt.Errorf("invalid namespace name %q", name)
 	}
 	return nil
 }
 
-// ensureMountPoint makes dir a mount point with the given propagation
+// EnsureMountPoint makes dir a mount point with the given propagation
 // (MS_SHARED or MS_PRIVATE, plus MS_REC), turning it into a bind mount of
 // itself first if it is not one yet. This is iproute2's netns_add dance:
 // changing propagation on a non-mount-point fails with EINVAL.
-func ensureMountPoint(dir string, propagation uintptr) error {
+func EnsureMountPoint(dir string, propagation uintptr) error {
 	mountDirMu.Lock()
 	defer mountDirMu.Unlock()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -153,12 +160,8 @@ func ensureMountPoint(dir string, propagation uintptr) error {
 }
 
 // IsNamespaceFile reports whether path is a live namespace file (an nsfs
-// mount), not the empty placeholder underneath one.
-func IsNamespaceFile(path string) bool { return isNSFile(path) }
-
-// isNSFile reports whether path is a namespace file, i.e. an nsfs bind
-// mount, rather than the empty placeholder file underneath it.
-func isNSFile(path string) bool {
+// bind mount), not the empty placeholder file underneath one.
+func IsNamespaceFile(path string) bool {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return false
@@ -166,11 +169,11 @@ func isNSFile(path string) bool {
 	return st.Type == unix.NSFS_MAGIC
 }
 
-// unmountAndRemove lazily unmounts path and removes it. Removing the file
+// UnmountAndRemove lazily unmounts path and removes it. Removing the file
 // also detaches copies of the mount that other mount namespaces (pods' mount
 // namespaces) made of it, so the namespace is really freed. Missing or
 // unmounted files are not errors.
-func unmountAndRemove(path string) error {
+func UnmountAndRemove(path string) error {
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil &&
 		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmounting %s: %w", path, err)
@@ -188,16 +191,16 @@ func unmountAndRemove(path string) error {
 // namespace already exists; a stale placeholder file left by a crash is
 // reused.
 func CreateNamed(name string) error {
-	if err := validName(name); err != nil {
+	if err := ValidName(name); err != nil {
 		return fmt.Errorf("creating network namespace: %w", err)
 	}
-	if err := ensureMountPoint(NetNSDir, unix.MS_SHARED|unix.MS_REC); err != nil {
+	if err := EnsureMountPoint(NetNSDir, unix.MS_SHARED|unix.MS_REC); err != nil {
 		return fmt.Errorf("creating network namespace %q: %w", name, err)
 	}
 	createMu.Lock()
 	defer createMu.Unlock()
 	path := NetNSPath(name)
-	if isNSFile(path) {
+	if IsNamespaceFile(path) {
 		return fmt.Errorf("creating network namespace %q: %w", name, fs.ErrExist)
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, 0)
@@ -229,10 +232,10 @@ func CreateNamed(name string) error {
 // open file holds it. Deleting a namespace that does not exist is not an
 // error.
 func DeleteNamed(name string) error {
-	if err := validName(name); err != nil {
+	if err := ValidName(name); err != nil {
 		return fmt.Errorf("deleting network namespace: %w", err)
 	}
-	if err := unmountAndRemove(NetNSPath(name)); err != nil {
+	if err := UnmountAndRemove(NetNSPath(name)); err != nil {
 		return fmt.Errorf("deleting network namespace %q: %w", name, err)
 	}
 	return nil
@@ -241,7 +244,7 @@ func DeleteNamed(name string) error {
 // ExistsNamed reports whether /run/netns/NAME is a live namespace (an nsfs
 // mount, not just a leftover file).
 func ExistsNamed(name string) bool {
-	return validName(name) == nil && isNSFile(NetNSPath(name))
+	return ValidName(name) == nil && IsNamespaceFile(NetNSPath(name))
 }
 
 // ListNamed returns the sorted names under /run/netns that start with
