@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
 
@@ -115,15 +117,7 @@ func tail(b []byte, n int) string {
 // Eventually polls cond until it returns nil or the deadline passes.
 func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %v: %v", what, d, err)
+	testutil.Eventually(t, d, what, cond)
 }
 
 // Run runs a command on a lab host and returns its combined output.

@@ -1,0 +1,36 @@
+// Package testutil is the test toolkit every package's tests share: waiting
+// for a condition, and a logger that writes into the test's own output.
+// Tests import it; production code must not (test/layout checks).
+package testutil
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// Eventually polls cond every 50 ms until it returns nil and fails the test
+// with what and cond's last error when d has passed. It asserts that a state
+// is reached, not how fast: pick d generously, as a limit, never a target.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %v: %v", what, d, err)
+}
+
+// Logger returns a debug-level text logger writing into t's output, so a
+// component's log lines show up with the test that produced them (and only
+// when it fails or runs with -v).
+func Logger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
