@@ -1,6 +1,8 @@
 package kubeproxy
 
 import (
+	"context"
+	"iter"
 	"net/netip"
 	"sync"
 	"time"
@@ -43,6 +45,8 @@ func newChanges(nodeIP netip.Addr, created time.Time) changes {
 	}
 }
 
+// SetInitialized says the Service and EndpointSlice informers have synced:
+// syncing before that would delete the rules of services not yet seen.
 func (p *changes) SetInitialized() {
 	p.mu.Lock()
 	p.initialized = true
@@ -135,4 +139,99 @@ func (p *changes) forceFullSync() {
 	p.needFull = true
 	p.mu.Unlock()
 	p.runner.Run()
+}
+
+// syncInput is one service's objects as a sync takes them.
+type syncInput struct {
+	svc    *corev1.Service
+	slices []*discovery.EndpointSlice
+}
+
+// taken is what a sync takes from the change tracking when it starts.
+type taken struct {
+	full     bool
+	dirty    map[types.NamespacedName]bool
+	triggers []time.Time // the EndpointSlice changes this sync programs
+	nodeIP   netip.Addr
+	inputs   map[types.NamespacedName]syncInput
+}
+
+// take starts a sync at now, in either mode; ok is false before
+// SetInitialized. The sync is full when one was asked for or fullEvery has
+// passed since lastFull; a full sync takes every known service and every
+// rendered one (a deleted one renders to nothing), a partial one the dirty
+// services only.
+func (c *changes) take(now, lastFull time.Time, fullEvery time.Duration, rendered iter.Seq[types.NamespacedName]) (t taken, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.initialized {
+		return taken{}, false
+	}
+	t = taken{
+		full:     c.needFull || now.Sub(lastFull) >= fullEvery,
+		dirty:    c.dirty,
+		triggers: c.triggers,
+		nodeIP:   c.nodeIP,
+		inputs:   map[types.NamespacedName]syncInput{},
+	}
+	c.dirty, c.needFull, c.triggers = map[types.NamespacedName]bool{}, false, nil
+	if t.full {
+		for key := range c.services {
+			c.collect(t.inputs, key)
+		}
+		for key := range rendered {
+			c.collect(t.inputs, key)
+		}
+	} else {
+		for key := range t.dirty {
+			c.collect(t.inputs, key)
+		}
+	}
+	return t, true
+}
+
+// takeAll adds every known service to a sync's inputs: a partial sync that
+// turns full on the way.
+func (c *changes) takeAll(inputs map[types.NamespacedName]syncInput) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.services {
+		c.collect(inputs, key)
+	}
+}
+
+// collect snapshots one service's objects into inputs; c.mu is held.
+func (c *changes) collect(inputs map[types.NamespacedName]syncInput, key types.NamespacedName) {
+	in := syncInput{svc: c.services[key]}
+	for _, s := range c.slices[key] {
+		in.slices = append(in.slices, s)
+	}
+	inputs[key] = in
+}
+
+// giveBack is take undone after a failed sync: the change tracking was
+// consumed (and the in-memory copy of the kernel may be wrong), so the retry
+// is a full sync, and the triggers wait for the sync that programs them.
+func (c *changes) giveBack(t taken) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.needFull = true
+	for key := range t.dirty {
+		c.dirty[key] = true
+	}
+	c.triggers = append(t.triggers, c.triggers...)
+}
+
+// runProxier is either mode's Run: the sync loop and the drift monitor until ctx
+// ends, then the health-check servers close.
+func runProxier(ctx context.Context, r *boundedRunner, monitor func(context.Context), h *healthServers) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		monitor(ctx)
+	}()
+	r.Loop(ctx)
+	wg.Wait()
+	h.close()
 }

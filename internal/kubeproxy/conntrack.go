@@ -193,3 +193,43 @@ func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.N
 	log.Info("deleted stale UDP conntrack flows", "flows", n)
 	return n
 }
+
+// renderedState is what the health-check servers and the UDP conntrack
+// cleanup read of a rendered service port, in either mode.
+type renderedState interface {
+	port() renderedPort
+	local() int // endpoints on this node
+}
+
+func (r *serviceRules) port() renderedPort    { return renderedPort{r.sp, r.serving} }
+func (r *serviceRules) local() int            { return r.localEndpoints }
+func (r *nftServiceRules) port() renderedPort { return renderedPort{r.sp, r.serving} }
+func (r *nftServiceRules) local() int         { return r.localEndpoints }
+
+// syncHealth gives every service with a healthCheckNodePort its health-check
+// server, answering with the count of its local endpoints.
+func syncHealth[R renderedState](h *healthServers, checked map[types.NamespacedName]bool, rendered map[types.NamespacedName][]R) {
+	want := map[types.NamespacedName]int{}
+	counts := map[types.NamespacedName]int{}
+	for key := range checked {
+		for _, r := range rendered[key] {
+			if p := r.port(); p.sp.hcNodePort != 0 {
+				want[key] = p.sp.hcNodePort
+			}
+			counts[key] += r.local()
+		}
+	}
+	h.sync(want, counts)
+}
+
+// renderedPorts are the ports of every rendered service, for the UDP
+// conntrack cleanup.
+func renderedPorts[R renderedState](rendered map[types.NamespacedName][]R) map[types.NamespacedName][]renderedPort {
+	ports := make(map[types.NamespacedName][]renderedPort, len(rendered))
+	for key, rs := range rendered {
+		for _, r := range rs {
+			ports[key] = append(ports[key], r.port())
+		}
+	}
+	return ports
+}

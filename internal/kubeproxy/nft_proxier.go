@@ -67,6 +67,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sort"
 	"strings"
@@ -75,8 +76,6 @@ import (
 
 	"github.com/minikit/minikit/internal/nft"
 
-	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -155,24 +154,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 		return nil, errors.New("proxy: no nftables backend")
 	}
 	c := &cfg.Config
-	if c.MinSyncPeriod == 0 {
-		c.MinSyncPeriod = time.Second
-	}
-	if c.SyncPeriod == 0 {
-		c.SyncPeriod = 30 * time.Second
-	}
-	if c.FullSyncPeriod == 0 {
-		c.FullSyncPeriod = time.Hour
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = realClock{}
-	}
-	if c.Conntrack == nil {
-		c.Conntrack = netlinkConntrack{}
-	}
+	c.defaults()
 	if cfg.DriftSampleChains == 0 {
 		cfg.DriftSampleChains = 256
 	}
@@ -206,19 +188,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 }
 
 // Run syncs until ctx ends. Nothing is written before SetInitialized.
-func (p *NFTProxier) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p.monitor(ctx)
-	}()
-	p.runner.Loop(ctx)
-	wg.Wait()
-	p.health.close()
-}
-
-// SetInitialized says the Service and EndpointSlice informers have synced.
+func (p *NFTProxier) Run(ctx context.Context) { runProxier(ctx, p.runner, p.monitor, p.health) }
 
 func (p *NFTProxier) renderConfig(nodeIP netip.Addr) *nftRenderConfig {
 	cfg := &nftRenderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll}
@@ -239,55 +209,14 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 	defer p.syncMu.Unlock()
 	ctx := context.Background()
 	start := p.clock.Now()
-	p.mu.Lock()
-	if !p.initialized {
-		p.mu.Unlock()
+	t, ok := p.take(start, p.lastFull, p.cfg.FullSyncPeriod, maps.Keys(p.rendered))
+	if !ok {
 		return nil
 	}
-	full := p.needFull || start.Sub(p.lastFull) >= p.cfg.FullSyncPeriod
-	dirty := p.dirty
-	p.dirty = map[types.NamespacedName]bool{}
-	p.needFull = false
-	nodeIP := p.nodeIP
-	type input struct {
-		svc    *corev1.Service
-		slices []*discovery.EndpointSlice
-	}
-	inputs := map[types.NamespacedName]input{}
-	collect := func(key types.NamespacedName) {
-		in := input{svc: p.services[key]}
-		for _, s := range p.slices[key] {
-			in.slices = append(in.slices, s)
-		}
-		inputs[key] = in
-	}
-	if full {
-		for key := range p.services {
-			collect(key)
-		}
-		for key := range p.rendered {
-			collect(key)
-		}
-	} else {
-		for key := range dirty {
-			collect(key)
-		}
-	}
-	triggers := p.triggers
-	p.triggers = nil
-	p.mu.Unlock()
-
+	full, triggers, nodeIP, inputs := t.full, t.triggers, t.nodeIP, t.inputs
 	defer func() {
 		if err != nil {
-			// Change tracking was consumed and the in-memory copy of the
-			// kernel may be wrong: the retry is a full sync.
-			p.mu.Lock()
-			p.needFull = true
-			for key := range dirty {
-				p.dirty[key] = true
-			}
-			p.triggers = append(triggers, p.triggers...)
-			p.mu.Unlock()
+			p.giveBack(t)
 		}
 	}()
 
@@ -345,23 +274,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 	took := p.clock.Now().Sub(start)
 	p.metrics.observe(full, took, err)
 	p.statsMu.Lock()
-	p.stats.Syncs++
-	p.stats.LastSync, p.stats.LastFull, p.stats.LastDuration = start, full, took
-	if err != nil {
-		p.stats.RestoreFailures++
-		p.stats.LastError = err.Error()
-	} else {
-		p.stats.LastError = ""
-		switch {
-		case full:
-			p.stats.FullSyncs++
-		case ops == 0:
-			p.stats.SkippedSyncs++
-		default:
-			p.stats.PartialSyncs++
-		}
-		p.stats.WrittenChains = ops
-	}
+	p.stats.record(start, full, took, ops, err)
 	p.stats.Services, p.stats.Endpoints = p.servicePortsN, p.endpointsN
 	p.stats.NATRules, p.stats.NATChains = p.rulesN, len(p.chains)
 	p.statsMu.Unlock()
@@ -1016,30 +929,12 @@ func (p *NFTProxier) renderedKeys() []types.NamespacedName {
 	return keys
 }
 
-func (p *NFTProxier) syncHealth() {
-	want := map[types.NamespacedName]int{}
-	counts := map[types.NamespacedName]int{}
-	for key := range p.healthChecked {
-		for _, r := range p.rendered[key] {
-			if r.sp.hcNodePort != 0 {
-				want[key] = r.sp.hcNodePort
-			}
-			counts[key] += r.localEndpoints
-		}
-	}
-	p.health.sync(want, counts)
-}
+func (p *NFTProxier) syncHealth() { syncHealth(p.health, p.healthChecked, p.rendered) }
 
 // cleanupConntrack deletes stale UDP flows after a sync changed UDP
 // services, as the iptables mode does (staleUDPFlows decides which).
 func (p *NFTProxier) cleanupConntrack(nodeIP netip.Addr) {
-	ports := make(map[types.NamespacedName][]renderedPort, len(p.rendered))
-	for key, rs := range p.rendered {
-		for _, r := range rs {
-			ports[key] = append(ports[key], renderedPort{r.sp, r.serving})
-		}
-	}
-	n := p.udp.cleanup(p.ct, p.log, ports, nodeIP)
+	n := p.udp.cleanup(p.ct, p.log, renderedPorts(p.rendered), nodeIP)
 	p.statsMu.Lock()
 	p.stats.ConntrackPurged += n
 	p.statsMu.Unlock()

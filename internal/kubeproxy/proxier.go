@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -39,8 +40,6 @@ import (
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
 
-	corev1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -157,29 +156,55 @@ type Stats struct {
 	Backend         string `json:"backend"`
 }
 
+// record counts one sync that wrote chains chains (or failed with err).
+func (s *Stats) record(start time.Time, full bool, took time.Duration, chains int, err error) {
+	s.Syncs++
+	s.LastSync, s.LastFull, s.LastDuration = start, full, took
+	if err != nil {
+		s.RestoreFailures++
+		s.LastError = err.Error()
+		return
+	}
+	s.LastError = ""
+	switch {
+	case full:
+		s.FullSyncs++
+	case chains == 0:
+		s.SkippedSyncs++
+	default:
+		s.PartialSyncs++
+	}
+	s.WrittenChains = chains
+}
+
+// defaults fills in what a Config leaves zero.
+func (c *Config) defaults() {
+	if c.MinSyncPeriod == 0 {
+		c.MinSyncPeriod = time.Second
+	}
+	if c.SyncPeriod == 0 {
+		c.SyncPeriod = 30 * time.Second
+	}
+	if c.FullSyncPeriod == 0 {
+		c.FullSyncPeriod = time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Conntrack == nil {
+		c.Conntrack = netlinkConntrack{}
+	}
+}
+
 // New returns a Proxier that writes through ipt. Call Run to start it.
 func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	if ipt == nil {
 		return nil, errors.New("proxy: no iptables")
 	}
-	if cfg.MinSyncPeriod == 0 {
-		cfg.MinSyncPeriod = time.Second
-	}
-	if cfg.SyncPeriod == 0 {
-		cfg.SyncPeriod = 30 * time.Second
-	}
-	if cfg.FullSyncPeriod == 0 {
-		cfg.FullSyncPeriod = time.Hour
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
-	}
-	if cfg.Conntrack == nil {
-		cfg.Conntrack = netlinkConntrack{}
-	}
+	cfg.defaults()
 	log := cfg.Logger.With("component", "proxy")
 	p := &Proxier{
 		cfg: cfg, ipt: ipt, ct: cfg.Conntrack, log: log, clock: cfg.Clock,
@@ -206,20 +231,7 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 }
 
 // Run syncs until ctx ends. Nothing is written before SetInitialized.
-func (p *Proxier) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p.monitor(ctx)
-	}()
-	p.runner.Loop(ctx)
-	wg.Wait()
-	p.health.close()
-}
-
-// SetInitialized says the Service and EndpointSlice informers have synced:
-// syncing before that would delete the rules of services not yet seen.
+func (p *Proxier) Run(ctx context.Context) { runProxier(ctx, p.runner, p.monitor, p.health) }
 
 // prepareFull runs before a full sync, as kube-proxy's does: it ensures the
 // nfacct counters, whose availability decides whether the rules count with
@@ -264,73 +276,19 @@ func (p *Proxier) routeLocalnet() error {
 	return nil
 }
 
-func (p *Proxier) putBackTriggers(t []time.Time) {
-	p.mu.Lock()
-	p.triggers = append(t, p.triggers...)
-	p.mu.Unlock()
-}
-
 // syncProxyRules is one sync; see the package comment.
 func (p *Proxier) syncProxyRules() (err error) {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
 	start := p.clock.Now()
-	p.mu.Lock()
-	if !p.initialized {
-		p.mu.Unlock()
+	t, ok := p.take(start, p.lastFull, p.cfg.FullSyncPeriod, maps.Keys(p.rendered))
+	if !ok {
 		return nil
 	}
-	full := p.needFull || start.Sub(p.lastFull) >= p.cfg.FullSyncPeriod
-	dirty := p.dirty
-	p.dirty = map[types.NamespacedName]bool{}
-	p.needFull = false
-	// Every service these belong to is rendered by this sync (dirty, or
-	// everything in a full one).
-	triggers := p.triggers
-	p.triggers = nil
-	nodeIP := p.nodeIP
-	// Snapshot the objects of the services to render.
-	type input struct {
-		svc    *corev1.Service
-		slices []*discovery.EndpointSlice
-	}
-	inputs := map[types.NamespacedName]input{}
-	collect := func(key types.NamespacedName) {
-		in := input{svc: p.services[key]}
-		for _, s := range p.slices[key] {
-			in.slices = append(in.slices, s)
-		}
-		inputs[key] = in
-	}
-	if full {
-		for key := range p.services {
-			collect(key)
-		}
-		for key := range p.rendered {
-			collect(key) // deleted ones render to nothing
-		}
-	} else {
-		for key := range dirty {
-			collect(key)
-		}
-	}
-	p.mu.Unlock()
-
+	full, triggers, nodeIP, inputs := t.full, t.triggers, t.nodeIP, t.inputs
 	defer func() {
 		if err != nil {
-			// Change tracking was consumed: the retry must be a full sync.
-			p.mu.Lock()
-			p.needFull = true
-			for key := range dirty {
-				p.dirty[key] = true
-			}
-			p.mu.Unlock()
-		}
-	}()
-
-	defer func() {
-		if err != nil {
-			p.putBackTriggers(triggers)
+			p.giveBack(t)
 		}
 	}()
 	if full {
@@ -348,7 +306,7 @@ func (p *Proxier) syncProxyRules() (err error) {
 	// partial sync compares only those (its cost follows the change, not the
 	// cluster's size).
 	before := make(map[types.NamespacedName][]*serviceRules, len(inputs))
-	render := func(key types.NamespacedName, in input) {
+	render := func(key types.NamespacedName, in syncInput) {
 		if p.udp.had(key) {
 			udpChanged = true
 		}
@@ -390,11 +348,7 @@ func (p *Proxier) syncProxyRules() (err error) {
 		p.largeCluster = large
 		cfg.largeCluster = large
 		full = true
-		p.mu.Lock()
-		for key := range p.services {
-			collect(key)
-		}
-		p.mu.Unlock()
+		p.takeAll(inputs)
 		for key, in := range inputs {
 			render(key, in)
 		}
@@ -417,22 +371,9 @@ func (p *Proxier) syncProxyRules() (err error) {
 		p.metrics.observeProgramming(p.clock.Now(), triggers)
 	}
 	p.statsMu.Lock()
-	p.stats.Syncs++
-	p.stats.LastSync, p.stats.LastFull, p.stats.LastDuration = start, full, took
-	if err != nil {
-		p.stats.RestoreFailures++
-		p.stats.LastError = err.Error()
-	} else {
-		p.stats.LastError = ""
-		switch {
-		case full:
-			p.stats.FullSyncs++
-		case written == 0:
-			p.stats.SkippedSyncs++
-		default:
-			p.stats.PartialSyncs++
-		}
-		p.stats.WrittenChains, p.stats.WrittenBytes = written, bytesOut
+	p.stats.record(start, full, took, written, err)
+	if err == nil {
+		p.stats.WrittenBytes = bytesOut
 		// After a partial sync the whole set is rebuilt only when asked for
 		// (Rules), not on every sync.
 		p.lastSet, p.synced = rs, true
@@ -699,29 +640,11 @@ func (p *Proxier) sharedInOrder() []*serviceRules {
 	return out
 }
 
-func (p *Proxier) syncHealth() {
-	want := map[types.NamespacedName]int{}
-	counts := map[types.NamespacedName]int{}
-	for key := range p.healthChecked {
-		for _, r := range p.rendered[key] {
-			if r.sp.hcNodePort != 0 {
-				want[key] = r.sp.hcNodePort
-			}
-			counts[key] += r.localEndpoints
-		}
-	}
-	p.health.sync(want, counts)
-}
+func (p *Proxier) syncHealth() { syncHealth(p.health, p.healthChecked, p.rendered) }
 
 // cleanupConntrack deletes stale UDP flows after a sync changed UDP services.
 func (p *Proxier) cleanupConntrack(nodeIP netip.Addr) {
-	ports := make(map[types.NamespacedName][]renderedPort, len(p.rendered))
-	for key, rs := range p.rendered {
-		for _, r := range rs {
-			ports[key] = append(ports[key], renderedPort{r.sp, r.serving})
-		}
-	}
-	n := p.udp.cleanup(p.ct, p.log, ports, nodeIP)
+	n := p.udp.cleanup(p.ct, p.log, renderedPorts(p.rendered), nodeIP)
 	p.statsMu.Lock()
 	p.stats.ConntrackPurged += n
 	p.statsMu.Unlock()
