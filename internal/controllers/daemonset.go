@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appslisters "k8s.io/client-go/listers/apps/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
@@ -156,27 +155,9 @@ type nodePods struct {
 }
 
 func (d *daemonSetController) sync(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	ds, err := d.sets.DaemonSets(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		d.exp.forget(key)
-		return nil
-	}
-	if err != nil {
+	ds, ok, err := startPodOwnerSync(key, func(ns, name string) (*appsv1.DaemonSet, error) { return d.sets.DaemonSets(ns).Get(name) }, d.fresh, d.exp, d.loop.queue.AddAfter, d.c.now())
+	if !ok {
 		return err
-	}
-	if d.fresh.stale(key, ds) {
-		return errStale
-	}
-	if ok, _ := d.exp.satisfied(key, d.c.now()); !ok {
-		d.loop.queue.AddAfter(key, time.Second)
-		return nil
-	}
-	if ds.DeletionTimestamp != nil {
-		return nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // The Job controller runs a batch/v1 Job's pods to completion, as
@@ -102,27 +101,9 @@ func jobFinished(st *batchv1.JobStatus) bool {
 }
 
 func (j *jobController) sync(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	job, err := j.jobs.Jobs(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		j.exp.forget(key)
-		return nil
-	}
-	if err != nil {
+	job, ok, err := startPodOwnerSync(key, func(ns, name string) (*batchv1.Job, error) { return j.jobs.Jobs(ns).Get(name) }, j.fresh, j.exp, j.loop.queue.AddAfter, j.c.now())
+	if !ok {
 		return err
-	}
-	if j.fresh.stale(key, job) {
-		return errStale
-	}
-	if ok, _ := j.exp.satisfied(key, j.c.now()); !ok {
-		j.loop.queue.AddAfter(key, time.Second) // the pod events normally come first
-		return nil
-	}
-	if job.DeletionTimestamp != nil {
-		return nil
 	}
 	now := j.c.now()
 	if jobFinished(&job.Status) {

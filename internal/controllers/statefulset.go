@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appslisters "k8s.io/client-go/listers/apps/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // The StatefulSet controller gives each replica a stable identity, as
@@ -89,27 +88,9 @@ func newStatefulPod(set *appsv1.StatefulSet, i int, rev string) *corev1.Pod {
 func podRevisionOf(p *corev1.Pod) string { return p.Labels[appsv1.ControllerRevisionHashLabelKey] }
 
 func (s *statefulSetController) sync(ctx context.Context, key string) error {
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	set, err := s.sets.StatefulSets(ns).Get(name)
-	if apierrors.IsNotFound(err) {
-		s.exp.forget(key)
-		return nil
-	}
-	if err != nil {
+	set, ok, err := startPodOwnerSync(key, func(ns, name string) (*appsv1.StatefulSet, error) { return s.sets.StatefulSets(ns).Get(name) }, s.fresh, s.exp, s.loop.queue.AddAfter, s.c.now())
+	if !ok {
 		return err
-	}
-	if s.fresh.stale(key, set) {
-		return errStale
-	}
-	if ok, _ := s.exp.satisfied(key, s.c.now()); !ok {
-		s.loop.queue.AddAfter(key, time.Second)
-		return nil
-	}
-	if set.DeletionTimestamp != nil {
-		return nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
 	if err != nil {
