@@ -591,8 +591,14 @@ func endpointKey(ep discoveryv1.Endpoint) string {
 }
 
 func sortedEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
+	return sortedEndpointsBy(eps, endpointKey)
+}
+
+// sortedEndpointsBy is eps sorted by key, nil when empty: the form two
+// slices' endpoints are compared in.
+func sortedEndpointsBy(eps []discoveryv1.Endpoint, key func(discoveryv1.Endpoint) string) []discoveryv1.Endpoint {
 	out := slices.Clone(eps)
-	slices.SortFunc(out, func(a, b discoveryv1.Endpoint) int { return strings.Compare(endpointKey(a), endpointKey(b)) })
+	slices.SortFunc(out, func(a, b discoveryv1.Endpoint) int { return strings.Compare(key(a), key(b)) })
 	if len(out) == 0 {
 		return nil
 	}

@@ -448,16 +448,7 @@ func sameMirror(have, want *discoveryv1.EndpointSlice) bool {
 		ownedBy(have) == ownedBy(want) &&
 		have.AddressType == want.AddressType &&
 		slicePortsSig(normalizeSlicePorts(have.Ports)) == slicePortsSig(normalizeSlicePorts(want.Ports)) &&
-		apiequality.Semantic.DeepEqual(sortedMirrorEndpoints(have.Endpoints), sortedMirrorEndpoints(want.Endpoints))
-}
-
-func sortedMirrorEndpoints(eps []discoveryv1.Endpoint) []discoveryv1.Endpoint {
-	out := slices.Clone(eps)
-	slices.SortFunc(out, func(a, b discoveryv1.Endpoint) int { return strings.Compare(mirrorEndpointID(a), mirrorEndpointID(b)) })
-	if len(out) == 0 {
-		return nil
-	}
-	return out
+		apiequality.Semantic.DeepEqual(sortedEndpointsBy(have.Endpoints, mirrorEndpointID), sortedEndpointsBy(want.Endpoints, mirrorEndpointID))
 }
 
 // repackSubsets is Kubernetes' RepackSubsets: addresses are grouped by the
