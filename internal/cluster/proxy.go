@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/informer"
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/kubeproxy"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
@@ -220,10 +221,7 @@ func (b *bufferedResponse) WriteHeader(int)             {}
 
 // withObj calls f with o, unwrapping informer tombstones.
 func withObj[T any](o any, f func(T)) {
-	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = t.Obj
-	}
-	if v, ok := o.(T); ok {
+	if v, ok := informer.As[T](o); ok {
 		f(v)
 	}
 }

@@ -31,10 +31,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/ctrlloop"
+	"github.com/minikit/minikit/internal/informer"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
@@ -197,18 +199,19 @@ func (c *Controllers) Run(ctx context.Context) error {
 		}
 		return errors.New("controllers: informer caches did not sync")
 	}
-	var wg sync.WaitGroup
 	for _, l := range c.loops {
-		l.start(ctx, &wg)
+		l.Start(ctx)
 	}
 	go c.nl.run(ctx)
 	c.log.Info("controllers running", "loops", len(c.loops), "podCIDR", c.opts.PodCIDR, "nodeMaskSize", c.opts.NodeCIDRMaskSize)
 	close(c.ready)
 	<-ctx.Done()
 	for _, l := range c.loops {
-		l.queue.ShutDown()
+		l.ShutDown()
 	}
-	wg.Wait()
+	for _, l := range c.loops {
+		l.Wait()
+	}
 	return nil
 }
 
@@ -216,65 +219,26 @@ func (c *Controllers) Run(ctx context.Context) error {
 // the key is retried with backoff without logging an error.
 var errStale = errors.New("cache is older than our last write")
 
-// loop is one workqueue with its sync function.
+// loop is one of the controllers' work queues (a ctrlloop.Loop), with the
+// names the controllers' code uses for its queue and logger.
 type loop struct {
-	name    string
-	queue   workqueue.TypedRateLimitingInterface[string]
-	sync    func(ctx context.Context, key string) error
-	workers int
-	log     *slog.Logger
+	*ctrlloop.Loop
+	queue workqueue.TypedRateLimitingInterface[string]
+	log   *slog.Logger
 }
 
 func (c *Controllers) newLoop(name string, workers int, sync func(context.Context, string) error) *loop {
-	l := &loop{
-		name: name,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
-		sync:    sync,
-		workers: workers,
-		log:     c.log.With("loop", name),
-	}
-	c.loops = append(c.loops, l)
-	return l
+	log := c.log.With("loop", name)
+	l := ctrlloop.New(ctrlloop.Config{
+		Name: name, Workers: workers, Sync: sync, Logger: log,
+		Expected: func(err error) bool { return errors.Is(err, errStale) || apierrors.IsConflict(err) },
+	})
+	lp := &loop{Loop: l, queue: l.Queue, log: log}
+	c.loops = append(c.loops, lp)
+	return lp
 }
 
-func (l *loop) add(key string) { l.queue.Add(key) }
-
-func (l *loop) start(ctx context.Context, wg *sync.WaitGroup) {
-	for range l.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer utilruntime.HandleCrashWithContext(ctx)
-			for l.next(ctx) {
-			}
-		}()
-	}
-}
-
-func (l *loop) next(ctx context.Context) bool {
-	key, quit := l.queue.Get()
-	if quit {
-		return false
-	}
-	defer l.queue.Done(key)
-	start := time.Now()
-	err := l.sync(ctx, key)
-	switch {
-	case err == nil:
-		l.queue.Forget(key)
-	case ctx.Err() != nil:
-	case errors.Is(err, errStale) || apierrors.IsConflict(err):
-		l.log.Debug("retrying", "key", key, "reason", err)
-		l.queue.AddRateLimited(key)
-	default:
-		l.log.Warn("sync failed", "key", key, "retries", l.queue.NumRequeues(key), "err", err)
-		l.queue.AddRateLimited(key)
-	}
-	l.log.Debug("sync", "key", key, "duration", time.Since(start))
-	return true
-}
+func (l *loop) add(key string) { l.Add(key) }
 
 // handlers adapts plain functions to informer event handlers; deletions
 // arrive with tombstones unwrapped.
@@ -282,12 +246,7 @@ func handlers(add func(obj any), update func(old, cur any), del func(obj any)) c
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    add,
 		UpdateFunc: update,
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			del(obj)
-		},
+		DeleteFunc: func(obj any) { del(informer.Object(obj)) },
 	}
 }
 

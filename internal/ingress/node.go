@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/informer"
 	"github.com/minikit/minikit/internal/ingress/config"
 	"github.com/minikit/minikit/internal/ingress/httpproxy"
 	"github.com/minikit/minikit/internal/ingress/nginxconf"
@@ -48,7 +49,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // ListenersAnnotation is set by a node's controller on its Node: the ports it
@@ -144,21 +144,14 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.svcs = n.factory.Core().V1().Services().Lister()
 	n.slices = n.factory.Discovery().V1().EndpointSlices().Lister()
 	n.secrets = n.factory.Core().V1().Secrets().Lister()
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { n.trigger() },
-		UpdateFunc: func(any, any) { n.trigger() },
-		DeleteFunc: func(any) { n.trigger() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{
+	if err := informer.AddHandler(informer.OnChange(n.trigger),
 		n.factory.Networking().V1().Ingresses().Informer(),
 		n.factory.Networking().V1().IngressClasses().Informer(),
 		n.factory.Core().V1().Services().Informer(),
 		n.factory.Discovery().V1().EndpointSlices().Informer(),
 		n.factory.Core().V1().Secrets().Informer(),
-	} {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return nil, err
-		}
+	); err != nil {
+		return nil, err
 	}
 	return n, nil
 }
@@ -181,10 +174,8 @@ func (n *Node) trigger() {
 // and drains the connections in flight.
 func (n *Node) Run(ctx context.Context) error {
 	n.factory.Start(ctx.Done())
-	for typ, ok := range n.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("ingress: syncing the %v cache: %w", typ, ctx.Err())
-		}
+	if err := informer.WaitForSync(ctx, n.factory); err != nil {
+		return fmt.Errorf("ingress: %w", err)
 	}
 	n.sync()
 	var wg sync.WaitGroup

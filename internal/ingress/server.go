@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minikit/minikit/internal/informer"
 	"github.com/minikit/minikit/internal/ingress/config"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +27,6 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // Names of what the control plane creates, as ingress-nginx's manifests do.
@@ -81,22 +81,15 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	s.svcs = s.ns.Core().V1().Services().Lister()
 	s.endpoints = s.ns.Core().V1().Endpoints().Lister()
 	s.slices = s.ns.Discovery().V1().EndpointSlices().Lister()
-	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.trigger() },
-		UpdateFunc: func(any, any) { s.trigger() },
-		DeleteFunc: func(any) { s.trigger() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{
+	if err := informer.AddHandler(informer.OnChange(s.trigger),
 		s.all.Core().V1().Nodes().Informer(),
 		s.all.Networking().V1().Ingresses().Informer(),
 		s.all.Networking().V1().IngressClasses().Informer(),
 		s.ns.Core().V1().Services().Informer(),
 		s.ns.Core().V1().Endpoints().Informer(),
 		s.ns.Discovery().V1().EndpointSlices().Informer(),
-	} {
-		if _, err := inf.AddEventHandler(h); err != nil {
-			return nil, err
-		}
+	); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -127,12 +120,8 @@ func (s *Server) Run(ctx context.Context) error {
 	s.ns.Start(ctx.Done())
 	defer s.all.Shutdown()
 	defer s.ns.Shutdown()
-	for _, f := range []informers.SharedInformerFactory{s.all, s.ns} {
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("ingress: syncing the %v cache: %w", typ, ctx.Err())
-			}
-		}
+	if err := informer.WaitForSync(ctx, s.all, s.ns); err != nil {
+		return fmt.Errorf("ingress: %w", err)
 	}
 	s.trigger()
 	retry := time.Duration(0)

@@ -162,57 +162,55 @@ func readSmallTables(chains []nftChain, tables []string, keep func(table, chain 
 
 // parseSave builds the TableState of each of tables from iptables-save output
 // (without counters): the built-in chains in kernel order, policy ACCEPT when
-// the table is absent, then the chains keep accepts, sorted by name.
+// the table is absent, then the declared chains keep accepts, sorted by name.
+// The text is iptables-save's own, so ParseSave reads every line of it; a line
+// it could not read would be left out rather than lose the whole table.
 func parseSave(out []byte, tables []string, keep func(table, chain string) bool) map[string]*TableState {
-	read := map[string]map[string]*Chain{}
-	var cur map[string]*Chain
-	for _, l := range strings.Split(string(out), "\n") {
-		switch {
-		case strings.HasPrefix(l, "*"):
-			cur = map[string]*Chain{}
-			read[l[1:]] = cur
-		case cur == nil:
-		case strings.HasPrefix(l, ":"):
-			f := strings.Fields(l[1:])
-			if len(f) >= 2 {
-				cur[f[0]] = &Chain{Name: f[0], Policy: f[1]}
-			}
-		case strings.HasPrefix(l, "-A "):
-			f := strings.Fields(l)
-			if len(f) >= 2 && cur[f[1]] != nil {
-				cur[f[1]].Rules = append(cur[f[1]].Rules, l)
-			}
-		}
-	}
+	read, _ := ParseSave(string(out))
 	state := map[string]*TableState{}
 	for _, t := range tables {
 		ts := &TableState{Name: t}
-		chains := read[t]
-		for _, b := range BuiltinChains(t) {
-			c := chains[b]
-			if c == nil {
-				c = &Chain{Name: b}
+		declared := func(name string) *SavedChain {
+			if st := read[t]; st != nil {
+				if c := st.Chain(name); c != nil && c.Declared {
+					return c
+				}
 			}
-			if c.Policy == "-" || c.Policy == "" {
-				c.Policy = "ACCEPT"
+			return nil
+		}
+		for _, b := range BuiltinChains(t) {
+			c := &Chain{Name: b, Policy: "ACCEPT"}
+			if sc := declared(b); sc != nil {
+				if sc.Policy != "-" && sc.Policy != "" {
+					c.Policy = sc.Policy
+				}
+				c.Rules = ruleTexts(sc)
 			}
 			ts.Chains = append(ts.Chains, c)
 		}
 		var names []string
-		for n := range chains {
-			if !IsBuiltin(t, n) && keep(t, n) {
-				names = append(names, n)
+		if st := read[t]; st != nil {
+			for _, c := range st.Chains {
+				if c.Declared && !IsBuiltin(t, c.Name) && keep(t, c.Name) {
+					names = append(names, c.Name)
+				}
 			}
 		}
 		slices.Sort(names)
 		for _, n := range names {
-			c := chains[n]
-			c.Policy = "-"
-			ts.Chains = append(ts.Chains, c)
+			ts.Chains = append(ts.Chains, &Chain{Name: n, Policy: "-", Rules: ruleTexts(declared(n))})
 		}
 		state[t] = ts
 	}
 	return state
+}
+
+func ruleTexts(c *SavedChain) []string {
+	var rules []string
+	for _, r := range c.Rules {
+		rules = append(rules, r.Text)
+	}
+	return rules
 }
 
 // readChain reads one chain with `iptables -S`, which on nf_tables fetches

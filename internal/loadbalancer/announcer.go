@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/informer"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,9 +124,7 @@ func NewAnnouncer(cfg AnnouncerConfig) (*Announcer, error) {
 	a.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	a.leaseFact = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(LeaseNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = leaseLabel + "=" + leaseLabelValue }))
-	kick := cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { a.trigger() }, UpdateFunc: func(_, _ any) { a.trigger() }, DeleteFunc: func(any) { a.trigger() },
-	}
+	kick := informer.OnChange(a.trigger)
 	svcInf := a.factory.Core().V1().Services()
 	nodeInf := a.factory.Core().V1().Nodes()
 	sliceInf := a.factory.Discovery().V1().EndpointSlices()
@@ -144,10 +144,7 @@ func NewAnnouncer(cfg AnnouncerConfig) (*Announcer, error) {
 }
 
 func withConfigMap(o any, f func(*corev1.ConfigMap)) {
-	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
-		o = t.Obj
-	}
-	if cm, ok := o.(*corev1.ConfigMap); ok {
+	if cm, ok := informer.As[*corev1.ConfigMap](o); ok {
 		f(cm)
 	}
 }

@@ -3,7 +3,6 @@ package loadbalancer
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,145 +11,83 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/packet"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
-// ARP on an Ethernet interface, from user space, with an AF_PACKET socket:
-// the only place in minikit that builds link-layer frames. The kernel never
-// owns the addresses announced here (they are on no interface), so it neither
+// ARP on an Ethernet interface, from user space, with mdlayher/arp on an
+// AF_PACKET socket, as MetalLB's layer-2 speaker does. The kernel never owns
+// the addresses announced here (they are on no interface), so it neither
 // answers ARP for them nor delivers them locally; the proxier's rules take the
 // packets in PREROUTING. When the process dies the socket goes with it, and so
 // do the answers: there is nothing to clean up.
+//
+// The socket also sees the frames this host sends on the interface; a BPF
+// filter attached before bind drops them in the kernel, so a responder never
+// reads its own answers and a probe sees only other hosts' (the AF_PACKET
+// library does not report the packet type). arp.New needs an IPv4 address on
+// the interface; the responder's interface is the one holding the node's
+// InternalIP, and a probe needs one as its source anyway.
 
-const (
-	ethHeaderLen = 14
-	arpLen       = 28
-	frameLen     = ethHeaderLen + arpLen
-	arpRequest   = 1
-	arpReply     = 2
-)
-
-var ethBroadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// packetConn is an AF_PACKET socket for ARP on one interface, pollable so
-// Close wakes a blocked reader.
-type packetConn struct {
-	ifindex int
-	mac     net.HardwareAddr
-	f       *os.File
-	rc      syscall.RawConn
-}
-
-func openPacketConn(ifname string) (*packetConn, error) {
-	iface, err := net.InterfaceByName(ifname)
-	if err != nil {
-		return nil, fmt.Errorf("opening ARP socket on %s: %w", ifname, err)
-	}
-	if len(iface.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("opening ARP socket on %s: not an Ethernet interface (hardware address %q)", ifname, iface.HardwareAddr)
-	}
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
-	if err != nil {
-		return nil, fmt.Errorf("opening ARP socket on %s: %w", ifname, err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: iface.Index}); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("binding ARP socket to %s: %w", ifname, err)
-	}
-	f := os.NewFile(uintptr(fd), "arp:"+ifname)
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &packetConn{ifindex: iface.Index, mac: iface.HardwareAddr, f: f, rc: rc}, nil
-}
-
-// read returns the next ARP frame received (not sent) on the interface.
-func (c *packetConn) read(buf []byte) (int, error) {
-	for {
-		var n int
-		var from unix.Sockaddr
-		var rerr error
-		err := c.rc.Read(func(fd uintptr) bool {
-			n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
-			return rerr != unix.EAGAIN
-		})
-		if err != nil {
-			return 0, err
-		}
-		if rerr != nil {
-			return 0, rerr
-		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
-			continue
-		}
-		return n, nil
-	}
-}
-
-func (c *packetConn) write(frame []byte, dst net.HardwareAddr) error {
-	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: c.ifindex, Halen: 6}
-	copy(to.Addr[:], dst)
-	var werr error
-	err := c.rc.Write(func(fd uintptr) bool {
-		werr = unix.Sendto(int(fd), frame, 0, to)
-		return werr != unix.EAGAIN
+// notOutgoing is a classic BPF program accepting every frame but those of
+// type PACKET_OUTGOING.
+var notOutgoing = func() []bpf.RawInstruction {
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtType},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PACKET_OUTGOING, SkipTrue: 1},
+		bpf.RetConstant{Val: 0xffffffff},
+		bpf.RetConstant{Val: 0},
 	})
 	if err != nil {
-		return err
+		panic(err)
 	}
-	return werr
+	return prog
+}()
+
+// dialARP opens an ARP client on ifname of the calling thread's network
+// namespace.
+func dialARP(ifname string) (*arp.Client, *net.Interface, error) {
+	iface, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", ifname, err)
+	}
+	if len(iface.HardwareAddr) != 6 {
+		return nil, nil, fmt.Errorf("opening ARP socket on %s: not an Ethernet interface (hardware address %q)", ifname, iface.HardwareAddr)
+	}
+	p, err := packet.Listen(iface, packet.Raw, unix.ETH_P_ARP, &packet.Config{Filter: notOutgoing})
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", ifname, err)
+	}
+	c, err := arp.New(iface, p)
+	if err != nil {
+		p.Close()
+		return nil, nil, fmt.Errorf("opening ARP socket on %s: %w", ifname, err)
+	}
+	return c, iface, nil
 }
 
-func (c *packetConn) close() error { return c.f.Close() }
-
-// arpFrame builds an Ethernet frame carrying one ARP packet.
-func arpFrame(op uint16, ethDst, sha net.HardwareAddr, spa netip.Addr, tha net.HardwareAddr, tpa netip.Addr) []byte {
-	b := make([]byte, frameLen)
-	copy(b[0:6], ethDst)
-	copy(b[6:12], sha)
-	binary.BigEndian.PutUint16(b[12:14], unix.ETH_P_ARP)
-	a := b[ethHeaderLen:]
-	binary.BigEndian.PutUint16(a[0:2], 1)      // Ethernet
-	binary.BigEndian.PutUint16(a[2:4], 0x0800) // IPv4
-	a[4], a[5] = 6, 4
-	binary.BigEndian.PutUint16(a[6:8], op)
-	copy(a[8:14], sha)
-	s4, t4 := spa.As4(), tpa.As4()
-	copy(a[14:18], s4[:])
-	copy(a[18:24], tha)
-	copy(a[24:28], t4[:])
-	return b
-}
-
-// arpPacket is the part of a received ARP packet we use.
-type arpPacket struct {
-	op       uint16
-	sha, tha net.HardwareAddr
-	spa, tpa netip.Addr
-}
-
-func parseARP(b []byte) (arpPacket, bool) {
-	if len(b) < frameLen || binary.BigEndian.Uint16(b[12:14]) != unix.ETH_P_ARP {
-		return arpPacket{}, false
+// readARP returns the next IPv4-over-Ethernet ARP packet received. Frames
+// that are not one are skipped; the error is the socket's (closed, deadline).
+func readARP(c *arp.Client) (*arp.Packet, error) {
+	for {
+		p, _, err := c.Read()
+		if err != nil {
+			var op *net.OpError
+			if errors.As(err, &op) {
+				return nil, err
+			}
+			continue // a malformed frame
+		}
+		if p.HardwareType == 1 && p.ProtocolType == uint16(ethernet.EtherTypeIPv4) &&
+			p.HardwareAddrLength == 6 && p.IPLength == 4 {
+			return p, nil
+		}
 	}
-	a := b[ethHeaderLen:]
-	if binary.BigEndian.Uint16(a[0:2]) != 1 || binary.BigEndian.Uint16(a[2:4]) != 0x0800 || a[4] != 6 || a[5] != 4 {
-		return arpPacket{}, false
-	}
-	return arpPacket{
-		op:  binary.BigEndian.Uint16(a[6:8]),
-		sha: net.HardwareAddr(bytes.Clone(a[8:14])),
-		spa: netip.AddrFrom4([4]byte(a[14:18])),
-		tha: net.HardwareAddr(bytes.Clone(a[18:24])),
-		tpa: netip.AddrFrom4([4]byte(a[24:28])),
-	}, true
 }
 
 // ARPResponder answers ARP requests for a set of addresses on one interface,
@@ -159,7 +96,8 @@ func parseARP(b []byte) (arpPacket, bool) {
 // failover instead of after their entries go stale.
 type ARPResponder struct {
 	ifname string
-	conn   *packetConn
+	client *arp.Client
+	mac    net.HardwareAddr
 	log    *slog.Logger
 
 	mu     sync.Mutex
@@ -175,11 +113,11 @@ func ListenARP(ifname string, log *slog.Logger) (*ARPResponder, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	c, err := openPacketConn(ifname)
+	c, iface, err := dialARP(ifname)
 	if err != nil {
 		return nil, err
 	}
-	r := &ARPResponder{ifname: ifname, conn: c, log: log, ips: map[netip.Addr]bool{}, done: make(chan struct{})}
+	r := &ARPResponder{ifname: ifname, client: c, mac: iface.HardwareAddr, log: log, ips: map[netip.Addr]bool{}, done: make(chan struct{})}
 	go r.serve()
 	return r, nil
 }
@@ -188,13 +126,12 @@ func ListenARP(ifname string, log *slog.Logger) (*ARPResponder, error) {
 func (r *ARPResponder) Interface() string { return r.ifname }
 
 // HardwareAddr is the MAC address the responder answers with.
-func (r *ARPResponder) HardwareAddr() net.HardwareAddr { return r.conn.mac }
+func (r *ARPResponder) HardwareAddr() net.HardwareAddr { return r.mac }
 
 func (r *ARPResponder) serve() {
 	defer close(r.done)
-	buf := make([]byte, 1600)
 	for {
-		n, err := r.conn.read(buf)
+		p, err := readARP(r.client)
 		if err != nil {
 			r.mu.Lock()
 			closed := r.closed
@@ -204,21 +141,19 @@ func (r *ARPResponder) serve() {
 			}
 			return
 		}
-		p, ok := parseARP(buf[:n])
-		if !ok || p.op != arpRequest || p.spa == p.tpa {
+		if p.Operation != arp.OperationRequest || p.SenderIP == p.TargetIP {
 			continue // not a question: a gratuitous ARP is another host's announcement
 		}
 		r.mu.Lock()
-		ours := r.ips[p.tpa]
+		ours := r.ips[p.TargetIP]
 		r.mu.Unlock()
 		if !ours {
 			continue
 		}
-		reply := arpFrame(arpReply, p.sha, r.conn.mac, p.tpa, p.sha, p.spa)
-		if err := r.conn.write(reply, p.sha); err != nil {
-			r.log.Warn("answering ARP", "interface", r.ifname, "ip", p.tpa, "to", p.spa, "err", err)
+		if err := r.client.Reply(p, r.mac, p.TargetIP); err != nil {
+			r.log.Warn("answering ARP", "interface", r.ifname, "ip", p.TargetIP, "to", p.SenderIP, "err", err)
 		} else {
-			r.log.Debug("answered ARP", "interface", r.ifname, "ip", p.tpa, "to", p.spa, "mac", p.sha)
+			r.log.Debug("answered ARP", "interface", r.ifname, "ip", p.TargetIP, "to", p.SenderIP, "mac", p.SenderHardwareAddr)
 		}
 	}
 }
@@ -247,8 +182,12 @@ func (r *ARPResponder) Set(ips []netip.Addr) error {
 // Gratuitous broadcasts that ip is at this interface, as an ARP request and
 // an ARP reply (MetalLB sends both: hosts differ in which they heed).
 func (r *ARPResponder) Gratuitous(ip netip.Addr) error {
-	for _, op := range []uint16{arpRequest, arpReply} {
-		if err := r.conn.write(arpFrame(op, ethBroadcast, r.conn.mac, ip, ethBroadcast, ip), ethBroadcast); err != nil {
+	for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
+		p, err := arp.NewPacket(op, r.mac, ip, ethernet.Broadcast, ip)
+		if err == nil {
+			err = r.client.WriteTo(p, ethernet.Broadcast)
+		}
+		if err != nil {
 			return fmt.Errorf("sending gratuitous ARP for %s on %s: %w", ip, r.ifname, err)
 		}
 	}
@@ -264,7 +203,7 @@ func (r *ARPResponder) Close() error {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	err := r.conn.close()
+	err := r.client.Close()
 	<-r.done
 	return err
 }
@@ -292,35 +231,39 @@ func ProbeARP(ctx context.Context, ifname string, ip netip.Addr, wait time.Durat
 	if !src.IsValid() {
 		return nil, fmt.Errorf("probing ARP for %s: %s has no IPv4 address", ip, ifname)
 	}
-	c, err := openPacketConn(ifname)
+	c, _, err := dialARP(ifname)
 	if err != nil {
 		return nil, err
 	}
-	defer c.close()
-	if err := c.write(arpFrame(arpRequest, ethBroadcast, c.mac, src, make(net.HardwareAddr, 6), ip), ethBroadcast); err != nil {
+	defer c.Close()
+	// A probe's target hardware address is unknown: zero, as the kernel's
+	// own requests have it (Client.Request would send the broadcast address).
+	req, err := arp.NewPacket(arp.OperationRequest, iface.HardwareAddr, src, make(net.HardwareAddr, 6), ip)
+	if err == nil {
+		err = c.WriteTo(req, ethernet.Broadcast)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("probing ARP for %s: %w", ip, err)
 	}
 	deadline := time.Now().Add(wait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	c.f.SetReadDeadline(deadline)
+	c.SetReadDeadline(deadline)
 	var macs []net.HardwareAddr
-	buf := make([]byte, 1600)
 	for {
-		n, err := c.read(buf)
+		p, err := readARP(c)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return macs, nil
 		}
 		if err != nil {
 			return macs, err
 		}
-		p, ok := parseARP(buf[:n])
-		if !ok || p.op != arpReply || p.spa != ip || !bytes.Equal(p.tha, c.mac) {
+		if p.Operation != arp.OperationReply || p.SenderIP != ip || !bytes.Equal(p.TargetHardwareAddr, iface.HardwareAddr) {
 			continue
 		}
-		if !slices.ContainsFunc(macs, func(m net.HardwareAddr) bool { return bytes.Equal(m, p.sha) }) {
-			macs = append(macs, p.sha)
+		if !slices.ContainsFunc(macs, func(m net.HardwareAddr) bool { return bytes.Equal(m, p.SenderHardwareAddr) }) {
+			macs = append(macs, slices.Clone(p.SenderHardwareAddr))
 		}
 	}
 }

@@ -12,16 +12,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/ctrlloop"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 )
 
 // Class is the spec.loadBalancerClass minikit answers to besides none at all.
@@ -68,7 +68,7 @@ type Controller struct {
 	factory  informers.SharedInformerFactory
 	services corelisters.ServiceLister
 	synced   cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	loop     *ctrlloop.Loop
 
 	mu sync.Mutex
 	// owner maps each address in use to the Service ("ns/name") holding it;
@@ -92,9 +92,8 @@ func NewController(cfg ControllerConfig) *Controller {
 		client: cfg.Client, pool: cfg.Pool, log: cfg.Logger.With("component", "lb-controller"),
 		owner: map[netip.Addr]string{}, byKey: map[string]netip.Addr{}, lastEvent: map[string]string{},
 		ready: make(chan struct{}),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "loadbalancer"}),
 	}
+	c.loop = ctrlloop.New(ctrlloop.Config{Name: "loadbalancer", Sync: c.sync, KeyAttr: "service", Logger: c.log})
 	c.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	inf := c.factory.Core().V1().Services()
 	c.services = inf.Lister()
@@ -108,12 +107,8 @@ func NewController(cfg ControllerConfig) *Controller {
 }
 
 func (c *Controller) enqueue(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		c.queue.Add(t.Key)
-		return
-	}
-	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-		c.queue.Add(key)
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.loop.Add(key)
 	}
 }
 
@@ -122,7 +117,7 @@ func (c *Controller) Ready() <-chan struct{} { return c.ready }
 
 // Run runs the controller until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
+	defer c.loop.ShutDown()
 	c.factory.Start(ctx.Done())
 	defer c.factory.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
@@ -137,41 +132,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	} else {
 		c.log.Info("load-balancer controller running", "pool", c.pool.String(), "addresses", c.pool.Size(), "inUse", len(c.owner))
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer utilruntime.HandleCrashWithContext(ctx)
-		for c.next(ctx) {
-		}
-	}()
+	// One worker: see Controller.
+	c.loop.Start(ctx)
 	close(c.ready)
 	<-ctx.Done()
-	c.queue.ShutDown()
-	<-done
+	c.loop.ShutDown()
+	c.loop.Wait()
 	return nil
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	start := time.Now()
-	err := c.sync(ctx, key)
-	switch {
-	case err == nil:
-		c.queue.Forget(key)
-	case ctx.Err() != nil:
-	case apierrors.IsConflict(err):
-		c.log.Debug("retrying", "service", key, "reason", err)
-		c.queue.AddRateLimited(key)
-	default:
-		c.log.Warn("sync failed", "service", key, "retries", c.queue.NumRequeues(key), "err", err)
-		c.queue.AddRateLimited(key)
-	}
-	c.log.Debug("sync", "service", key, "duration", time.Since(start))
-	return true
 }
 
 // ours reports whether svc is a LoadBalancer Service of minikit's class.
@@ -222,7 +189,7 @@ func (c *Controller) rebuild() {
 		c.owner[ip], c.byKey[keyOf(svc)] = keyOf(svc), ip
 	}
 	for _, svc := range svcs {
-		c.queue.Add(keyOf(svc))
+		c.loop.Add(keyOf(svc))
 	}
 }
 
@@ -450,7 +417,7 @@ func (c *Controller) requeuePending() {
 	svcs, _ := c.services.List(labels.Everything())
 	for _, svc := range svcs {
 		if ours(svc) && !statusIP(svc).IsValid() {
-			c.queue.Add(keyOf(svc))
+			c.loop.Add(keyOf(svc))
 		}
 	}
 }

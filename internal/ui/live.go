@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/informer"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/topology"
@@ -124,10 +125,7 @@ func (l *live) mark(fn func(*dirty)) {
 
 // pod marks a pod's namespace for a re-read, or its host for removal.
 func (l *live) pod(obj any, deleted bool) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	p, ok := obj.(*corev1.Pod)
+	p, ok := informer.As[*corev1.Pod](obj)
 	if !ok || p.Spec.HostNetwork || p.Spec.NodeName == "" {
 		return
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/minikit/minikit/internal/ingress/config"
+	"github.com/minikit/minikit/internal/ingress/annotations"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"
@@ -24,7 +24,7 @@ var (
 )
 
 const (
-	ingressClassAnnotation       = "kubernetes.io/ingress.class"
+	ingressClassAnnotation       = annotations.IngressClass
 	maxLenIngressClassController = 250
 )
 
@@ -219,8 +219,8 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // characters plus nginx's $N capture references, as ingress-nginx's own
 // annotation validation does: a quote, space, ';', '{' or '}' could end the
 // directive.
-func validateRewriteTarget(annotations map[string]string) field.ErrorList {
-	v, ok := annotations[config.AnnotationRewriteTarget]
+func validateRewriteTarget(ann map[string]string) field.ErrorList {
+	v, ok := ann[annotations.RewriteTarget]
 	if !ok {
 		return nil
 	}
@@ -229,7 +229,7 @@ func validateRewriteTarget(annotations map[string]string) field.ErrorList {
 		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(rewriteTargetPunct, c) >= 0 {
 			continue
 		}
-		return field.ErrorList{field.Invalid(metaPath.Child("annotations").Key(config.AnnotationRewriteTarget), v,
+		return field.ErrorList{field.Invalid(metaPath.Child("annotations").Key(annotations.RewriteTarget), v,
 			fmt.Sprintf("must be a URL path with $1-style capture references, of letters, digits and %q only (found %q)", rewriteTargetPunct, c))}
 	}
 	return nil

@@ -31,19 +31,23 @@ import (
 	"crypto/tls"
 	"strings"
 
+	"github.com/minikit/minikit/internal/ingress/annotations"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Annotations the controller honours, with ingress-nginx's meaning.
+// Annotations the controller honours, with ingress-nginx's meaning. The names
+// live in package annotations, which the API server's validation shares;
+// these are the same constants under the names the model's users know.
 const (
-	AnnotationIngressClass    = "kubernetes.io/ingress.class"
-	AnnotationSSLRedirect     = "nginx.ingress.kubernetes.io/ssl-redirect"
-	AnnotationForceSSL        = "nginx.ingress.kubernetes.io/force-ssl-redirect"
-	AnnotationRewriteTarget   = "nginx.ingress.kubernetes.io/rewrite-target"
-	AnnotationUseRegex        = "nginx.ingress.kubernetes.io/use-regex"
-	AnnotationBackendProtocol = "nginx.ingress.kubernetes.io/backend-protocol"
-	AnnotationProxyBodySize   = "nginx.ingress.kubernetes.io/proxy-body-size"
+	AnnotationIngressClass    = annotations.IngressClass
+	AnnotationSSLRedirect     = annotations.SSLRedirect
+	AnnotationForceSSL        = annotations.ForceSSL
+	AnnotationRewriteTarget   = annotations.RewriteTarget
+	AnnotationUseRegex        = annotations.UseRegex
+	AnnotationBackendProtocol = annotations.BackendProtocol
+	AnnotationProxyBodySize   = annotations.ProxyBodySize
 )
 
 // CatchAll is the host name of the server that answers requests whose Host matches

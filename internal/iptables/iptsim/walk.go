@@ -50,78 +50,29 @@ type policy struct {
 }
 
 // Parse reads iptables-save text (several tables may follow each other),
-// with or without counters (iptables-save -c).
+// with or without counters (iptables-save -c), with iptables.ParseSave.
 func Parse(save string) (*Rules, error) {
+	tables, err := iptables.ParseSave(save)
+	if err != nil {
+		return nil, err
+	}
 	r := &Rules{tables: map[string]map[string][]savedRule{}, policies: map[string]map[string]policy{}, order: map[string][]string{}}
-	var cur map[string][]savedRule
-	table := ""
-	for i, l := range strings.Split(save, "\n") {
-		l = strings.TrimSpace(l)
-		var pk, by uint64
-		if strings.HasPrefix(l, "[") {
-			// iptables-save -c: "[packets:bytes] -A ...".
-			end := strings.IndexByte(l, ']')
-			if end < 0 {
-				return nil, fmt.Errorf("line %d: cannot parse counters in %q", i+1, l)
+	for name, t := range tables {
+		chains := map[string][]savedRule{}
+		r.tables[name] = chains
+		r.policies[name] = map[string]policy{}
+		for _, c := range t.Chains {
+			r.order[name] = append(r.order[name], c.Name)
+			chains[c.Name] = nil
+			for _, rule := range c.Rules {
+				chains[c.Name] = append(chains[c.Name], savedRule{args: rule.Args[2:], text: rule.Text, packets: rule.Packets, bytes: rule.Bytes})
 			}
-			var err error
-			if pk, by, err = parseCounters(l[:end+1]); err != nil {
-				return nil, fmt.Errorf("line %d: %w", i+1, err)
+			if c.Policy != "" && c.Policy != "-" {
+				r.policies[name][c.Name] = policy{verdict: c.Policy, packets: c.Packets, bytes: c.Bytes}
 			}
-			l = strings.TrimSpace(l[end+1:])
-		}
-		switch {
-		case l == "" || l[0] == '#' || l == "COMMIT":
-		case l[0] == '*':
-			table = l[1:]
-			cur = map[string][]savedRule{}
-			r.tables[table] = cur
-			r.policies[table] = map[string]policy{}
-		case l[0] == ':':
-			if cur == nil {
-				return nil, fmt.Errorf("line %d: chain outside a table: %q", i+1, l)
-			}
-			f := strings.Fields(l[1:])
-			cur[f[0]] = nil
-			r.order[table] = append(r.order[table], f[0])
-			if len(f) > 1 && f[1] != "-" {
-				p := policy{verdict: f[1]}
-				if len(f) > 2 {
-					p.packets, p.bytes, _ = parseCounters(f[2])
-				}
-				r.policies[table][f[0]] = p
-			}
-		case strings.HasPrefix(l, "-A "):
-			if cur == nil {
-				return nil, fmt.Errorf("line %d: rule outside a table: %q", i+1, l)
-			}
-			args := iptables.SplitRule(l)
-			if len(args) < 2 {
-				return nil, fmt.Errorf("line %d: cannot parse %q", i+1, l)
-			}
-			if _, ok := cur[args[1]]; !ok {
-				r.order[table] = append(r.order[table], args[1])
-			}
-			cur[args[1]] = append(cur[args[1]], savedRule{args: args[2:], text: l, packets: pk, bytes: by})
-		default:
-			return nil, fmt.Errorf("line %d: cannot parse %q", i+1, l)
 		}
 	}
 	return r, nil
-}
-
-func parseCounters(s string) (packets, bytes uint64, err error) {
-	p, b, ok := strings.Cut(strings.Trim(s, "[]"), ":")
-	if ok {
-		packets, err = strconv.ParseUint(p, 10, 64)
-		if err == nil {
-			bytes, err = strconv.ParseUint(b, 10, 64)
-		}
-	}
-	if !ok || err != nil {
-		return 0, 0, fmt.Errorf("cannot parse counters %q", s)
-	}
-	return packets, bytes, nil
 }
 
 // Packet is the first packet of a connection.
