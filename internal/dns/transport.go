@@ -35,8 +35,6 @@ const (
 	overTCP
 )
 
-// reply computes the reply to req. memoisable says whether it depends only on
-// the snapshot (not on upstream data).
 // reply computes the reply to req: the checks of the message (opcode, one
 // question, EDNS version, class, name syntax), then the answering rules for
 // the question, then forwarding or truncation. memoisable says whether the
