@@ -31,7 +31,8 @@ const module = "github.com/minikit/minikit"
 var components = []string{"apiserver", "controllers", "kubelet", "kubeproxy", "dns", "ingress", "loadbalancer", "netpol"}
 
 // offLimits are the packages no component may depend on, with the components
-// that may.
+// that may. (The rules bind components only: etcdserver, which is not one,
+// uses the store too.)
 var offLimits = map[string][]string{
 	"store":    {"apiserver"},
 	"cluster":  nil,
