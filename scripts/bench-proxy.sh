@@ -22,7 +22,7 @@
 # printed with minikit/upstream ratios. Both namespaces are removed at the end.
 #   env: MODES=iptables,nftables  SIZES=1000,10000  CHANGES=7  RESYNC_MAX=1000 (sizes up to which kube-proxy's full
 #        resync is timed too: with iptables-nft 1.8.9 its --noflush restore of 10,000 services
-#        takes ~17 minutes, see /work/shared/bench/ipt-floor.sh; nftables: kube-proxy has no
+#        takes ~17 minutes, see docs/measurements.md; nftables: kube-proxy has no
 #        canary, so its full sync is its first one, and minikit's is timed after its table is deleted)
 #
 #        sudo scripts/bench-proxy.sh --nft-vs REF

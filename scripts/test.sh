@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs prerequisites, then runs every test tier (unit, root
-# tests in throwaway namespaces, end to end with the real binary and kubectl).
+# The test command: installs prerequisites, then runs the test tiers of
+# test/README.md: unit, kernel (root, throwaway namespaces) and lab (the real
+# binary and kubectl) with go test, then upstream (scripts/conformance.sh).
 # Then every fuzz target for about 10 s each (an execution count per target;
 # FUZZ_TIME=30s or =50000x overrides it for every target).
 # Must run as root. Fails if any test was skipped: a skipped end-to-end test

@@ -1,7 +1,10 @@
 // Package cluster wires minikit's components into the processes the CLI runs: the
-// server (API + controllers + this node's agent) and, later, the agent. It builds
-// the real dependencies, starts them in order and stops them; nothing else in
-// minikit constructs a component.
+// server (StartServer: the API, the controllers and the other singletons, and
+// this node's per-node components) and the agent (StartAgent: a node that joins
+// a server and runs only the per-node components: kubelet, service proxy,
+// network policy, cluster DNS, ingress and the load balancer's announcer). It
+// builds the real dependencies, starts them in order and stops them; nothing
+// else in minikit constructs a component.
 package cluster
 
 import (

@@ -40,6 +40,7 @@ type VXLANPeer struct {
 // Gateway is the peer's tunnel endpoint address: its subnet's network address.
 func (p VXLANPeer) Gateway() netip.Addr { return p.Subnet.Masked().Addr() }
 
+// String describes the peer for logs: subnet, gateway, VTEP MAC and public IP.
 func (p VXLANPeer) String() string {
 	return fmt.Sprintf("%s via %s (%s at %s)", p.Subnet, p.Gateway(), p.VtepMAC, p.PublicIP)
 }

@@ -42,8 +42,13 @@ type rec struct {
 // upstreamFunc resolves a name outside the zone (ExternalName targets).
 type upstreamFunc func(ctx context.Context, name string, qtype uint16) (*dns.Msg, error)
 
-// answerer computes authoritative answers from a snapshot. It holds only
-// configuration; every call gets the snapshot it answers from.
+// answerer is the answering rules: the records of the Kubernetes DNS
+// specification for the cluster zone and the reverse zones, and the decision
+// to forward everything else. It holds only configuration; every call gets the
+// snapshot it answers from, so answering is a function of (question, snapshot,
+// client address) and needs no sockets. The one way out is upstream, the lookup
+// of names outside the zone that ExternalName targets and autopath need (the
+// server's forwarder; nil: such names have no answer).
 type answerer struct {
 	zone         string // lowercase, fully qualified
 	ttl          uint32
@@ -53,10 +58,51 @@ type answerer struct {
 	exposed      map[string]bool // nil: every existing namespace
 	ignoreEmpty  bool
 	nsAddrs      []netip.Addr
+	autopath     bool
+	hostSearch   []string // lowercase, fully qualified
 	upstream     upstreamFunc
 }
 
-// result is an authoritative answer before it becomes a message.
+// newAnswerer returns the rules cfg (with its defaults filled in) asks for.
+func newAnswerer(cfg Config, upstream upstreamFunc) *answerer {
+	a := &answerer{zone: dns.Fqdn(strings.ToLower(cfg.Zone)), ttl: cfg.TTL, pods: cfg.Pods,
+		ignoreEmpty: cfg.IgnoreEmptyService, nsAddrs: cfg.NSAddrs, autopath: cfg.Autopath, upstream: upstream}
+	rz := cfg.ReverseZones
+	if rz == nil {
+		rz = append(reverseZones(cfg.ServiceCIDR), reverseZones(cfg.ClusterCIDR)...)
+	}
+	for _, z := range rz {
+		a.reverseZones = append(a.reverseZones, dns.Fqdn(strings.ToLower(z)))
+	}
+	for _, z := range cfg.Fallthrough {
+		a.fallThrough = append(a.fallThrough, dns.Fqdn(strings.ToLower(z)))
+	}
+	if len(cfg.Namespaces) > 0 {
+		a.exposed = map[string]bool{}
+		for _, ns := range cfg.Namespaces {
+			a.exposed[strings.ToLower(ns)] = true
+		}
+	}
+	for _, d := range cfg.HostSearch {
+		if d = dns.Fqdn(strings.ToLower(strings.TrimSpace(d))); d != "." {
+			a.hostSearch = append(a.hostSearch, d)
+		}
+	}
+	return a
+}
+
+// outcome is what the rules decide for one question: forward the request
+// upstream, or reply with these sections and flags.
+type outcome struct {
+	forward           bool // not ours: the transport forwards the request
+	rcode             int
+	authoritative     bool
+	answer, ns, extra []dns.RR
+	truncated         bool // an upstream answer inside ours was truncated
+	memoisable        bool // depends only on the snapshot (not upstream data, not the client)
+}
+
+// result is an authoritative answer from the zone before it becomes an outcome.
 type result struct {
 	rcode     int
 	answer    []dns.RR
@@ -64,6 +110,63 @@ type result struct {
 	soaZone   string // zone in query case: SOA goes in authority when answer is empty
 	truncated bool
 	upstream  bool // carries data from upstream: not memoisable
+}
+
+// respond applies the rules to q, a well-formed IN question, asked by client:
+// names in the cluster zone and the reverse zones are answered from s (with
+// fallthrough, autopath, and SERVFAIL for NXDOMAIN before the first sync),
+// PTR names elsewhere are answered when the address is a ClusterIP or an
+// endpoint, and everything else is forwarded.
+func (a *answerer) respond(ctx context.Context, s *snapshot, q dns.Question, client netip.Addr) outcome {
+	lname := lowerASCII(q.Name)
+	zone := a.zoneOf(lname)
+	switch {
+	case zone != "":
+		memoisable := true
+		res := a.answer(ctx, s, q, zone)
+		if res.rcode == dns.RcodeNameError && a.fallsThrough(lname) {
+			return outcome{forward: true}
+		}
+		if res.rcode == dns.RcodeNameError && a.autopath && zone == a.zone && s.synced {
+			// The answer depends on who asks: never memoised.
+			memoisable = false
+			if ap, ok := a.searchPath(ctx, s, q, lname, client); ok {
+				res = ap
+			}
+		}
+		if res.rcode == dns.RcodeNameError && !s.synced {
+			res.rcode = dns.RcodeServerFailure
+		}
+		o := outcome{rcode: res.rcode, authoritative: res.rcode != dns.RcodeRefused, truncated: res.truncated,
+			answer: res.answer, extra: res.extra, memoisable: memoisable && !res.upstream}
+		if len(o.answer) == 0 && res.rcode != dns.RcodeRefused {
+			o.ns = []dns.RR{a.soa(s, res.soaZone)}
+		}
+		return o
+	case q.Qtype == dns.TypePTR && isReverse(lname):
+		// Outside our reverse zones an address may still be a ClusterIP or an
+		// endpoint (selector-less services); everything else goes upstream.
+		ptrs := a.ptr(s, lname)
+		if len(ptrs) == 0 {
+			return outcome{forward: true}
+		}
+		return outcome{authoritative: true, answer: a.ptrRRs(q.Name, ptrs), memoisable: true}
+	default:
+		return outcome{forward: true}
+	}
+}
+
+func (a *answerer) fallsThrough(lname string) bool {
+	for _, z := range a.fallThrough {
+		if dns.IsSubDomain(z, lname) {
+			return true
+		}
+	}
+	return false
+}
+
+func isReverse(lname string) bool {
+	return strings.HasSuffix(lname, ".in-addr.arpa.") || strings.HasSuffix(lname, ".ip6.arpa.")
 }
 
 // zoneOf returns the authoritative zone (lowercase) lname falls in, or "".
@@ -140,6 +243,66 @@ func (a *answerer) answer(ctx context.Context, s *snapshot, q dns.Question, zone
 		res.answer, res.extra = nil, nil
 	}
 	return res
+}
+
+// searchPath walks the client pod's search path server-side (CoreDNS's
+// autopath plugin): q, an NXDOMAIN in the zone, must be the first expansion
+// <base>.<ns>.svc.<zone> for the client's namespace; then <base>.svc.<zone>,
+// <base>.<zone>, <base>.<host search...> and <base> itself are tried, and the
+// first answer that is not NXDOMAIN is returned, with a CNAME from the asked
+// name to the found one in front. ok is false when autopath does not apply
+// or every expansion is NXDOMAIN.
+func (a *answerer) searchPath(ctx context.Context, s *snapshot, q dns.Question, lname string, client netip.Addr) (result, bool) {
+	ns, found := s.podNS[client]
+	if !found {
+		return result{}, false
+	}
+	zone := a.zone
+	base, found := strings.CutSuffix(lname, "."+ns+".svc."+zone)
+	if !found || base == "" {
+		return result{}, false
+	}
+	search := append([]string{"svc." + zone, zone}, a.hostSearch...)
+	search = append(search, ".")
+	for _, sp := range search {
+		name := base + "." + sp
+		if sp == "." {
+			name = base + "."
+		}
+		var res result
+		if z := a.zoneOf(name); z != "" {
+			res = a.answer(ctx, s, dns.Question{Name: name, Qtype: q.Qtype, Qclass: q.Qclass}, z)
+			if res.rcode == dns.RcodeNameError {
+				continue
+			}
+			if res.rcode != dns.RcodeSuccess {
+				return result{}, false
+			}
+		} else {
+			if a.upstream == nil {
+				return result{}, false
+			}
+			m, err := a.upstream(ctx, name, q.Qtype)
+			if err != nil {
+				return result{}, false
+			}
+			if m.Rcode == dns.RcodeNameError {
+				continue
+			}
+			if m.Rcode != dns.RcodeSuccess {
+				return result{}, false
+			}
+			res = result{answer: m.Answer, truncated: m.Truncated, upstream: true}
+		}
+		res.soaZone = q.Name[len(q.Name)-len(zone):]
+		if len(res.answer) > 0 {
+			first := res.answer[0].Header()
+			cname := &dns.CNAME{Hdr: hdr(q.Name, dns.TypeCNAME, first.Ttl), Target: first.Name}
+			res.answer = append([]dns.RR{cname}, res.answer...)
+		}
+		return res, true
+	}
+	return result{}, false
 }
 
 // records finds what a name (relative to the zone, lowercase, no trailing

@@ -14,7 +14,7 @@ import (
 // records age in the cache). SOA is the owner of the SOA expected in the
 // authority section ("" = authority must be empty).
 type want struct {
-	ref    string // row of reference/dns.md
+	ref    string // section or row of docs/dns-conformance.md
 	name   string
 	qtype  uint16
 	rcode  int
@@ -32,7 +32,7 @@ const (
 	tsvc1 = "svc1.testns.svc.cluster.local."
 )
 
-// handlerRows are reference/dns.md §3.5 rows 1-27, 31, 38, 39 and the
+// handlerRows are docs/dns-conformance.md §3.5 rows 1-27, 31, 38, 39 and the
 // Kubernetes e2e DNS queries of §4, against handlerFixture.
 var handlerRows = []want{
 	{ref: "3.5#1", name: tsvc1, qtype: dns.TypeA, answer: []string{tsvc1 + " 5 IN A 10.0.0.1"}},

@@ -84,7 +84,7 @@ func slice(namespace, svc, name string, family discoveryv1.AddressType, eps []ep
 
 func v4(eps ...epSpec) []epSpec { return eps }
 
-// handlerFixture is reference/dns.md §3.5's fixture (CoreDNS
+// handlerFixture is docs/dns-conformance.md §3.5's fixture (CoreDNS
 // plugin/kubernetes/handler_test.go), plus the objects of the CI rows, the
 // Kubernetes e2e DNS tests (§4, namespace e2e) and a large headless service.
 func handlerFixture() Objects {

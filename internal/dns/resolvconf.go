@@ -19,7 +19,8 @@ const (
 )
 
 // ResolvConf renders a pod's /etc/resolv.conf the way the kubelet composes it
-// from the pod's dnsPolicy and dnsConfig (reference/dns.md §2):
+// from the pod's dnsPolicy and dnsConfig (kubelet pkg/kubelet/network/dns at
+// v1.37.2; docs/dns-conformance.md §2):
 //
 //   - ClusterFirst (the default): nameserver clusterDNS, search
 //     <ns>.svc.<zone> svc.<zone> <zone> plus the host's search domains,

@@ -16,7 +16,7 @@ import (
 )
 
 // TestTruncation: UDP answers fit 512 bytes or the EDNS0 size and set TC when
-// records had to go; TCP carries everything (reference §6.5).
+// records had to go; TCP carries everything (docs/dns-conformance.md §6).
 func TestTruncation(t *testing.T) {
 	up := fakeUpstream(t)
 	_, addr := startServer(t, Config{Upstreams: []netip.AddrPort{up}}, NewStaticSource(handlerFixture(), true))

@@ -20,7 +20,7 @@ type Objects struct {
 	Services       []*corev1.Service
 	EndpointSlices []*discoveryv1.EndpointSlice
 	Namespaces     []*corev1.Namespace
-	Pods           []*corev1.Pod // only read in verified pod mode
+	Pods           []*corev1.Pod // only read in verified pod mode and for autopath
 }
 
 // Source is the server's view of the cluster. Run calls changed after every
@@ -56,6 +56,7 @@ func (s *StaticSource) Set(o Objects) {
 	}
 }
 
+// Run reports one change at once, and one after every Set, until ctx ends.
 func (s *StaticSource) Run(ctx context.Context, changed func()) {
 	s.mu.Lock()
 	s.changed = changed
@@ -64,12 +65,14 @@ func (s *StaticSource) Run(ctx context.Context, changed func()) {
 	<-ctx.Done()
 }
 
+// Synced is what NewStaticSource was given, true after a Set.
 func (s *StaticSource) Synced() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.synced
 }
 
+// Objects returns the objects last set.
 func (s *StaticSource) Objects() Objects {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,6 +162,8 @@ func (s *InformerSource) informers() []cache.SharedIndexInformer {
 	return infs
 }
 
+// Run starts the informers and calls changed on every event and once they
+// have all synced, until ctx ends.
 func (s *InformerSource) Run(ctx context.Context, changed func()) {
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { changed() },
@@ -180,12 +185,14 @@ func (s *InformerSource) Run(ctx context.Context, changed func()) {
 	<-ctx.Done()
 }
 
+// Synced says whether every informer has its first complete list.
 func (s *InformerSource) Synced() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.synced
 }
 
+// Objects lists the informers' caches.
 func (s *InformerSource) Objects() Objects {
 	var o Objects
 	for _, x := range s.svcs.GetStore().List() {

@@ -60,27 +60,19 @@ type snapshot struct {
 
 func (s *snapshot) service(ns, name string) *service { return s.services[ns+"/"+name] }
 
-// objects is what a snapshot is built from.
-type objects struct {
-	services   []*corev1.Service
-	slices     []*discoveryv1.EndpointSlice
-	namespaces []*corev1.Namespace
-	pods       []*corev1.Pod // nil unless pods are verified
-}
-
 // buildSnapshot computes the zone from the objects. Services are taken in
 // namespace/name order so that "the first service" of a shared ClusterIP is stable.
-func buildSnapshot(o objects, synced bool, now time.Time, watchPods bool) *snapshot {
+func buildSnapshot(o Objects, synced bool, now time.Time, watchPods bool) *snapshot {
 	s := &snapshot{synced: synced, serial: uint32(now.Unix()),
-		namespaces: make(map[string]bool, len(o.namespaces)),
-		services:   make(map[string]*service, len(o.services)),
-		clusterIP:  make(map[netip.Addr]ptrTarget, len(o.services)),
+		namespaces: make(map[string]bool, len(o.Namespaces)),
+		services:   make(map[string]*service, len(o.Services)),
+		clusterIP:  make(map[netip.Addr]ptrTarget, len(o.Services)),
 		endpointIP: map[netip.Addr][]ptrTarget{},
 	}
-	for _, ns := range o.namespaces {
+	for _, ns := range o.Namespaces {
 		s.namespaces[strings.ToLower(ns.Name)] = true
 	}
-	svcs := slices.Clone(o.services)
+	svcs := slices.Clone(o.Services)
 	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
@@ -125,7 +117,7 @@ func buildSnapshot(o objects, synced bool, now time.Time, watchPods bool) *snaps
 			s.dnsIPs = svc.clusterIPs
 		}
 	}
-	sl := slices.Clone(o.slices)
+	sl := slices.Clone(o.EndpointSlices)
 	slices.SortFunc(sl, func(a, b *discoveryv1.EndpointSlice) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
 			return c
@@ -178,7 +170,7 @@ func buildSnapshot(o objects, synced bool, now time.Time, watchPods bool) *snaps
 	if watchPods {
 		s.podIPs = map[string]map[netip.Addr]bool{}
 		s.podNS = map[netip.Addr]string{}
-		for _, p := range o.pods {
+		for _, p := range o.Pods {
 			if p.DeletionTimestamp != nil {
 				continue
 			}

@@ -52,6 +52,7 @@ type ExitError struct {
 	Code int
 }
 
+// Error says which exit code the image's process ended with.
 func (e *ExitError) Error() string {
 	return fmt.Sprintf("image exited with code %d", e.Code)
 }

@@ -10,7 +10,7 @@ import (
 	"sync"
 )
 
-// Fake is a stateful in-memory iptables for tier (a) tests. It enforces what
+// Fake is a stateful in-memory iptables for unit-tier tests (test/README.md). It enforces what
 // the kernel enforces and a no-op fake would hide: rules may only be added to
 // existing chains, a jump must name an existing chain or a known target, a
 // chain can only be deleted when it is empty and nothing jumps to it, and an

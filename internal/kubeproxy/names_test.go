@@ -5,7 +5,9 @@ import (
 	"testing"
 )
 
-// Vectors from kube-proxy's golden output (reference/kube-proxy.md §2).
+// Vectors from kube-proxy's golden output: chain names in the expected
+// iptables-save text of TestOverallIPTablesRules (and others) in
+// pkg/proxy/iptables/proxier_test.go, Kubernetes v1.37.2 (https://github.com/kubernetes/kubernetes/blob/v1.37.2/pkg/proxy/iptables/proxier_test.go).
 func TestChainNamesMatchKubeProxy(t *testing.T) {
 	tests := []struct{ spn, proto, ep, want string }{
 		{"ns1/svc1:p80", "tcp", "", "KUBE-SVC-XPGD46QRK7WJZT7O"},

@@ -16,6 +16,10 @@
 // kernel holds and rewrites those that differ, so its cost follows the change,
 // not the cluster's size. tables.go explains the restore input shape and why.
 //
+// Its nftables mode (--proxy-mode nftables, KEP-3866) is NFTProxier
+// (nft_proxier.go, nft_render.go): kube-proxy's `ip kube-proxy` table, written
+// in transactions through package nft.
+//
 // Locking: mu guards the objects the event handlers write (services, slices,
 // dirty, needFull, nodeIP). Everything else is owned by the sync goroutine
 // (the runner calls syncProxyRules from one goroutine only), except stats,

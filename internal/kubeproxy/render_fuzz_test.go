@@ -198,7 +198,7 @@ func fuzzing() bool {
 
 // restoreChecker returns a function that runs iptables-restore --test on an
 // input inside a network namespace made for this test, or nil when not root
-// (tier (a) runs unprivileged; CI runs as root). The namespace is removed on
+// (the unit tier runs unprivileged; CI runs as root). The namespace is removed on
 // cleanup, also on failure; nothing touches the root namespace.
 func restoreChecker(f *testing.F) func(t *testing.T, data string) {
 	if os.Geteuid() != 0 {

@@ -124,7 +124,7 @@ func buildRuleSet(services []*serviceRules, fx fixedOptions) *ruleSet {
 // Restore input.
 //
 // The input shape, measured on the 2-core lab machine with iptables 1.8.9
-// (reference/measured-anchors.md and scripts/bench-proxy.sh):
+// (scripts/bench-proxy.sh; the numbers are in docs/measurements.md):
 //
 //   - nf_tables backend, full syncs: whole nat and filter tables WITHOUT
 //     --noflush. iptables-nft then skips its cache entirely; with --noflush it

@@ -53,6 +53,7 @@ func NewNetlinkSetsAt(ns netns.NsHandle) (*NetlinkSets, error) {
 	return &NetlinkSets{h: h, ns: ns}, nil
 }
 
+// List dumps the KUBE-NP-* sets with their entries (IPSets.List).
 func (s *NetlinkSets) List() (map[string]*Set, error) {
 	var msgs [][]byte
 	var err error
@@ -162,6 +163,7 @@ func parseDumpEntry(b []byte) (netlink.IPSetEntry, bool) {
 	return e, e.IP != nil
 }
 
+// Create creates the set of ipset type typ (hash:ip, hash:net, ...) unless it exists.
 func (s *NetlinkSets) Create(name, typ string) error {
 	if !OwnedSet(name) {
 		return fmt.Errorf("refusing to create ipset %q: not the enforcer's", name)
@@ -172,6 +174,7 @@ func (s *NetlinkSets) Create(name, typ string) error {
 	return nil
 }
 
+// Add adds entry, in the set type's syntax, to the set.
 func (s *NetlinkSets) Add(name, typ, entry string) error {
 	e, err := parseEntry(typ, entry)
 	if err != nil {
@@ -183,6 +186,7 @@ func (s *NetlinkSets) Add(name, typ, entry string) error {
 	return nil
 }
 
+// Del removes entry from the set.
 func (s *NetlinkSets) Del(name, typ, entry string) error {
 	e, err := parseEntry(typ, entry)
 	if err != nil {
@@ -194,6 +198,7 @@ func (s *NetlinkSets) Del(name, typ, entry string) error {
 	return nil
 }
 
+// Destroy deletes the set.
 func (s *NetlinkSets) Destroy(name string) error {
 	if !OwnedSet(name) {
 		return fmt.Errorf("refusing to destroy ipset %q: not the enforcer's", name)

@@ -70,9 +70,8 @@ var ErrNotFound = errors.New("not found")
 // Family is the table's address family. minikit's proxy is IPv4.
 type Family string
 
-const (
-	IPv4Family Family = "ip"
-)
+// IPv4Family is nft's "ip" family, the only one minikit's proxy uses.
+const IPv4Family Family = "ip"
 
 // Table is the one table a Backend manages.
 type Table struct {
@@ -113,6 +112,8 @@ type Set struct {
 	Comment string
 }
 
+// Map is an nft map: Set's fields, with Type ending in " : <value type>"
+// (for instance "ipv4_addr . inet_proto . inet_service : verdict").
 type Map struct {
 	Name    string
 	Type    string
@@ -163,10 +164,17 @@ type Transaction struct {
 	Ops []Op
 }
 
-func (tx *Transaction) Add(o any)    { tx.Ops = append(tx.Ops, op(OpAdd, o)) }
-func (tx *Transaction) Flush(o any)  { tx.Ops = append(tx.Ops, op(OpFlush, o)) }
+// Add appends "add o" (a *Table, *Chain, *Rule, *Set, *Map or *Element).
+func (tx *Transaction) Add(o any) { tx.Ops = append(tx.Ops, op(OpAdd, o)) }
+
+// Flush appends "flush o": empties a chain, set or map.
+func (tx *Transaction) Flush(o any) { tx.Ops = append(tx.Ops, op(OpFlush, o)) }
+
+// Delete appends "delete o".
 func (tx *Transaction) Delete(o any) { tx.Ops = append(tx.Ops, op(OpDelete, o)) }
-func (tx *Transaction) Len() int     { return len(tx.Ops) }
+
+// Len is the number of operations.
+func (tx *Transaction) Len() int { return len(tx.Ops) }
 
 func op(k OpKind, o any) Op {
 	switch v := o.(type) {

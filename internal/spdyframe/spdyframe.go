@@ -97,6 +97,7 @@ type Conn struct {
 // NewConn returns c with its writes coalesced into whole frames.
 func NewConn(c net.Conn) *Conn { return &Conn{Conn: c, w: NewWriter(c)} }
 
+// Write writes p through the frame-coalescing writer.
 func (c *Conn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // copyBufferSize is ReadFrom's read size: a TLS record or a WebSocket message

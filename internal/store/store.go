@@ -43,6 +43,7 @@ const (
 	Deleted
 )
 
+// String is the watch event type's name in the Kubernetes API (ADDED, ...).
 func (t EventType) String() string {
 	switch t {
 	case Added:

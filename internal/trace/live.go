@@ -50,6 +50,7 @@ func (f *Flow) DNAT() bool { return f.ReplySrc != f.OrigDst }
 // always picks a new port.
 func (f *Flow) SNAT() bool { return f.ReplyDst != f.OrigSrc }
 
+// String shows the flow's original and reply directions.
 func (f *Flow) String() string {
 	s := fmt.Sprintf("%s %s -> %s, reply %s -> %s", f.Proto, f.OrigSrc, f.OrigDst, f.ReplySrc, f.ReplyDst)
 	var nat []string

@@ -20,8 +20,9 @@ import (
 // the nft table's name, "kube-proxy".
 
 const (
-	// ModeIPTables and ModeNFTables are Result.Mode.
+	// ModeIPTables is Result.Mode for a proxy in iptables mode.
 	ModeIPTables = "iptables"
+	// ModeNFTables is Result.Mode for a proxy in nftables mode.
 	ModeNFTables = "nftables"
 
 	nftFamily = "ip"

@@ -35,6 +35,7 @@ type TraceEvent struct {
 	Verdict string `json:"verdict"`
 }
 
+// String is the event as one line of output.
 func (e TraceEvent) String() string {
 	switch {
 	case e.Rule == 0 && e.Handle == 0:

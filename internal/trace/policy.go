@@ -28,6 +28,7 @@ type PolicyVerdict struct {
 	Confirmed *bool `json:"confirmed,omitempty"`
 }
 
+// String is the verdict as one line of output.
 func (v PolicyVerdict) String() string {
 	s := fmt.Sprintf("network policy on %s: %s of %s %s", v.Node, v.Direction, v.Pod, v.Verdict)
 	if v.Verdict == "allowed" {

@@ -138,6 +138,7 @@ func (p *Path) summary() string {
 	return b.String()
 }
 
+// String is the routing decision as one line of output.
 func (r *Route) String() string {
 	switch r.Kind {
 	case "bridge":

@@ -120,6 +120,7 @@ type Pod struct {
 	HostNetwork bool   `json:"hostNetwork,omitempty"`
 }
 
+// String names the pod as the trace output shows it.
 func (p *Pod) String() string {
 	if p.HostNetwork {
 		return "node " + p.Node + " (host network)"

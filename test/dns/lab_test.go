@@ -1,4 +1,4 @@
-// Package dnslab holds the cluster DNS tests of tier (c): a lab of network
+// Package dnslab holds the lab-tier cluster DNS tests (test/README.md): a lab of network
 // namespaces running the real minikit binary, queried from inside pods with dig,
 // getent and curl as a student would.
 //

@@ -1,4 +1,4 @@
-// Package proxy_test holds the service proxy's end-to-end tests (tier c): a lab of
+// Package proxy_test holds the service proxy's end-to-end tests (lab tier, test/README.md): a lab of
 // network namespaces runs the real minikit binary, and real curl from a pod or from
 // the lab's client host checks what the proxy's rules do to real packets.
 package proxy_test

@@ -1,4 +1,4 @@
-// Package trace_test checks `minikit trace` against the kernel (tier c): in a
+// Package trace_test checks `minikit trace` against the kernel (lab tier, test/README.md): in a
 // two-node lab it traces every Service shape with --live and asserts that the
 // path predicted from the node's real rules is the one a real connection
 // takes (conntrack entry, counters) and reaches the pod it names.

@@ -1,4 +1,4 @@
-// Package workloadslab holds the tier (c) tests of StatefulSets, DaemonSets and
+// Package workloadslab holds the lab-tier tests (test/README.md) of StatefulSets, DaemonSets and
 // Jobs: one three-node lab running the real minikit binary, driven with the real
 // kubectl and checked from inside a pod with dig, as a student would.
 package workloadslab

@@ -192,6 +192,8 @@ type Fake struct {
 // NewFake returns an empty, available Fake.
 func NewFake() *Fake { return &Fake{Counters: map[string]*Counter{}} }
 
+// Ensure creates the counter unless it exists, as Netlink.Ensure does, and
+// fails like it for invalid names or when Unavailable.
 func (f *Fake) Ensure(name string) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -205,6 +207,7 @@ func (f *Fake) Ensure(name string) error {
 	return nil
 }
 
+// Get returns a copy of the counter, or ErrNotFound, as Netlink.Get does.
 func (f *Fake) Get(name string) (Counter, error) {
 	if f.Unavailable {
 		return Counter{}, fmt.Errorf("reading nfacct object %q: %w", name, syscall.EPROTONOSUPPORT)
