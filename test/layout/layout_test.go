@@ -45,12 +45,7 @@ var offLimits = map[string][]string{
 // crossings are the component-to-component dependencies that remain, each
 // with why and until when. Keys are "component -> dependency" (relative to the
 // module). A crossing no package needs any more fails the test: remove it.
-var crossings = map[string]string{
-	// The ingress annotation names (nginx.ingress.kubernetes.io/rewrite-target)
-	// that validation checks: issue 23 part 1 moves them to a small package
-	// both import; then this goes.
-	"apiserver -> internal/ingress/config": "annotation names shared by validation and the ingress controller",
-}
+var crossings = map[string]string{}
 
 // extraBans are further dependencies a package must not have, with why.
 var extraBans = []struct {

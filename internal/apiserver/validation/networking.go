@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/minikit/minikit/internal/ingress/annotations"
+	"github.com/minikit/minikit/internal/annotations"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"

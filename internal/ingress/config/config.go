@@ -31,7 +31,7 @@ import (
 	"crypto/tls"
 	"strings"
 
-	"github.com/minikit/minikit/internal/ingress/annotations"
+	"github.com/minikit/minikit/internal/annotations"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
