@@ -3,6 +3,8 @@ package httpproxy
 import (
 	"bytes"
 	"errors"
+
+	"github.com/minikit/minikit/internal/ingress/config"
 )
 
 // maxChunkLine bounds a chunk-size line (with extensions) and a trailer line.
@@ -45,10 +47,10 @@ func readChunked(rd *reader, fill func() error, emit func(data []byte, last bool
 		}
 		var size int64
 		for _, c := range l {
-			if !isHexDigit(c) {
+			if !config.IsHex(c) {
 				return errors.New("invalid chunk size")
 			}
-			size = size<<4 | int64(unhexDigit(c))
+			size = size<<4 | int64(config.Unhex(c))
 		}
 		if size == 0 {
 			for {
@@ -82,18 +84,4 @@ func readChunked(rd *reader, fill func() error, emit func(data []byte, last bool
 			return errors.New("chunk data longer than its size")
 		}
 	}
-}
-
-func isHexDigit(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhexDigit(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
 }
