@@ -147,21 +147,16 @@ const (
 )
 
 // fail answers a request that could not be read, when there is one to answer.
-// The client may still be sending (the rest of a too large head, a body, more
-// requests): the close lingers, so the answer is not lost to a reset.
 func (cc *clientConn) fail(err error) {
 	var ce *clientError
 	switch {
 	case errors.As(err, &ce):
 		cc.p.log.Debug("bad request", "client", cc.c.RemoteAddr(), "err", err)
-		cc.linger = true
 		cc.writeError(ce.status, false, false)
 	case errors.Is(err, errHeadTooLarge) && bytes.IndexByte(cc.rd.buf[cc.rd.r:cc.rd.w], '\n') < 0:
 		// Not even the request line ended: nginx's 414.
-		cc.linger = true
 		cc.writeError(414, false, false)
 	case errors.Is(err, errHeadTooLarge):
-		cc.linger = true
 		cc.writeError(431, false, false)
 	case isTimeout(err) && cc.rd.buffered() > 0:
 		cc.writeError(408, false, false)

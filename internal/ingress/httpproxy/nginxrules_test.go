@@ -1,7 +1,10 @@
 package httpproxy
 
 import (
+	"context"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -110,5 +113,22 @@ func TestHeadFits(t *testing.T) {
 		if got := headFits([]byte(tc.head), 8192); got != tc.want {
 			t.Errorf("%s: headFits = %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestDialUpstream: the proxy reaches endpoints through Options.DialUpstream
+// when it is set.
+func TestDialUpstream(t *testing.T) {
+	o, _, _ := cafe(t)
+	var dials atomic.Int64
+	r := startProxy(t, o.build(t), Options{DialUpstream: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	if resp, body := r.get(t, "cafe.example.com", "/tea"); resp.StatusCode != 200 {
+		t.Fatalf("/tea: %d %s", resp.StatusCode, body)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("DialUpstream called %d times, want 1", n)
 	}
 }
