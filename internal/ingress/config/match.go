@@ -112,10 +112,10 @@ func CleanPath(p string) (string, bool) {
 	for i := 0; i < len(p); i++ {
 		c := p[i]
 		if c == '%' {
-			if i+2 >= len(p) || !isHex(p[i+1]) || !isHex(p[i+2]) {
+			if i+2 >= len(p) || !IsHex(p[i+1]) || !IsHex(p[i+2]) {
 				return "", false
 			}
-			c = unhex(p[i+1])<<4 | unhex(p[i+2])
+			c = Unhex(p[i+1])<<4 | Unhex(p[i+2])
 			i += 2
 			if c == 0 {
 				return "", false
@@ -162,11 +162,14 @@ func needsCleaning(p string) bool {
 	return false
 }
 
-func isHex(c byte) bool {
+// IsHex reports whether c is a hexadecimal digit (for percent-decoding here and
+// chunk sizes in the proxy's HTTP/1.1 parser).
+func IsHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-func unhex(c byte) byte {
+// Unhex is the value of the hexadecimal digit c (IsHex(c) must hold).
+func Unhex(c byte) byte {
 	switch {
 	case c >= 'a':
 		return c - 'a' + 10

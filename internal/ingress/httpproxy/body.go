@@ -3,6 +3,8 @@ package httpproxy
 import (
 	"bytes"
 	"errors"
+
+	"github.com/minikit/minikit/internal/ingress/config"
 )
 
 // maxChunkLine bounds a chunk-size line (with extensions) and a trailer line.
@@ -21,6 +23,10 @@ func readChunked(rd *reader, fill func() error, emit func(data []byte, last bool
 				if len(l) > 0 && l[len(l)-1] == '\r' {
 					l = l[:len(l)-1]
 				}
+				if bytes.IndexByte(l, '\r') >= 0 {
+					// nginx takes a CR only right before the LF.
+					return nil, errors.New("bare CR in a chunk or trailer line")
+				}
 				return l, nil
 			}
 			if rd.buffered() >= maxChunkLine {
@@ -36,19 +42,18 @@ func readChunked(rd *reader, fill func() error, emit func(data []byte, last bool
 		if err != nil {
 			return err
 		}
-		if i := bytes.IndexByte(l, ';'); i >= 0 {
-			l = l[:i]
+		// The size starts the line (nginx refuses whitespace before it);
+		// whitespace may follow it, then only an extension, which is dropped.
+		n := 0
+		for n < len(l) && config.IsHex(l[n]) {
+			n++
 		}
-		l = trimOWS(l)
-		if len(l) == 0 || len(l) > 15 {
+		if ext := bytes.TrimLeft(l[n:], " \t"); n == 0 || n > 15 || len(ext) > 0 && ext[0] != ';' {
 			return errors.New("invalid chunk size")
 		}
 		var size int64
-		for _, c := range l {
-			if !isHexDigit(c) {
-				return errors.New("invalid chunk size")
-			}
-			size = size<<4 | int64(unhexDigit(c))
+		for _, c := range l[:n] {
+			size = size<<4 | int64(config.Unhex(c))
 		}
 		if size == 0 {
 			for {
@@ -82,18 +87,4 @@ func readChunked(rd *reader, fill func() error, emit func(data []byte, last bool
 			return errors.New("chunk data longer than its size")
 		}
 	}
-}
-
-func isHexDigit(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhexDigit(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
 }

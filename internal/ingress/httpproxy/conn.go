@@ -153,6 +153,9 @@ func (cc *clientConn) fail(err error) {
 	case errors.As(err, &ce):
 		cc.p.log.Debug("bad request", "client", cc.c.RemoteAddr(), "err", err)
 		cc.writeError(ce.status, false, false)
+	case errors.Is(err, errHeadTooLarge) && bytes.IndexByte(cc.rd.buf[cc.rd.r:cc.rd.w], '\n') < 0:
+		// Not even the request line ended: nginx's 414.
+		cc.writeError(414, false, false)
 	case errors.Is(err, errHeadTooLarge):
 		cc.writeError(431, false, false)
 	case isTimeout(err) && cc.rd.buffered() > 0:
@@ -182,6 +185,9 @@ func (cc *clientConn) readRequest(req *request) error {
 				if n > cc.p.opts.MaxHeaderBytes {
 					return errHeadTooLarge
 				}
+				if status := headFits(rd.buf[rd.r:rd.r+n], cc.p.opts.MaxHeaderBytes/headBuffers); status != 0 {
+					return &clientError{status: status, msg: "request line or header too long"}
+				}
 				return cc.parseRequest(req, rd.buf[rd.r:rd.r+n])
 			}
 			if rd.buffered() >= cc.p.opts.MaxHeaderBytes {
@@ -192,6 +198,44 @@ func (cc *clientConn) readRequest(req *request) error {
 			return err
 		}
 	}
+}
+
+// nginx reads a request head into a buffer of client_header_buffer_size
+// (firstHeadBuffer) and, when a line does not end in it, moves that line to
+// one of large_client_header_buffers (headBuffers of MaxHeaderBytes/headBuffers
+// bytes, 4 8k by default); a line never spans two buffers.
+const (
+	firstHeadBuffer = 1 << 10
+	headBuffers     = 4
+)
+
+// headFits answers whether nginx with these buffers takes head: 0 if it does,
+// else nginx's answer, 414 for a request line that does not fit and 431 (its
+// 400 "Request Header Or Cookie Too Large") for a header line. Without it a
+// request line or header line of up to MaxHeaderBytes would be forwarded that
+// nginx refuses.
+func headFits(head []byte, large int) int {
+	room, used, buffers := firstHeadBuffer, 0, 0
+	for i := 0; len(head) > 0; i++ {
+		n := bytes.IndexByte(head, '\n') + 1
+		if n == 0 {
+			n = len(head)
+		}
+		head = head[n:]
+		if used+n <= room {
+			used += n
+			continue
+		}
+		if n > large || buffers == headBuffers {
+			if i == 0 {
+				return 414
+			}
+			return 431
+		}
+		buffers++
+		room, used = large, n
+	}
+	return 0
 }
 
 func (cc *clientConn) parseRequest(req *request, head []byte) error {
@@ -207,7 +251,8 @@ func (cc *clientConn) parseRequest(req *request, head []byte) error {
 	}
 	req.method = line[:sp]
 	for _, c := range req.method {
-		if !tchar[c] {
+		// nginx's method characters, a subset of RFC 9110's token.
+		if (c < 'A' || c > 'Z') && c != '_' && c != '-' {
 			return badRequest("invalid method")
 		}
 	}
@@ -295,9 +340,9 @@ func (cc *clientConn) parseRequest(req *request, head []byte) error {
 	}
 	req.keepAlive = !connClose && (req.http11 || connKeep)
 	req.head = string(req.method) == "HEAD"
-	req.framing, req.length, err = bodyFraming(hs, false)
-	if err != nil {
-		return badRequest(err.Error())
+	var ce *clientError
+	if req.framing, req.length, ce = requestFraming(hs, req.http11); ce != nil {
+		return ce
 	}
 	return nil
 }
@@ -570,6 +615,17 @@ func (cc *clientConn) proxy(req *request, loc *config.Location, path string, b *
 		}
 	case chunkedBody:
 		bodyLeft = -1
+		complete, err := cc.inlineChunked(loc.MaxBodySize)
+		var ce *clientError
+		if errors.As(err, &ce) {
+			cc.p.log.Debug("bad request body", "client", cc.c.RemoteAddr(), "err", err)
+			cc.writeError(ce.status, false, isHead)
+			cc.linger = true
+			return false
+		}
+		if complete {
+			bodyLeft = 0
+		}
 	}
 	if req.expect && bodyLeft != 0 && http11 && rd.buffered() == 0 {
 		cc.dl.setWrite(cc.c, time.Now(), cc.p.opts.SendTimeout)
@@ -660,6 +716,49 @@ func (cc *clientConn) proxy(req *request, loc *config.Location, path string, b *
 		return cc.writeError(status, keep, isHead) && keep
 	}
 	return cc.relay(uc, &resp, isHead, http11, upgrade, keepReq, hsts)
+}
+
+var errMoreInput = errors.New("more input needed")
+
+// inlineChunked decodes a chunked request body that has fully arrived and
+// appends it, re-chunked, to the upstream request in cc.out, as nginx
+// (proxy_request_buffering on) reads a body whole before it connects: an
+// invalid body is refused (a *clientError) before anything goes upstream, and
+// a valid one is sent with the head and can be resent. It reports false, and
+// leaves everything as it was, when the body has not all arrived yet: it is
+// then streamed, and an error in it aborts the upstream request before its
+// last chunk, so the backend never has a complete request.
+func (cc *clientConn) inlineChunked(maxBody int64) (bool, error) {
+	view := cc.rd
+	start := len(cc.out)
+	var total int64
+	err := readChunked(&view, func() error { return errMoreInput }, func(data []byte, last bool) error {
+		if last {
+			cc.out = append(cc.out, "0\r\n\r\n"...)
+			return nil
+		}
+		total += int64(len(data))
+		if maxBody > 0 && total > maxBody {
+			return &clientError{status: 413, msg: "request body too large"}
+		}
+		cc.out = strconv.AppendInt(cc.out, int64(len(data)), 16)
+		cc.out = append(cc.out, "\r\n"...)
+		cc.out = append(cc.out, data...)
+		cc.out = append(cc.out, "\r\n"...)
+		return nil
+	})
+	var ce *clientError
+	switch {
+	case err == nil:
+		cc.rd.r = view.r
+		return true, nil
+	case errors.Is(err, errMoreInput):
+		cc.out = cc.out[:start]
+		return false, nil
+	case errors.As(err, &ce):
+		return false, err
+	}
+	return false, &clientError{status: 400, msg: "invalid chunked body: " + err.Error()}
 }
 
 // send writes the request head (with any inline body) and streams the rest of
@@ -821,7 +920,7 @@ func parseResponse(head []byte, uc *upConn, isHead bool) (response, error) {
 	case isHead || resp.status < 200 || resp.status == 204 || resp.status == 304:
 		resp.framing = noBody
 	default:
-		resp.framing, resp.length, err = bodyFraming(hs, true)
+		resp.framing, resp.length, err = responseFraming(hs)
 		if err != nil {
 			return resp, err
 		}

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"errors"
 	"io"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +19,9 @@ func FuzzRequestHead(f *testing.F) {
 		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
 		"\r\n\r\n",
 		"GET  HTTP/1.1\r\n\r\n",
+		"POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\tchunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"POST /x HTTP/1.0\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"get / HTTP/1.1\r\nHost: a\r\nX: " + strings.Repeat("a", 9000) + "\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -28,6 +32,9 @@ func FuzzRequestHead(f *testing.F) {
 		}
 		if n > len(data) {
 			t.Fatalf("headEnd %d beyond %d bytes", n, len(data))
+		}
+		if st := headFits(data[:n], 8192); st != 0 && st != 414 && st != 431 {
+			t.Fatalf("headFits answered %d", st)
 		}
 		cc := &clientConn{}
 		var req request
@@ -51,7 +58,8 @@ func FuzzRequestHead(f *testing.F) {
 // FuzzChunked decodes arbitrary chunked bodies: no panic, no endless loop, and
 // the data emitted never exceeds the input.
 func FuzzChunked(f *testing.F) {
-	for _, s := range []string{"5\r\nhello\r\n0\r\n\r\n", "3;ext=1\r\nabc\r\n0\r\nTrailer: x\r\n\r\n", "zz\r\n", "10\r\nshort"} {
+	for _, s := range []string{"5\r\nhello\r\n0\r\n\r\n", "3;ext=1\r\nabc\r\n0\r\nTrailer: x\r\n\r\n", "zz\r\n", "10\r\nshort",
+		" 5\r\nhello\r\n0\r\n\r\n", "5 ;a=\"b\rc\"\r\nhello\r\n0\r\n\r\n", "5\nhello\n0\nX: a\rb\n\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -388,7 +388,7 @@ func (p *Proxy) grpcTransport(useTLS bool) *http.Transport {
 	p.grpcOnce[i].Do(func() {
 		var protos http.Protocols
 		tr := &http.Transport{
-			DialContext:     (&net.Dialer{Timeout: p.opts.ConnectTimeout}).DialContext,
+			DialContext:     p.opts.DialUpstream,
 			IdleConnTimeout: p.opts.UpstreamIdleTimeout,
 		}
 		if useTLS {

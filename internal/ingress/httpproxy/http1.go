@@ -5,14 +5,17 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 )
 
 // This file is the HTTP/1.x wire format, parsed in place: a message head is
 // sliced out of the connection's read buffer and nothing is copied or allocated
 // per request. The parser is strict where leniency lets a request mean one thing
 // here and another upstream (request smuggling): no whitespace before a colon, no
-// obsolete line folding, one Content-Length, no Content-Length with
-// Transfer-Encoding, chunked as the last coding.
+// obsolete line folding, one Content-Length, one Transfer-Encoding and only
+// "chunked", never both. It refuses at least what nginx refuses, with nginx's
+// statuses: test/ingress/differential_test.go sends a corpus of smuggling and
+// malformed requests to both and fails where minikit is the laxer.
 
 var errHeadTooLarge = errors.New("message head too large")
 
@@ -80,6 +83,9 @@ func headEnd(b []byte) int {
 type header struct {
 	name, value []byte
 	kind        hdrKind
+	// tab: the value of a Content-Length or Transfer-Encoding had a tab
+	// around it, which nginx does not take for whitespace there.
+	tab bool
 }
 
 type hdrKind uint8
@@ -288,13 +294,18 @@ func parseHeaders(b []byte, hs []header) ([]header, error) {
 				return hs, errors.New("invalid header name")
 			}
 		}
-		value := trimOWS(line[c+1:])
+		raw := line[c+1:]
+		value := trimOWS(raw)
 		for _, ch := range value {
 			if ch < ' ' && ch != '\t' || ch == 0x7f {
 				return hs, errors.New("invalid header value")
 			}
 		}
-		hs = append(hs, header{name: name, value: value, kind: classify(name)})
+		h := header{name: name, value: value, kind: classify(name)}
+		if h.kind == hContentLength || h.kind == hTransferEncoding {
+			h.tab = bytes.IndexByte(raw, '\t') >= 0
+		}
+		hs = append(hs, h)
 	}
 }
 
@@ -323,10 +334,49 @@ const (
 	closeBody // until the connection closes (responses only)
 )
 
-// bodyFraming applies RFC 9112 §6.3 to the headers of a message: chunked if it
-// is the final transfer coding, else Content-Length, else none (requests) or
-// until close (responses). Conflicting or invalid framing is an error.
-func bodyFraming(hs []header, response bool) (framing, int64, error) {
+// requestFraming is how a request's body is delimited, by nginx's rules, which
+// are RFC 9112 §6.3 at its strictest: at most one Content-Length, of digits
+// only; at most one Transfer-Encoding, in HTTP/1.1 only, and then exactly
+// "chunked" (any other coding, a list included, is 501 Not Implemented: the
+// proxy would have to decode it); never both. Everything else is 400.
+func requestFraming(hs []header, http11 bool) (framing, int64, *clientError) {
+	var cl int64 = -1
+	var te *header
+	for k := range hs {
+		h := &hs[k]
+		switch h.kind {
+		case hContentLength:
+			n, ok := parseContentLength(h.value)
+			if !ok || h.tab || cl >= 0 {
+				return 0, 0, &clientError{status: 400, msg: "invalid Content-Length"}
+			}
+			cl = n
+		case hTransferEncoding:
+			if te != nil {
+				return 0, 0, &clientError{status: 400, msg: "more than one Transfer-Encoding"}
+			}
+			te = h
+		}
+	}
+	switch {
+	case te == nil && cl > 0:
+		return lengthBody, cl, nil
+	case te == nil:
+		return noBody, 0, nil
+	case !http11:
+		return 0, 0, &clientError{status: 400, msg: "HTTP/1.0 request with Transfer-Encoding"}
+	case te.tab || !foldEq(te.value, "chunked"):
+		return 0, 0, &clientError{status: 501, msg: "unknown Transfer-Encoding " + strconv.Quote(string(te.value))}
+	case cl >= 0:
+		return 0, 0, &clientError{status: 400, msg: "both Transfer-Encoding and Content-Length"}
+	}
+	return chunkedBody, -1, nil
+}
+
+// responseFraming applies RFC 9112 §6.3 to the headers of a response:
+// chunked if it is the final transfer coding, else Content-Length, else until
+// close. Conflicting Content-Lengths are an error.
+func responseFraming(hs []header) (framing, int64, error) {
 	var cl int64 = -1
 	te := false
 	chunked := false
@@ -349,20 +399,12 @@ func bodyFraming(hs []header, response bool) (framing, int64, error) {
 		}
 	}
 	switch {
-	case te && cl >= 0 && !response:
-		return 0, 0, errors.New("both Transfer-Encoding and Content-Length")
 	case te && chunked:
 		return chunkedBody, -1, nil
-	case te && !response:
-		return 0, 0, errors.New("transfer coding other than chunked")
 	case te:
 		return closeBody, -1, nil
-	case cl == 0 && !response:
-		return noBody, 0, nil
 	case cl >= 0:
 		return lengthBody, cl, nil
-	case response:
-		return closeBody, -1, nil
 	}
-	return noBody, 0, nil
+	return closeBody, -1, nil
 }

@@ -67,6 +67,10 @@ type Options struct {
 	HSTS bool
 	// DefaultCertificate is served for unknown SNI names; nil generates the fake one.
 	DefaultCertificate *tls.Certificate
+	// DialUpstream connects to an endpoint, within ConnectTimeout; nil dials
+	// with a net.Dialer. (The differential test against nginx dials endpoints
+	// inside the network namespace it runs everything in.)
+	DialUpstream func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (o *Options) defaults() {
@@ -102,6 +106,16 @@ func (o *Options) defaults() {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = 16384
+	}
+	if o.DialUpstream == nil {
+		o.DialUpstream = (&net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	} else {
+		dial, timeout := o.DialUpstream, o.ConnectTimeout
+		o.DialUpstream = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return dial(ctx, network, addr)
+		}
 	}
 }
 

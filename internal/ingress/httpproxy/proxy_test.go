@@ -472,7 +472,7 @@ func TestStrictParsing(t *testing.T) {
 		{"obsolete folding", "GET /tea HTTP/1.1\r\nHost: cafe.example.com\r\nX-A: a\r\n b\r\n\r\n", "400 Bad Request"},
 		{"HTTP/1.1 without Host", "GET /tea HTTP/1.1\r\n\r\n", "400 Bad Request"},
 		{"two Hosts", "GET /tea HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "400 Bad Request"},
-		{"unknown transfer coding", "POST /tea HTTP/1.1\r\nHost: cafe.example.com\r\nTransfer-Encoding: gzip\r\n\r\n", "400 Bad Request"},
+		{"unknown transfer coding", "POST /tea HTTP/1.1\r\nHost: cafe.example.com\r\nTransfer-Encoding: gzip\r\n\r\n", "501 Not Implemented"},
 		{"HTTP/2 over plain HTTP/1 syntax", "GET /tea HTTP/3.0\r\nHost: cafe.example.com\r\n\r\n", "505 HTTP Version Not Supported"},
 		{"oversized head", "GET /tea HTTP/1.1\r\nHost: cafe.example.com\r\nX-Big: " + strings.Repeat("a", 5000) + "\r\n\r\n", "400 Request Header Or Cookie Too Large"},
 		{"path above root", "GET /../etc/passwd HTTP/1.1\r\nHost: cafe.example.com\r\n\r\n", "400 Bad Request"},

@@ -113,7 +113,6 @@ type poolKey struct {
 type pool struct {
 	key    poolKey
 	opts   *Options
-	dialer net.Dialer
 	tlsCfg *tls.Config
 	// ctx ends when the endpoint leaves the configuration: dials to it in
 	// progress are abandoned (a pod whose network is gone never answers a SYN)
@@ -127,7 +126,7 @@ type pool struct {
 }
 
 func (p *Proxy) newPool(k poolKey) *pool {
-	pl := &pool{key: k, opts: &p.opts, dialer: net.Dialer{Timeout: p.opts.ConnectTimeout, KeepAlive: 30 * time.Second}}
+	pl := &pool{key: k, opts: &p.opts}
 	pl.ctx, pl.cancel = context.WithCancel(context.Background())
 	if k.tls {
 		// As nginx's proxy_ssl_verify off: backends inside the cluster commonly use
@@ -160,7 +159,7 @@ func (pl *pool) get(ctx context.Context) (*upConn, bool, error) {
 		defer cancel()
 		defer context.AfterFunc(pl.ctx, cancel)()
 	}
-	nc, err := pl.dialer.DialContext(ctx, "tcp", pl.key.addr)
+	nc, err := pl.opts.DialUpstream(ctx, "tcp", pl.key.addr)
 	if err != nil {
 		return nil, false, &upstreamError{op: "connecting to", addr: pl.key.addr, err: err}
 	}
