@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/minikit/minikit/internal/apiserver"
+	"github.com/minikit/minikit/internal/fsutil"
 )
 
 // ensureServiceAccountKey returns the key that signs service account tokens,
@@ -40,7 +41,7 @@ func ensureServiceAccountKey(dataDir string) (*ecdsa.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return nil, fmt.Errorf("writing service account key: %w", err)
 	}
 	return k, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minikit/minikit/internal/apiserver"
 	"github.com/minikit/minikit/internal/apiserver/validation"
+	"github.com/minikit/minikit/internal/fsutil"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/leader"
 
@@ -232,7 +233,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		// An HA server hands the cluster's secrets to servers that join it.
 		s.http.Handler = bootstrapHandler(s.http.Handler, creds.caPEM, token, s.bootstrapData)
 		path := filepath.Join(cfg.DataDir, "server-token")
-		if err := writeFileAtomic(path, []byte(JoinToken(creds.caPEM, token)+"\n"), 0o600); err != nil {
+		if err := fsutil.WriteFileAtomic(path, []byte(JoinToken(creds.caPEM, token)+"\n"), 0o600); err != nil {
 			ln.Close()
 			st.Close()
 			return nil, fmt.Errorf("writing the join token: %w", err)
@@ -302,7 +303,7 @@ func WriteKubeconfig(path, url, token string, caPEM []byte) error {
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig: %w", err)
 	}
-	if err := writeFileAtomic(path, b, 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, b, 0o600); err != nil {
 		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
 	}
 	return nil

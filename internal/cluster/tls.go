@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/minikit/minikit/internal/fsutil"
 )
 
 // credentials are the API's TLS material and bearer token, generated into the data
@@ -38,7 +40,7 @@ func ensureToken(dataDir string) (string, error) {
 		return "", err
 	}
 	tok := hex.EncodeToString(raw)
-	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("writing token: %w", err)
 	}
 	return tok, nil
@@ -134,10 +136,10 @@ func savePair(certPath, keyPath string, c *x509.Certificate, k *ecdsa.PrivateKey
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
 		return err
 	}
-	return writeFileAtomic(certPath, pemCert(c), 0o644)
+	return fsutil.WriteFileAtomic(certPath, pemCert(c), 0o644)
 }
 
 func loadPair(certPath, keyPath string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
@@ -160,30 +162,4 @@ func loadPair(certPath, keyPath string) (*x509.Certificate, *ecdsa.PrivateKey, e
 	}
 	k, err := x509.ParseECPrivateKey(kblk.Bytes)
 	return c, k, err
-}
-
-// writeFileAtomic writes via a synced temporary file and a rename, so a crash
-// leaves either the old or the new content.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
