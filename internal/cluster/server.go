@@ -20,10 +20,10 @@ import (
 	"github.com/minikit/minikit/internal/apiserver"
 	"github.com/minikit/minikit/internal/apiserver/validation"
 	"github.com/minikit/minikit/internal/fsutil"
+	"github.com/minikit/minikit/internal/kubeconfig"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/leader"
 
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -253,7 +253,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if creds != nil {
 		caPEM = creds.caPEM
 	}
-	if err := WriteKubeconfig(s.Kubeconfig, s.URL, token, caPEM); err != nil {
+	if err := kubeconfig.Write(s.Kubeconfig, serverKubeconfig(s.URL, token, caPEM), 0o600, -1, -1); err != nil {
 		s.Stop(context.Background())
 		return nil, err
 	}
@@ -288,25 +288,16 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
-// WriteKubeconfig writes a kubeconfig for the API at url, as k3s writes its own.
-func WriteKubeconfig(path, url, token string, caPEM []byte) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["minikit"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: caPEM}
-	auth := &clientcmdapi.AuthInfo{}
+// serverKubeconfig is the kubeconfig a server writes into its data dir, as
+// k3s writes its own: cluster minikit, user minikit-admin, context minikit in
+// namespace default. Off loopback (caPEM set) it carries the CA and the token
+// the API then requires; on loopback the API is plain HTTP without one.
+func serverKubeconfig(url, token string, caPEM []byte) *clientcmdapi.Config {
+	p := kubeconfig.Params{Cluster: "minikit", User: "minikit-admin", Context: "minikit", Namespace: "default", Server: url, CA: caPEM}
 	if caPEM != nil {
-		auth.Token = token
+		p.Token = token
 	}
-	cfg.AuthInfos["minikit-admin"] = auth
-	cfg.Contexts["minikit"] = &clientcmdapi.Context{Cluster: "minikit", AuthInfo: "minikit-admin", Namespace: "default"}
-	cfg.CurrentContext = "minikit"
-	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		return fmt.Errorf("encoding kubeconfig: %w", err)
-	}
-	if err := fsutil.WriteFileAtomic(path, b, 0o600); err != nil {
-		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
-	}
-	return nil
+	return kubeconfig.New(p)
 }
 
 func isLoopback(host string) bool {
