@@ -87,9 +87,18 @@ func (l *Lab) startEtcd(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the external etcd: %w (see %s)", err, filepath.Join(l.cfg.Dir, EtcdHost+".log"))
 	}
+	return etcdServerFlags([]byte(b), etcdClientFile(dir))
+}
+
+// etcdServerFlags are the server flags that use the external etcd that
+// client.json (at path) describes.
+func etcdServerFlags(clientJSON []byte, path string) ([]string, error) {
 	var c etcdClient
-	if err := json.Unmarshal([]byte(b), &c); err != nil || len(c.Endpoints) == 0 {
-		return nil, fmt.Errorf("reading %s: no endpoints (%v)", etcdClientFile(dir), err)
+	if err := json.Unmarshal(clientJSON, &c); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(c.Endpoints) == 0 {
+		return nil, fmt.Errorf("reading %s: no endpoints", path)
 	}
 	return []string{"--datastore", "etcd", "--etcd-endpoints", c.Endpoints[0],
 		"--etcd-cafile", c.CAFile, "--etcd-certfile", c.CertFile, "--etcd-keyfile", c.KeyFile}, nil
