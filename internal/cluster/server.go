@@ -1,7 +1,9 @@
 // Package cluster wires minikit's components into the processes the CLI runs: the
-// server (API + controllers + this node's agent) and, later, the agent. It builds
-// the real dependencies, starts them in order and stops them; nothing else in
-// minikit constructs a component.
+// server (API + controllers + this node's agent, StartServer) and the agent that
+// joins a node to it (StartAgent). It builds the real dependencies, starts them
+// in order and stops them; nothing else in minikit constructs a component. What
+// it decides from its configuration (defaults, flag checks, certificate hosts,
+// addresses, the kubeconfig) is kept in pure functions, tested without root.
 package cluster
 
 import (
