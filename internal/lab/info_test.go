@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
+	"github.com/minikit/minikit/internal/pki"
+
 	"github.com/miekg/dns"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Info draws a lab from its state alone (no API): where to reach its API
@@ -114,4 +120,64 @@ func firstA(m *dns.Msg) (netip.Addr, bool) {
 		}
 	}
 	return netip.Addr{}, false
+}
+
+// The lab's own kubeconfig reaches the API through the forwarder with the
+// server's token and CA, and belongs to the user who ran sudo.
+func TestLabKubeconfig(t *testing.T) {
+	uid, gid := os.Geteuid(), os.Getegid()
+	if uid == 0 {
+		uid, gid = 65534, 65534
+	}
+	l := testLab(t, Config{Name: "kc", Owner: &User{Name: "u", UID: uid, GID: gid}})
+	ca, err := pki.NewCA("minikit-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.writeKubeconfig("https://127.0.0.1:40001", "tok", ca.CertPEM()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.LoadFromFile(l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := "minikit-kc"
+	if cfg.CurrentContext != n || cfg.Contexts[n] == nil || cfg.Contexts[n].Cluster != n || cfg.Contexts[n].AuthInfo != n || cfg.Contexts[n].Namespace != "default" {
+		t.Errorf("context %q %+v", cfg.CurrentContext, cfg.Contexts[n])
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Host != "https://127.0.0.1:40001" || rc.BearerToken != "tok" || !bytes.Equal(rc.CAData, ca.CertPEM()) {
+		t.Errorf("client config host %q token %q CA %q", rc.Host, rc.BearerToken, rc.CAData)
+	}
+	fi, _ := os.Stat(l.Kubeconfig())
+	if sys := fi.Sys().(*syscall.Stat_t); int(sys.Uid) != uid || int(sys.Gid) != gid || fi.Mode().Perm() != 0o600 {
+		t.Errorf("owner %d:%d mode %v, want %d:%d 0600", sys.Uid, sys.Gid, fi.Mode().Perm(), uid, gid)
+	}
+	if _, err := l.Client(); err != nil {
+		t.Errorf("a client from the lab's kubeconfig: %v", err)
+	}
+}
+
+// reachable says whether a user can enter every directory above a file.
+func TestReachable(t *testing.T) {
+	base := t.TempDir()
+	os.Chmod(filepath.Dir(base), 0o755) // the test's own temporary directories
+	os.Chmod(base, 0o755)
+	open := filepath.Join(base, "open", "kubeconfig")
+	closed := filepath.Join(base, "closed", "kubeconfig")
+	os.Mkdir(filepath.Dir(open), 0o711)
+	os.Mkdir(filepath.Dir(closed), 0o700)
+	if !reachable(open, 0, 0) || !reachable(closed, 0, 0) {
+		t.Error("root cannot reach a file")
+	}
+	other := os.Geteuid() + 4242
+	if !reachable(open, other, other) {
+		t.Errorf("%s not reachable through 0711 directories", open)
+	}
+	if reachable(closed, other, other) {
+		t.Errorf("%s reachable through a 0700 directory of another user", closed)
+	}
 }
