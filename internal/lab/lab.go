@@ -260,9 +260,7 @@ func hostAddr(subnet netip.Prefix, host string) netip.Addr {
 		i, _ := strconv.Atoi(strings.TrimPrefix(host, "node"))
 		n = 9 + i
 	}
-	a := subnet.Masked().Addr().As4()
-	a[3] += byte(n)
-	return netip.AddrFrom4(a)
+	return subnetAddr(subnet, byte(n))
 }
 
 // Addr is a host's underlay address.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -124,15 +123,7 @@ func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 
 // LBPool is the lab's LoadBalancer address pool: .240-.250 of the underlay,
 // as on the Vagrant network, where the client and external hosts reach them.
-func (l *Lab) LBPool() string {
-	return l.subnetAddr(240).String() + "-" + l.subnetAddr(250).String()
-}
-
-func (l *Lab) subnetAddr(n byte) netip.Addr {
-	a := l.cfg.Subnet.Masked().Addr().As4()
-	a[3] += n
-	return netip.AddrFrom4(a)
-}
+func (l *Lab) LBPool() string { return lbPool(l.cfg.Subnet) }
 
 // startForwarder runs the loopback forwarder in the root namespace: the only
 // thing a lab puts there, a listener on 127.0.0.1 that dials from node1's
