@@ -72,17 +72,9 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = DefaultDataDir
 	}
-	var addrs []string
-	for _, u := range strings.Split(cfg.ServerURL, ",") {
-		pu, err := url.Parse(strings.TrimSpace(u))
-		if err != nil || pu.Scheme != "https" || pu.Host == "" || (pu.Path != "" && pu.Path != "/") {
-			return nil, fmt.Errorf("--server must be an https:// URL (or several, comma-separated): agents join over TLS with a token, got %q", u)
-		}
-		host := pu.Host
-		if pu.Port() == "" {
-			host = net.JoinHostPort(pu.Hostname(), "443")
-		}
-		addrs = append(addrs, host)
+	addrs, err := serverAddrs(cfg.ServerURL)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Token == "" {
 		return nil, fmt.Errorf("a token is required to join (the server's DATA_DIR/token)")
@@ -146,6 +138,24 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	}
 	go func() { wg.Wait(); close(a.done) }()
 	return a, nil
+}
+
+// serverAddrs parses --server, one https:// URL or several comma-separated,
+// into the servers' host:port (443 when the URL names none).
+func serverAddrs(serverURL string) ([]string, error) {
+	var addrs []string
+	for _, u := range strings.Split(serverURL, ",") {
+		pu, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || pu.Scheme != "https" || pu.Host == "" || (pu.Path != "" && pu.Path != "/") {
+			return nil, fmt.Errorf("--server must be an https:// URL (or several, comma-separated): agents join over TLS with a token, got %q", u)
+		}
+		host := pu.Host
+		if pu.Port() == "" {
+			host = net.JoinHostPort(pu.Hostname(), "443")
+		}
+		addrs = append(addrs, host)
+	}
+	return addrs, nil
 }
 
 // runNode starts this machine's node agent and the per-node components.

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/minikit/minikit/internal/fsutil"
 )
 
 // A server of an HA control plane hands the cluster's shared secrets to a
@@ -206,7 +208,7 @@ func writeBootstrap(dataDir string, d bootstrapData) error {
 		if strings.TrimSpace(f.data) == "" {
 			return fmt.Errorf("the bootstrap data has no %s", filepath.Base(f.path))
 		}
-		if err := writeFileAtomic(f.path, []byte(f.data), f.mode); err != nil {
+		if err := fsutil.WriteFileAtomic(f.path, []byte(f.data), f.mode); err != nil {
 			return fmt.Errorf("writing %s: %w", f.path, err)
 		}
 	}

@@ -2,8 +2,6 @@ package cluster
 
 import (
 	"crypto/ecdsa"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,6 +9,8 @@ import (
 	"path/filepath"
 
 	"github.com/minikit/minikit/internal/apiserver"
+	"github.com/minikit/minikit/internal/fsutil"
+	"github.com/minikit/minikit/internal/pki"
 )
 
 // ensureServiceAccountKey returns the key that signs service account tokens,
@@ -20,15 +20,15 @@ import (
 func ensureServiceAccountKey(dataDir string) (*ecdsa.PrivateKey, error) {
 	path := filepath.Join(dataDir, "sa.key")
 	if b, err := os.ReadFile(path); err == nil {
-		blk, _ := pem.Decode(b)
-		if blk == nil {
-			return nil, fmt.Errorf("reading %s: no PEM block", path)
-		}
-		k, err := x509.ParseECPrivateKey(blk.Bytes)
+		k, err := pki.ParseKey(b)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
-		return k, nil
+		ek, ok := k.(*ecdsa.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("reading %s: a %T, want an ECDSA key", path, k)
+		}
+		return ek, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -36,11 +36,11 @@ func ensureServiceAccountKey(dataDir string) (*ecdsa.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	der, err := x509.MarshalECPrivateKey(k)
+	b, err := pki.EncodeKey(k)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(path, b, 0o600); err != nil {
 		return nil, fmt.Errorf("writing service account key: %w", err)
 	}
 	return k, nil

@@ -4,7 +4,9 @@
 // a server and runs only the per-node components: kubelet, service proxy,
 // network policy, cluster DNS, ingress and the load balancer's announcer). It
 // builds the real dependencies, starts them in order and stops them; nothing
-// else in minikit constructs a component.
+// else in minikit constructs a component. What it decides from its
+// configuration (defaults, flag checks, certificate hosts, addresses, the
+// kubeconfig) is kept in pure functions, tested without root.
 package cluster
 
 import (
@@ -22,10 +24,11 @@ import (
 
 	"github.com/minikit/minikit/internal/apiserver"
 	"github.com/minikit/minikit/internal/apiserver/validation"
+	"github.com/minikit/minikit/internal/fsutil"
+	"github.com/minikit/minikit/internal/kubeconfig"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/leader"
 
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -111,40 +114,12 @@ func KubeconfigPath(dataDir string) string { return filepath.Join(dataDir, "kube
 // StartServer opens the store, starts the API and writes the kubeconfig. It returns
 // once the API accepts connections.
 func StartServer(cfg ServerConfig) (*Server, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.DataDir == "" {
-		cfg.DataDir = DefaultDataDir
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:6443"
-	}
-	vcfg := validation.DefaultConfig()
-	if cfg.ServiceCIDR.IsValid() {
-		vcfg.ServiceCIDR = cfg.ServiceCIDR
-	}
-	if cfg.NodePortMin != 0 {
-		vcfg.NodePortMin, vcfg.NodePortMax = cfg.NodePortMin, cfg.NodePortMax
-	}
-	log := cfg.Logger.With("component", "server")
-	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	plan, err := cfg.plan()
 	if err != nil {
-		return nil, fmt.Errorf("parsing --listen %q: %w", cfg.Listen, err)
-	}
-	loopback := isLoopback(host)
-	if err := cfg.checkDatastore(); err != nil {
 		return nil, err
 	}
-	if cfg.embedded() && loopback {
-		return nil, fmt.Errorf("--cluster-init and --join need --listen off loopback (got %s): the other servers join this one over TLS", cfg.Listen)
-	}
-	if !cfg.ServiceCIDR.IsValid() {
-		cfg.ServiceCIDR = vcfg.ServiceCIDR
-	}
-	if !cfg.PodCIDR.IsValid() {
-		cfg.PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
-	}
+	vcfg, host, loopback := plan.validation, plan.host, plan.loopback
+	log := cfg.Logger.With("component", "server")
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating data dir: %w", err)
 	}
@@ -164,30 +139,12 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if !loopback {
 		// Pods run host commands as root: an unauthenticated API off loopback would be
 		// remote root. Off loopback, minikit always serves TLS and requires the token.
-		hosts := append([]string{"127.0.0.1", "localhost", host}, cfg.ExtraSANs...)
-		if cfg.AdvertiseAddress != "" {
-			hosts = append(hosts, cfg.AdvertiseAddress)
-		}
-		hosts = append(hosts, localAddresses(host)...)
-		// Pods reach the API as the kubernetes Service (rest.InClusterConfig
-		// dials its cluster IP), and by its DNS names, as kube-apiserver's
-		// certificate allows.
-		hosts = append(hosts, kubernetesServiceIP(cfg.ServiceCIDR).String(), "kubernetes", "kubernetes.default",
-			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+		hosts := cfg.servingHosts(host, localAddresses(host))
 		if creds, err = ensureTLS(cfg.DataDir, hosts); err != nil {
 			return nil, fmt.Errorf("preparing TLS for %s (required when listening off loopback): %w", cfg.Listen, err)
 		}
 	}
-	adv := cfg.AdvertiseAddress
-	if adv == "" && cfg.NodeIP.IsValid() && !loopback {
-		adv = cfg.NodeIP.String()
-	}
-	if adv == "" {
-		adv = host
-		if host == "" || host == "0.0.0.0" || host == "::" {
-			adv = firstAddress()
-		}
-	}
+	adv := cfg.advertiseAddress(host, loopback, firstAddress)
 	st, err := cfg.openDatastore(context.Background(), adv, members, log)
 	if err != nil {
 		return nil, err
@@ -197,10 +154,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	port, _ := strconv.Atoi(portStr)
-	if p := ln.Addr().(*net.TCPAddr).Port; p != 0 {
-		port = p
-	}
+	port := ln.Addr().(*net.TCPAddr).Port
 	saKey, err := ensureServiceAccountKey(cfg.DataDir)
 	if err != nil {
 		ln.Close()
@@ -227,15 +181,11 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	s.http = api.HTTPServer()
 	s.http.BaseContext = func(net.Listener) context.Context { return baseCtx }
 	s.http.ErrorLog = slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug)
-	urlHost := net.JoinHostPort(host, strconv.Itoa(port))
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		urlHost = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	}
 	if cfg.embedded() {
 		// An HA server hands the cluster's secrets to servers that join it.
 		s.http.Handler = bootstrapHandler(s.http.Handler, creds.caPEM, token, s.bootstrapData)
 		path := filepath.Join(cfg.DataDir, "server-token")
-		if err := writeFileAtomic(path, []byte(JoinToken(creds.caPEM, token)+"\n"), 0o600); err != nil {
+		if err := fsutil.WriteFileAtomic(path, []byte(JoinToken(creds.caPEM, token)+"\n"), 0o600); err != nil {
 			ln.Close()
 			st.Close()
 			return nil, fmt.Errorf("writing the join token: %w", err)
@@ -244,10 +194,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	if creds != nil {
 		s.http.TLSConfig = &tls.Config{Certificates: []tls.Certificate{creds.cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-		s.URL = "https://" + urlHost
+		s.URL = apiURL(host, port, true)
 		go s.serve(func() error { return s.http.ServeTLS(ln, "", "") })
 	} else {
-		s.URL = "http://" + urlHost
+		s.URL = apiURL(host, port, false)
 		go s.serve(func() error { return s.http.Serve(ln) })
 	}
 	s.Kubeconfig = KubeconfigPath(cfg.DataDir)
@@ -255,7 +205,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if creds != nil {
 		caPEM = creds.caPEM
 	}
-	if err := WriteKubeconfig(s.Kubeconfig, s.URL, token, caPEM); err != nil {
+	if err := kubeconfig.Write(s.Kubeconfig, serverKubeconfig(s.URL, token, caPEM), 0o600, -1, -1); err != nil {
 		s.Stop(context.Background())
 		return nil, err
 	}
@@ -266,6 +216,98 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	return s, nil
 }
+
+// serverPlan is what StartServer decides from its configuration alone,
+// before it touches the disk or the network.
+type serverPlan struct {
+	host     string // --listen's host
+	loopback bool   // plain HTTP without a token; anything else is TLS with one
+	// validation is the API's object validation, with the configured ranges.
+	validation validation.Config
+}
+
+// plan fills in cfg's defaults and checks its flags together.
+func (cfg *ServerConfig) plan() (serverPlan, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:6443"
+	}
+	vcfg := validation.DefaultConfig()
+	if cfg.ServiceCIDR.IsValid() {
+		vcfg.ServiceCIDR = cfg.ServiceCIDR
+	}
+	if cfg.NodePortMin != 0 {
+		vcfg.NodePortMin, vcfg.NodePortMax = cfg.NodePortMin, cfg.NodePortMax
+	}
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return serverPlan{}, fmt.Errorf("parsing --listen %q: %w", cfg.Listen, err)
+	}
+	loopback := isLoopback(host)
+	if err := cfg.checkDatastore(); err != nil {
+		return serverPlan{}, err
+	}
+	if cfg.embedded() && loopback {
+		return serverPlan{}, fmt.Errorf("--cluster-init and --join need --listen off loopback (got %s): the other servers join this one over TLS", cfg.Listen)
+	}
+	if !cfg.ServiceCIDR.IsValid() {
+		cfg.ServiceCIDR = vcfg.ServiceCIDR
+	}
+	if !cfg.PodCIDR.IsValid() {
+		cfg.PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	}
+	return serverPlan{host: host, loopback: loopback, validation: vcfg}, nil
+}
+
+// servingHosts are the names and addresses the serving certificate must
+// hold for a server listening on host: loopback, host itself, --tls-san,
+// the advertise address, the machine's addresses (local, when host is a
+// wildcard), and the kubernetes Service's cluster IP and DNS names, which
+// pods dial (rest.InClusterConfig), as kube-apiserver's certificate allows.
+func (cfg *ServerConfig) servingHosts(host string, local []string) []string {
+	hosts := append([]string{"127.0.0.1", "localhost", host}, cfg.ExtraSANs...)
+	if cfg.AdvertiseAddress != "" {
+		hosts = append(hosts, cfg.AdvertiseAddress)
+	}
+	hosts = append(hosts, local...)
+	return append(hosts, kubernetesServiceIP(cfg.ServiceCIDR).String(), "kubernetes", "kubernetes.default",
+		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+}
+
+// advertiseAddress is the address other nodes, etcd peers and the
+// kubernetes Service use: --advertise-address, else the node IP (off
+// loopback), else the listen host, else (a wildcard) first().
+func (cfg *ServerConfig) advertiseAddress(host string, loopback bool, first func() string) string {
+	switch {
+	case cfg.AdvertiseAddress != "":
+		return cfg.AdvertiseAddress
+	case cfg.NodeIP.IsValid() && !loopback:
+		return cfg.NodeIP.String()
+	case isWildcard(host):
+		return first()
+	}
+	return host
+}
+
+// apiURL is the URL of the API listening on host:port; a wildcard listener
+// is reached on 127.0.0.1.
+func apiURL(host string, port int, tls bool) string {
+	if isWildcard(host) {
+		host = "127.0.0.1"
+	}
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+func isWildcard(host string) bool { return host == "" || host == "0.0.0.0" || host == "::" }
 
 func (s *Server) serve(fn func() error) {
 	if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -290,25 +332,16 @@ func (s *Server) Stop(ctx context.Context) error {
 	return err
 }
 
-// WriteKubeconfig writes a kubeconfig for the API at url, as k3s writes its own.
-func WriteKubeconfig(path, url, token string, caPEM []byte) error {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["minikit"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: caPEM}
-	auth := &clientcmdapi.AuthInfo{}
+// serverKubeconfig is the kubeconfig a server writes into its data dir, as
+// k3s writes its own: cluster minikit, user minikit-admin, context minikit in
+// namespace default. Off loopback (caPEM set) it carries the CA and the token
+// the API then requires; on loopback the API is plain HTTP without one.
+func serverKubeconfig(url, token string, caPEM []byte) *clientcmdapi.Config {
+	p := kubeconfig.Params{Cluster: "minikit", User: "minikit-admin", Context: "minikit", Namespace: "default", Server: url, CA: caPEM}
 	if caPEM != nil {
-		auth.Token = token
+		p.Token = token
 	}
-	cfg.AuthInfos["minikit-admin"] = auth
-	cfg.Contexts["minikit"] = &clientcmdapi.Context{Cluster: "minikit", AuthInfo: "minikit-admin", Namespace: "default"}
-	cfg.CurrentContext = "minikit"
-	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		return fmt.Errorf("encoding kubeconfig: %w", err)
-	}
-	if err := writeFileAtomic(path, b, 0o600); err != nil {
-		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
-	}
-	return nil
+	return kubeconfig.New(p)
 }
 
 func isLoopback(host string) bool {
@@ -322,7 +355,7 @@ func isLoopback(host string) bool {
 // localAddresses lists the machine's addresses for the certificate when listening
 // on all of them.
 func localAddresses(host string) []string {
-	if host != "" && host != "0.0.0.0" && host != "::" {
+	if !isWildcard(host) {
 		return nil
 	}
 	var out []string

@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/fsutil"
 	"github.com/minikit/minikit/internal/informer"
 	"github.com/minikit/minikit/internal/ingress/config"
 	"github.com/minikit/minikit/internal/ingress/httpproxy"
@@ -343,20 +344,12 @@ func (n *Node) writeConf(cfg *config.Config) error {
 		}
 	}
 	for name, data := range out.Files {
-		if err := writeFileAtomic(filepath.Join(n.cfg.Dir, name), data); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(n.cfg.Dir, name), data, 0o600); err != nil {
 			return err
 		}
 	}
 	n.lastConf = conf
 	return nil
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // keepAnnounced keeps the listeners annotation on the node's Node (which the

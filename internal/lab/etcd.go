@@ -2,23 +2,16 @@ package lab
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/minikit/minikit/internal/etcdserver"
+	"github.com/minikit/minikit/internal/fsutil"
+	"github.com/minikit/minikit/internal/pki"
 )
 
 // EtcdHost is the key of the external etcd's process in a lab's state: with
@@ -64,10 +57,7 @@ func RunEtcd(ctx context.Context, dir string, ip netip.Addr, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(etcdClientFile(dir)+".tmp", b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(etcdClientFile(dir)+".tmp", etcdClientFile(dir)); err != nil {
+	if err := fsutil.WriteFileAtomic(etcdClientFile(dir), b, 0o600); err != nil {
 		return err
 	}
 	log.Info("external etcd serving", "endpoints", sc.Endpoints)
@@ -76,42 +66,13 @@ func RunEtcd(ctx context.Context, dir string, ip netip.Addr, log *slog.Logger) e
 }
 
 // ensureEtcdCA loads or creates the etcd CA in dir (ECDSA P-256, as the
-// cluster CA).
+// cluster CA) and returns its certificate and key PEM.
 func ensureEtcdCA(dir string) ([]byte, []byte, error) {
-	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
-	c, cerr := os.ReadFile(certPath)
-	k, kerr := os.ReadFile(keyPath)
-	if cerr == nil && kerr == nil {
-		return c, k, nil
-	}
-	if !errors.Is(cerr, os.ErrNotExist) && cerr != nil {
-		return nil, nil, cerr
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.LoadOrCreateCA(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"), "minikit-lab-etcd-ca")
 	if err != nil {
 		return nil, nil, err
 	}
-	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "minikit-lab-etcd-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("creating the etcd CA: %w", err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	c = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	k = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-	if err := os.WriteFile(keyPath, k, 0o600); err != nil {
-		return nil, nil, err
-	}
-	if err := os.WriteFile(certPath, c, 0o644); err != nil {
-		return nil, nil, err
-	}
-	return c, k, nil
+	return ca.CertPEM(), ca.KeyPEM(), nil
 }
 
 // startEtcd starts the external etcd on the external host and returns the
@@ -126,9 +87,18 @@ func (l *Lab) startEtcd(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the external etcd: %w (see %s)", err, filepath.Join(l.cfg.Dir, EtcdHost+".log"))
 	}
+	return etcdServerFlags([]byte(b), etcdClientFile(dir))
+}
+
+// etcdServerFlags are the server flags that use the external etcd that
+// client.json (at path) describes.
+func etcdServerFlags(clientJSON []byte, path string) ([]string, error) {
 	var c etcdClient
-	if err := json.Unmarshal([]byte(b), &c); err != nil || len(c.Endpoints) == 0 {
-		return nil, fmt.Errorf("reading %s: no endpoints (%v)", etcdClientFile(dir), err)
+	if err := json.Unmarshal(clientJSON, &c); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(c.Endpoints) == 0 {
+		return nil, fmt.Errorf("reading %s: no endpoints", path)
 	}
 	return []string{"--datastore", "etcd", "--etcd-endpoints", c.Endpoints[0],
 		"--etcd-cafile", c.CAFile, "--etcd-certfile", c.CertFile, "--etcd-keyfile", c.KeyFile}, nil

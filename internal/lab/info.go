@@ -92,7 +92,7 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 	}
 	if subnet.IsValid() {
 		in.InternalAPIServer = "https://" + net.JoinHostPort(hostAddr(subnet, nodeName(1)).String(), strconv.Itoa(APIPort))
-		in.LoadBalancerPool = subnetAddr(subnet, 240).String() + "-" + subnetAddr(subnet, 250).String()
+		in.LoadBalancerPool = lbPool(subnet)
 	}
 	cidrs := map[string]string{}
 	if withAPI {
@@ -140,6 +140,13 @@ func hostOrder(h string) int {
 	return n
 }
 
+// lbPool is a lab's LoadBalancer address pool on subnet: .240-.250.
+func lbPool(subnet netip.Prefix) string {
+	return subnetAddr(subnet, 240).String() + "-" + subnetAddr(subnet, 250).String()
+}
+
+// subnetAddr is the address n of subnet (its host part added to the last
+// octet, as a Vagrant network numbers its hosts).
 func subnetAddr(subnet netip.Prefix, n byte) netip.Addr {
 	a := subnet.Masked().Addr().As4()
 	a[3] += n

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/minikit/minikit/internal/kubeconfig"
+
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -88,45 +90,7 @@ func LabFromContext(context string) (string, bool) {
 // minikit-NAME, the context current.
 func labKubeconfig(name, server, token string, ca []byte) *clientcmdapi.Config {
 	n := ContextName(name)
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[n] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	cfg.AuthInfos[n] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts[n] = &clientcmdapi.Context{Cluster: n, AuthInfo: n, Namespace: "default"}
-	cfg.CurrentContext = n
-	return cfg
-}
-
-// writeKubeconfigFile writes cfg to path through a temporary file and a
-// rename, mode 0600, owned by uid:gid (-1 keeps the writer's): the token is
-// readable by that user and nobody else.
-func writeKubeconfigFile(path string, cfg *clientcmdapi.Config, uid, gid int, mode fs.FileMode) error {
-	b, err := clientcmd.Write(*cfg)
-	if err != nil {
-		return fmt.Errorf("encoding kubeconfig %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".kubeconfig-*")
-	if err != nil {
-		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
-	}
-	tmp := f.Name()
-	err = f.Chmod(mode)
-	if err == nil && (uid >= 0 || gid >= 0) && (uid != os.Geteuid() || gid != os.Getegid()) {
-		err = f.Chown(uid, gid)
-	}
-	if err == nil {
-		_, err = f.Write(b)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
-	}
-	return nil
+	return kubeconfig.New(kubeconfig.Params{Cluster: n, User: n, Context: n, Server: server, CA: ca, Token: token, Namespace: "default"})
 }
 
 // userKubeconfig resolves a user's kubeconfig path for root to write: a
@@ -204,7 +168,7 @@ func MergeKubeconfig(path string, src *clientcmdapi.Config, name string, uid, gi
 	cfg.AuthInfos[n] = src.AuthInfos[n]
 	cfg.Contexts[n] = src.Contexts[n]
 	cfg.CurrentContext = n
-	if err := writeKubeconfigFile(real, cfg, uid, gid, mode); err != nil {
+	if err := kubeconfig.Write(real, cfg, mode, uid, gid); err != nil {
 		return "", err
 	}
 	return prev, nil
@@ -244,7 +208,7 @@ func UnmergeKubeconfig(path, name, prev string, uid int) error {
 		return err
 	}
 	sys := st.Sys().(*syscall.Stat_t)
-	return writeKubeconfigFile(real, cfg, int(sys.Uid), int(sys.Gid), st.Mode().Perm())
+	return kubeconfig.Write(real, cfg, st.Mode().Perm(), int(sys.Uid), int(sys.Gid))
 }
 
 // reachable reports whether uid:gid can enter every directory above path
@@ -277,7 +241,7 @@ func (l *Lab) writeKubeconfig(server, token string, ca []byte) error {
 	if o := l.cfg.Owner; o != nil {
 		uid, gid = o.UID, o.GID
 	}
-	return writeKubeconfigFile(l.Kubeconfig(), labKubeconfig(l.cfg.Name, server, token, ca), uid, gid, 0o600)
+	return kubeconfig.Write(l.Kubeconfig(), labKubeconfig(l.cfg.Name, server, token, ca), 0o600, uid, gid)
 }
 
 // mergeKubeconfig merges the lab's context into its Owner's ~/.kube/config

@@ -9,7 +9,9 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -22,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minikit/minikit/internal/fsutil"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/netns"
 
@@ -257,9 +260,7 @@ func hostAddr(subnet netip.Prefix, host string) netip.Addr {
 		i, _ := strconv.Atoi(strings.TrimPrefix(host, "node"))
 		n = 9 + i
 	}
-	a := subnet.Masked().Addr().As4()
-	a[3] += byte(n)
-	return netip.AddrFrom4(a)
+	return subnetAddr(subnet, byte(n))
 }
 
 // Addr is a host's underlay address.
@@ -306,11 +307,23 @@ func (l *Lab) Command(host string, argv ...string) *exec.Cmd {
 	return exec.Command("nsenter", args...)
 }
 
+// stateFile is where a lab in dir keeps its State.
+func stateFile(dir string) string { return filepath.Join(dir, "lab.json") }
+
+// saveState writes the lab's state durably: `lab down` after a crash or a
+// power loss reads it to find what to remove.
 func (l *Lab) saveState() error {
 	// World-readable, like the registry: it holds no secret, and `lab status`
 	// works without sudo.
 	b, _ := json.MarshalIndent(l.state, "", "  ")
-	return os.WriteFile(filepath.Join(l.cfg.Dir, "lab.json"), b, 0o644)
+	return fsutil.WriteFileAtomic(stateFile(l.cfg.Dir), b, 0o644)
+}
+
+// newState is the state of a lab about to be built from cfg.
+func newState(cfg Config) State {
+	return State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
+		PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
 }
 
 // Up builds the lab and starts minikit on its nodes; it returns once every node
@@ -327,7 +340,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 			return nil, fmt.Errorf("lab %q already exists (namespace %s); remove it with: minikit lab down --name %s", cfg.Name, NS(cfg.Name, h), cfg.Name)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(cfg.Dir, "lab.json")); err == nil {
+	if _, err := os.Stat(stateFile(cfg.Dir)); err == nil {
 		return nil, fmt.Errorf("lab %q already exists (%s); remove it with: minikit lab down --name %s --dir %s", cfg.Name, cfg.Dir, cfg.Name, cfg.Dir)
 	}
 	if e, ok := Lookup(cfg.Name); ok {
@@ -336,10 +349,7 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if err := makeDir(cfg.Dir, cfg.Owner != nil); err != nil {
 		return nil, err
 	}
-	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name),
-		state: State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(), ProxyMode: cfg.ProxyMode,
-			PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
-			PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}}
+	made := &Lab{cfg: cfg, log: cfg.Logger.With("component", "lab", "lab", cfg.Name), state: newState(cfg)}
 	l = made
 	if err := register(Entry{Name: cfg.Name, Dir: cfg.Dir, Kubeconfig: l.Kubeconfig()}); err != nil {
 		os.RemoveAll(cfg.Dir)
@@ -374,9 +384,6 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 	return l, nil
 }
 
-// makeDir makes the lab's directory. When it is shared with a user, the
-// directories made here may be entered (0711) but not listed by others: the
-// kubeconfig inside is the user's own (0600), every other file root's.
 // keepLogs copies a failed lab's logs (its processes' and each embedded etcd
 // member's) out of the lab directory that Down removes, and returns where.
 func (l *Lab) keepLogs() string {
@@ -403,6 +410,9 @@ func (l *Lab) keepLogs() string {
 	return dst
 }
 
+// makeDir makes the lab's directory. When it is shared with a user, the
+// directories made here may be entered (0711) but not listed by others: the
+// kubeconfig inside is the user's own (0600), every other file root's.
 func makeDir(dir string, shared bool) error {
 	var made []string
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
@@ -606,22 +616,7 @@ func (l *Lab) SetProxyMode(host, mode string) error {
 	if mode != "iptables" && mode != "nftables" {
 		return fmt.Errorf("unknown proxy mode %q: want iptables or nftables", mode)
 	}
-	argv := l.state.Args[host]
-	if len(argv) == 0 {
-		return fmt.Errorf("%s has no process", host)
-	}
-	argv = append([]string(nil), argv...)
-	set := false
-	for i := 0; i+1 < len(argv); i++ {
-		if argv[i] == "--proxy-mode" {
-			argv[i+1], set = mode, true
-		}
-	}
-	if !set {
-		argv = append(argv, "--proxy-mode", mode)
-	}
-	l.state.Args[host] = argv
-	return l.saveState()
+	return l.setArg(host, "--proxy-mode", mode)
 }
 
 // SetPodNetwork changes the --pod-network a node's process is started with
@@ -636,16 +631,21 @@ func (l *Lab) SetPodNetwork(host, mode string) error {
 
 // PodNetwork is the --pod-network a host's process runs with ("host-gw"
 // when it has none).
-func (l *Lab) PodNetwork(host string) string {
+func (l *Lab) PodNetwork(host string) string { return l.arg(host, "--pod-network", "host-gw") }
+
+// arg is the value of flag in host's recorded command line, else def.
+func (l *Lab) arg(host, flag, def string) string {
 	argv := l.state.Args[host]
 	for i := 0; i+1 < len(argv); i++ {
-		if argv[i] == "--pod-network" {
+		if argv[i] == flag {
 			return argv[i+1]
 		}
 	}
-	return "host-gw"
+	return def
 }
 
+// setArg sets flag to value in host's recorded command line (appending it
+// when missing), for the next Start.
 func (l *Lab) setArg(host, flag, value string) error {
 	argv := l.state.Args[host]
 	if len(argv) == 0 {
@@ -667,15 +667,7 @@ func (l *Lab) setArg(host, flag, value string) error {
 
 // ProxyMode is the --proxy-mode a host's process runs with ("iptables"
 // when it has none).
-func (l *Lab) ProxyMode(host string) string {
-	argv := l.state.Args[host]
-	for i := 0; i+1 < len(argv); i++ {
-		if argv[i] == "--proxy-mode" {
-			return argv[i+1]
-		}
-	}
-	return "iptables"
-}
+func (l *Lab) ProxyMode(host string) string { return l.arg(host, "--proxy-mode", "iptables") }
 
 // RemoveNode takes a node out of the cluster, as decommissioning a VM does: its
 // process stops, its pods, bridge and rules are removed from its namespace, and its
@@ -777,8 +769,11 @@ func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
 func Load(name, dir string) (State, error) {
 	dir = resolveDir(name, dir)
 	st, err := readState(dir)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return st, fmt.Errorf("no lab %q in %s: %w", name, dir, err)
+	}
+	if err != nil {
+		return st, fmt.Errorf("lab %q: %w", name, err)
 	}
 	return st, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,34 +25,14 @@ const APIPort = 6443
 // forwarder, and waits until every node is Ready.
 func (l *Lab) startNodes(ctx context.Context) error {
 	dir1 := filepath.Join(l.cfg.Dir, nodeName(1))
-	var servers []string // host:port of every server's API
-	for i := 1; i <= l.cfg.Servers; i++ {
-		servers = append(servers, net.JoinHostPort(l.Addr(nodeName(i)).String(), strconv.Itoa(APIPort)))
-	}
-	serverArgs := func(i int) []string {
-		h := nodeName(i)
-		return []string{"server",
-			"--data-dir", filepath.Join(l.cfg.Dir, h),
-			"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
-			"--advertise-address", l.Addr(h).String(),
-			"--node-name", h, "--node-ip", l.Addr(h).String(),
-			"--lb-pool", l.LBPool(),
-			"--dns-upstream", l.Addr(External).String(),
-			"--proxy-mode", l.cfg.ProxyMode,
-			"--pod-network", l.cfg.PodNetwork}
-	}
-	args := serverArgs(1)
-	if l.cfg.Servers > 1 {
-		args = append(args, "--cluster-init")
-	}
+	var etcdFlags []string
 	if l.cfg.Datastore == "etcd" {
-		flags, err := l.startEtcd(ctx)
-		if err != nil {
+		var err error
+		if etcdFlags, err = l.startEtcd(ctx); err != nil {
 			return err
 		}
-		args = append(args, flags...)
 	}
-	if err := l.start(nodeName(1), "minikit server", append([]string{l.cfg.Binary}, args...)...); err != nil {
+	if err := l.start(nodeName(1), "minikit server", l.nodeArgs(1, etcdFlags)...); err != nil {
 		return err
 	}
 	// The server writes its token and CA before it serves.
@@ -64,11 +43,10 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	if _, err := waitFile(ctx, filepath.Join(dir1, "kubeconfig")); err != nil {
 		return fmt.Errorf("waiting for the server's kubeconfig: %w", err)
 	}
-	caFile := filepath.Join(dir1, "tls", "ca.crt")
-	if err := l.startForwarder(servers); err != nil {
+	if err := l.startForwarder(l.apiServers()); err != nil {
 		return err
 	}
-	ca, err := os.ReadFile(caFile)
+	ca, err := os.ReadFile(l.caFile())
 	if err != nil {
 		return err
 	}
@@ -83,25 +61,13 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	if err := l.waitPodCIDR(ctx, nodeName(1)); err != nil {
 		return err
 	}
-	var urls []string
-	for _, s := range servers {
-		urls = append(urls, "https://"+s)
-	}
 	for i := 2; i <= l.cfg.Nodes; i++ {
 		h := nodeName(i)
-		var err error
+		role := "minikit agent"
 		if i <= l.cfg.Servers {
-			err = l.start(h, "minikit server", append(append([]string{l.cfg.Binary}, serverArgs(i)...),
-				"--join", urls[0], "--token-file", filepath.Join(dir1, "server-token"))...)
-		} else {
-			err = l.start(h, "minikit agent", l.cfg.Binary, "agent",
-				"--server", strings.Join(urls, ","), "--token-file", filepath.Join(dir1, "token"), "--ca-file", caFile,
-				"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String(),
-				"--dns-upstream", l.Addr(External).String(),
-				"--proxy-mode", l.cfg.ProxyMode,
-				"--pod-network", l.cfg.PodNetwork)
+			role = "minikit server"
 		}
-		if err != nil {
+		if err := l.start(h, role, l.nodeArgs(i, nil)...); err != nil {
 			return err
 		}
 		if err := l.waitPodCIDR(ctx, h); err != nil {
@@ -111,17 +77,53 @@ func (l *Lab) startNodes(ctx context.Context) error {
 	return l.WaitReady(ctx)
 }
 
-// LBPool is the lab's LoadBalancer address pool: .240-.250 of the underlay,
-// as on the Vagrant network, where the client and external hosts reach them.
-func (l *Lab) LBPool() string {
-	return l.subnetAddr(240).String() + "-" + l.subnetAddr(250).String()
+// apiServers are the host:port of every server's API, node1's first.
+func (l *Lab) apiServers() []string {
+	var servers []string
+	for i := 1; i <= l.cfg.Servers; i++ {
+		servers = append(servers, net.JoinHostPort(l.Addr(nodeName(i)).String(), strconv.Itoa(APIPort)))
+	}
+	return servers
 }
 
-func (l *Lab) subnetAddr(n byte) netip.Addr {
-	a := l.cfg.Subnet.Masked().Addr().As4()
-	a[3] += n
-	return netip.AddrFrom4(a)
+// caFile is the cluster CA that node1's server writes, which agents pin.
+func (l *Lab) caFile() string { return filepath.Join(l.cfg.Dir, nodeName(1), "tls", "ca.crt") }
+
+// nodeArgs is the command line of node i, with the flags a Vagrant VM's
+// would have: node1 runs `minikit server` (--cluster-init when the lab has
+// several servers, etcdFlags with an external etcd), the next Servers-1
+// nodes `minikit server --join` node1, and the others `minikit agent`
+// pointing at every server.
+func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
+	h := nodeName(i)
+	dir1 := filepath.Join(l.cfg.Dir, nodeName(1))
+	common := []string{"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String()}
+	modes := []string{"--dns-upstream", l.Addr(External).String(), "--proxy-mode", l.cfg.ProxyMode, "--pod-network", l.cfg.PodNetwork}
+	var urls []string
+	for _, s := range l.apiServers() {
+		urls = append(urls, "https://"+s)
+	}
+	if i > l.cfg.Servers {
+		args := append([]string{l.cfg.Binary, "agent", "--server", strings.Join(urls, ","),
+			"--token-file", filepath.Join(dir1, "token"), "--ca-file", l.caFile()}, common...)
+		return append(args, modes...)
+	}
+	args := append([]string{l.cfg.Binary, "server", common[0], common[1],
+		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
+		"--advertise-address", l.Addr(h).String()}, common[2:]...)
+	args = append(append(args, "--lb-pool", l.LBPool()), modes...)
+	switch {
+	case i > 1:
+		args = append(args, "--join", urls[0], "--token-file", filepath.Join(dir1, "server-token"))
+	case l.cfg.Servers > 1:
+		args = append(args, "--cluster-init")
+	}
+	return append(args, etcdFlags...)
 }
+
+// LBPool is the lab's LoadBalancer address pool: .240-.250 of the underlay,
+// as on the Vagrant network, where the client and external hosts reach them.
+func (l *Lab) LBPool() string { return lbPool(l.cfg.Subnet) }
 
 // startForwarder runs the loopback forwarder in the root namespace: the only
 // thing a lab puts there, a listener on 127.0.0.1 that dials from node1's

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/minikit/minikit/internal/fsutil"
 )
 
 // RegistryDir is where every lab on the machine is recorded by name, one
@@ -44,14 +46,9 @@ func register(e Entry) error {
 		if err = os.MkdirAll(RegistryDir, 0o755); err != nil {
 			continue
 		}
-		tmp := registryPath(e.Name) + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o644); err != nil {
-			continue
-		}
-		if err = os.Rename(tmp, registryPath(e.Name)); err == nil {
+		if err = fsutil.WriteFileAtomic(registryPath(e.Name), b, 0o644); err == nil {
 			return nil
 		}
-		os.Remove(tmp)
 	}
 	return fmt.Errorf("recording lab %q in %s: %w", e.Name, RegistryDir, err)
 }
@@ -123,11 +120,16 @@ func resolveDir(name, dir string) string {
 	return filepath.Join(DefaultDir, name)
 }
 
+// readState reads the state file of the lab in dir. A file that exists but
+// does not parse is an error naming it (fs.ErrNotExist is only for none).
 func readState(dir string) (State, error) {
 	var st State
-	b, err := os.ReadFile(filepath.Join(dir, "lab.json"))
+	b, err := os.ReadFile(stateFile(dir))
 	if err != nil {
 		return st, err
 	}
-	return st, json.Unmarshal(b, &st)
+	if err := json.Unmarshal(b, &st); err != nil {
+		return State{}, fmt.Errorf("reading %s: %w", stateFile(dir), err)
+	}
+	return st, nil
 }
