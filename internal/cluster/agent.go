@@ -205,9 +205,9 @@ func (a *Agent) Stop() {
 func agentDir(dataDir string) string { return dataDir + "/agent" }
 
 // Down removes from this node everything minikit created in the kernel: pods and
-// their sandboxes, cni0, host-gw routes, the VXLAN device and the agent's rules (node.Down), and the
-// service proxy's rules of both modes, whichever the node ran (proxy.Cleanup
-// for its chains, proxy.CleanupNFT for its nftables table), the network policy
+// their sandboxes, cni0, host-gw routes, the VXLAN device and the agent's rules (kubelet.Down), and the
+// service proxy's rules of both modes, whichever the node ran (kubeproxy.Cleanup
+// for its chains, kubeproxy.CleanupNFT for its nftables table), the network policy
 // chains and ipsets (netpol.Cleanup). It works from the data dir alone, also
 // after a crash; run it in the node's network namespace, with minikit stopped.
 func Down(dataDir string, log *slog.Logger) error {

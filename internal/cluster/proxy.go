@@ -54,7 +54,7 @@ func ParseProxyMode(s string) (ProxyMode, error) {
 }
 
 // serviceProxy is what the wiring needs of a proxier, whichever mode it
-// writes: proxy.Proxier (iptables) and proxy.NFTProxier (nftables).
+// writes: kubeproxy.Proxier (iptables) and kubeproxy.NFTProxier (nftables).
 type serviceProxy interface {
 	Run(ctx context.Context)
 	SetInitialized()

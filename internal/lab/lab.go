@@ -96,7 +96,7 @@ type State struct {
 	Subnet     string         `json:"subnet"`
 	Namespaces []string       `json:"namespaces"`
 	PIDs       map[string]int `json:"pids"`
-	// Starts holds each PID's start time (node.ProcStartTime), so that down
+	// Starts holds each PID's start time (kubelet.ProcStartTime), so that down
 	// stops the process the lab started and never one that reused its PID.
 	Starts map[string]uint64   `json:"starts,omitempty"`
 	Args   map[string][]string `json:"args"`

@@ -33,7 +33,7 @@ const (
 	KindNode     = "node"     // a node's namespace (LAB-nodeN)
 	KindClient   = "client"   // the lab's client host
 	KindExternal = "external" // the lab's external host
-	KindPod      = "pod"      // a pod's network namespace (node.PodSandboxName)
+	KindPod      = "pod"      // a pod's network namespace (kubelet.PodSandboxName)
 )
 
 // Graph is one lab at one moment.
