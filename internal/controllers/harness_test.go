@@ -3,20 +3,14 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/apiserver"
-	"github.com/minikit/minikit/internal/apiserver/validation"
-	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/apiserver/apiservertest"
 	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,26 +40,10 @@ const waitTimeout = 20 * time.Second
 
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "db"), 0)
-	if err != nil {
-		t.Fatalf("opening store: %v", err)
-	}
-	srv, err := apiserver.New(apiserver.Config{
-		Store: st, Validation: validation.DefaultConfig(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test",
-	})
-	if err != nil {
-		t.Fatalf("creating API server: %v", err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		// Closing the store first ends open watches, so the HTTP server has
-		// no outstanding requests to wait for.
-		st.Close()
-		ts.Close()
-	})
+	api := apiservertest.Start(t)
 	wc := &writeCounter{counts: map[string]int{}}
-	cfg := &rest.Config{Host: ts.URL, QPS: -1, WrapTransport: wc.wrap}
+	cfg := rest.CopyConfig(api.Config)
+	cfg.WrapTransport = wc.wrap
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -3,19 +3,12 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/apiserver"
-	"github.com/minikit/minikit/internal/apiserver/validation"
-	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/apiserver/apiservertest"
 	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,32 +32,14 @@ func newAPI(t *testing.T) kubernetes.Interface {
 // down, as a dead control plane.
 func newAPIServer(t *testing.T) (kubernetes.Interface, func()) {
 	t.Helper()
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "db"), 0)
+	api := apiservertest.Start(t)
+	cfg := rest.CopyConfig(api.Config)
+	cfg.Timeout = 2 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apiserver.New(apiserver.Config{Store: st, Validation: validation.DefaultConfig(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	var once sync.Once
-	down := func() {
-		once.Do(func() {
-			// Closing the store first ends open watches, so the HTTP server
-			// has no outstanding requests to wait for.
-			st.Close()
-			ts.CloseClientConnections()
-			ts.Close()
-		})
-	}
-	t.Cleanup(down)
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: ts.URL, QPS: -1, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, down
+	return client, api.Close
 }
 
 const waitTimeout = 15 * time.Second

@@ -1,0 +1,64 @@
+package apiservertest
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/minikit/minikit/internal/apiserver"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestStartServesTheAPI(t *testing.T) {
+	s := Start(t)
+	ctx := context.Background()
+	if _, err := s.Client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Fatalf("built-in namespace default: %v", err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}
+	if _, err := s.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Store.Get("/registry/core/configmaps/default/c"); err != nil {
+		t.Errorf("the created ConfigMap is not in the server's store: %v", err)
+	}
+}
+
+// Two servers over one store see each other's writes; closing one leaves
+// the store (the caller's) to the other.
+func TestServersShareAStore(t *testing.T) {
+	a := Start(t)
+	b := StartConfig(t, apiserver.Config{Store: a.Store, Identity: "b"})
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}
+	if _, err := a.Client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := b.Client.CoreV1().ConfigMaps("default").Get(ctx, "c", metav1.GetOptions{}); err == nil {
+		t.Error("a closed server still answers")
+	}
+	if _, err := a.Client.CoreV1().ConfigMaps("default").Get(ctx, "c", metav1.GetOptions{}); err != nil {
+		t.Errorf("the other server, after one closed: %v", err)
+	}
+	a.Close()
+	if _, err := a.Store.Get("/registry/core/configmaps/default/c"); err == nil {
+		t.Error("the store a server opened is still open after Close")
+	}
+}
+
+// TestNotInTheBinary keeps the test toolkits out of minikit itself.
+func TestNotInTheBinary(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/minikit/minikit/cmd/minikit").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasSuffix(dep, "test") && strings.HasPrefix(dep, "github.com/minikit/minikit/") || strings.HasSuffix(dep, "/testutil") {
+			t.Errorf("cmd/minikit depends on the test package %s", dep)
+		}
+	}
+}
