@@ -6,7 +6,7 @@
 // rather than client-go's fake clientset, and starting it was written once
 // per package before. Everything it starts is stopped with t.Cleanup.
 //
-// Only tests import it; production code must not (TestNotInTheBinary).
+// Only tests import it; production code must not (test/layout checks).
 // The API server's own in-package tests cannot import it either (the import
 // would be a cycle), so internal/apiserver keeps its raw-HTTP harness.
 package apiservertest

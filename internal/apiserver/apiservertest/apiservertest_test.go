@@ -2,8 +2,6 @@ package apiservertest
 
 import (
 	"context"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/minikit/minikit/internal/apiserver"
@@ -47,18 +45,5 @@ func TestServersShareAStore(t *testing.T) {
 	a.Close()
 	if _, err := a.Store.Get("/registry/core/configmaps/default/c"); err == nil {
 		t.Error("the store a server opened is still open after Close")
-	}
-}
-
-// TestNotInTheBinary keeps the test toolkits out of minikit itself.
-func TestNotInTheBinary(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "github.com/minikit/minikit/cmd/minikit").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasSuffix(dep, "test") && strings.HasPrefix(dep, "github.com/minikit/minikit/") || strings.HasSuffix(dep, "/testutil") {
-			t.Errorf("cmd/minikit depends on the test package %s", dep)
-		}
 	}
 }
