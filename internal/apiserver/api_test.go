@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/apiserver/validation"
+	"github.com/minikit/minikit/internal/apiserver/validation/validationtest"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -54,12 +54,13 @@ func collectionPath(t testing.TB, manifest string) string {
 	return p
 }
 
-// TestBadManifests posts every manifest package validation knows to be invalid and
-// expects what kube-apiserver answers: 422 Invalid naming the field, and no write.
+// TestBadManifests posts every manifest package validation knows to be invalid
+// (its testdata, see validationtest) and expects what kube-apiserver answers:
+// 422 Invalid naming the field, and no write.
 func TestBadManifests(t *testing.T) {
-	cases := validation.BadManifests()
+	cases := validationtest.BadManifests(t, "validation/testdata")
 	if len(cases) < 25 {
-		t.Fatalf("validation.BadManifests() has %d cases, want at least 25", len(cases))
+		t.Fatalf("validation/testdata has %d bad manifests, want at least 25", len(cases))
 	}
 	a := newTestAPI(t)
 	for _, tc := range cases {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minikit/minikit/internal/apiserver/validation"
 	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/testutil"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -429,7 +430,7 @@ func TestNamespaceDeletionResumedByAnotherServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := sharedAPI(t, st, s)
-	eventually(t, "namespace left deleted", func() bool { return !a.exists("/api/v1/namespaces/left") })
+	testutil.Eventually(t, waitTimeout, "namespace left deleted", a.gone("/api/v1/namespaces/left"))
 	var fresh corev1.Namespace
 	a.read("/api/v1/namespaces/fresh", &fresh)
 	if fresh.Status.Phase != corev1.NamespaceTerminating {

@@ -209,18 +209,16 @@ func (r response) wantStatus(t testing.TB, code int, reason metav1.StatusReason,
 	return st
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		if cond() {
-			return
+// waitTimeout bounds every testutil.Eventually of these tests.
+const waitTimeout = 10 * time.Second
+
+// gone is an Eventually condition: the object at path no longer exists.
+func (a *testAPI) gone(path string) func() error {
+	return func() error {
+		if a.exists(path) {
+			return fmt.Errorf("%s still exists", path)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(wait) // polling interval, not a wait for an event
+		return nil
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/minikit/minikit/internal/apiserver/validation"
 	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -60,9 +61,9 @@ func (p *processServer) start() {
 	}
 	// The old listener's port may take a moment to be free again for a listener.
 	var l net.Listener
-	eventually(p.t, "listening on "+p.addr, func() bool {
+	testutil.Eventually(p.t, waitTimeout, "listening on "+p.addr, func() error {
 		l, err = net.Listen("tcp", p.addr)
-		return err == nil
+		return err
 	})
 	p.addr = l.Addr().String()
 	p.store, p.http, p.served = st, &http.Server{Handler: srv.Handler()}, make(chan struct{})

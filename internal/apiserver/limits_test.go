@@ -18,6 +18,7 @@ import (
 
 	"github.com/minikit/minikit/internal/apiserver/validation"
 	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/testutil"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -272,7 +273,7 @@ func TestBodyDeadlineIsLiftedAfterTheBody(t *testing.T) {
 		}
 		close(lines)
 	}()
-	eventually(t, "the watch to be served", func() bool { return l.srv.watches.Load() == 1 })
+	testutil.Eventually(t, waitTimeout, "the watch to be served", watchesServed(l.srv, 1))
 	deadlinePassed := time.Now().Add(time.Second)
 	for time.Now().Before(deadlinePassed) {
 		time.Sleep(100 * time.Millisecond) // let the lifted deadline's moment pass
@@ -299,7 +300,7 @@ func TestWatchClientThatNeverReadsIsDropped(t *testing.T) {
 		tc.SetReadBuffer(4096)
 	}
 	fmt.Fprintf(c, "GET %s?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n", configMapsPath)
-	eventually(t, "the watch to be served", func() bool { return l.srv.watches.Load() == 1 })
+	testutil.Eventually(t, waitTimeout, "the watch to be served", watchesServed(l.srv, 1))
 	cms := lookup("", "v1", "configmaps")
 	payload := strings.Repeat("z", 512<<10)
 	// Each update is a 512 KiB event; a few dozen fill any socket buffers. Stop
@@ -312,7 +313,7 @@ func TestWatchClientThatNeverReadsIsDropped(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // give the writer a moment to block; a pace, not a wait for an event
 		}
 	}
-	eventually(t, "the server to drop the watch of a client that does not read", func() bool { return l.srv.watches.Load() == 0 })
+	testutil.Eventually(t, waitTimeout, "the server to drop the watch of a client that does not read", watchesServed(l.srv, 0))
 	closedBy(t, c, 60*time.Second, "a watch nobody reads")
 }
 
@@ -354,7 +355,7 @@ func TestIdleWatchOutlivesTheStreamWriteTimeout(t *testing.T) {
 					lines <- sc.Text()
 				}
 			}()
-			eventually(t, "the watch to be served", func() bool { return srv.watches.Load() == 1 })
+			testutil.Eventually(t, waitTimeout, "the watch to be served", watchesServed(srv, 1))
 			for end := time.Now().Add(time.Second); time.Now().Before(end); {
 				time.Sleep(100 * time.Millisecond) // stay idle past the write timeout
 			}
@@ -409,4 +410,14 @@ func TestOversizedHeadersAndStalledHandshake(t *testing.T) {
 	defer raw.Close()
 	raw.Write([]byte{0x16, 0x03, 0x01}) // the start of a ClientHello, and then nothing
 	closedBy(t, raw, 60*time.Second, "a stalled TLS handshake")
+}
+
+// watchesServed is an Eventually condition: srv serves exactly n watches.
+func watchesServed(srv *Server, n int64) func() error {
+	return func() error {
+		if got := srv.watches.Load(); got != n {
+			return fmt.Errorf("%d watches served, want %d", got, n)
+		}
+		return nil
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -272,7 +274,7 @@ func TestNetworkPolicyAPI(t *testing.T) {
 	rec.await(t, "ADD doomed/deny")
 	a.delete("/api/v1/namespaces/doomed").mustCode(t, http.StatusOK, nil)
 	rec.await(t, "DELETE doomed/deny")
-	eventually(t, "namespace doomed gone", func() bool { return !a.exists("/api/v1/namespaces/doomed") })
+	testutil.Eventually(t, waitTimeout, "namespace doomed gone", a.gone("/api/v1/namespaces/doomed"))
 }
 
 // TestNamespaceNameLabel: every namespace carries kubernetes.io/metadata.name

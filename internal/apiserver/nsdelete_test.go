@@ -1,10 +1,13 @@
 package apiserver
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,13 +44,22 @@ func TestNamespaceDeletionConditionsAndRestart(t *testing.T) {
 		!slices.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{corev1.FinalizerKubernetes}) {
 		t.Fatalf("deleted namespace: phase %s, deletionTimestamp %v, finalizers %v", ns.Status.Phase, ns.DeletionTimestamp, ns.Spec.Finalizers)
 	}
-	eventually(t, "content deleted but the terminating pod and the held configmap", func() bool {
+	testutil.Eventually(t, waitTimeout, "content deleted but the terminating pod and the held configmap", func() error {
 		a.read(base, &ns)
+		for _, p := range []string{base + "/configmaps/plain", base + "/services/web", base + "/serviceaccounts/default"} {
+			if a.exists(p) {
+				return fmt.Errorf("%s still exists", p)
+			}
+		}
 		c := nsCondition(&ns, corev1.NamespaceContentRemaining)
+		if c.Status != corev1.ConditionTrue || c.Message != "Some resources are remaining: configmaps has 1 resource instances, pods has 1 resource instances" {
+			return fmt.Errorf("content remaining condition %+v", c)
+		}
 		f := nsCondition(&ns, corev1.NamespaceFinalizersRemaining)
-		return !a.exists(base+"/configmaps/plain") && !a.exists(base+"/services/web") && !a.exists(base+"/serviceaccounts/default") &&
-			c.Status == corev1.ConditionTrue && c.Message == "Some resources are remaining: configmaps has 1 resource instances, pods has 1 resource instances" &&
-			f.Status == corev1.ConditionTrue && f.Message == "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+		if f.Status != corev1.ConditionTrue || f.Message != "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances" {
+			return fmt.Errorf("finalizers remaining condition %+v", f)
+		}
+		return nil
 	})
 	if c := nsCondition(&ns, corev1.NamespaceDeletionContentFailure); c.Status != corev1.ConditionFalse || c.Reason != "ContentDeleted" {
 		t.Errorf("content failure condition = %+v", c)
@@ -73,7 +85,7 @@ func TestNamespaceDeletionConditionsAndRestart(t *testing.T) {
 	// The node agent has stopped the pod; the finalizer's owner lets go.
 	a.do(http.MethodDelete, base+"/pods/web-0?gracePeriodSeconds=0", "", nil).mustCode(t, http.StatusOK, nil)
 	a.patch(base+"/configmaps/held", "application/merge-patch+json", `{"metadata":{"finalizers":null}}`).mustCode(t, http.StatusOK, nil)
-	eventually(t, "namespace gone", func() bool { return !a.exists(base) })
+	testutil.Eventually(t, waitTimeout, "namespace gone", a.gone(base))
 	// The name can be used again, with a fresh default account.
 	a.create(namespacesPath, newNamespace("doomed"))
 	if !a.exists(base + "/serviceaccounts/default") {
@@ -95,9 +107,12 @@ func TestNamespaceFinalizeSubresource(t *testing.T) {
 		t.Fatalf("PUT changed spec.finalizers to %v", ns.Spec.Finalizers)
 	}
 	a.delete(namespacesPath+"/kept").mustCode(t, http.StatusOK, nil)
-	eventually(t, "kubernetes finalizer removed", func() bool {
+	testutil.Eventually(t, waitTimeout, "kubernetes finalizer removed", func() error {
 		a.read(namespacesPath+"/kept", ns)
-		return slices.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{"example.com/cleanup"})
+		if !slices.Equal(ns.Spec.Finalizers, []corev1.FinalizerName{"example.com/cleanup"}) {
+			return fmt.Errorf("finalizers %v", ns.Spec.Finalizers)
+		}
+		return nil
 	})
 	if c := nsCondition(ns, corev1.NamespaceContentRemaining); c.Status != corev1.ConditionFalse || c.Reason != "ContentRemoved" {
 		t.Errorf("content remaining condition = %+v", c)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -586,10 +587,18 @@ func TestNamespaceDeletion(t *testing.T) {
 	if n.Status.Phase != corev1.NamespaceTerminating || n.DeletionTimestamp == nil {
 		t.Fatalf("deleted namespace has phase %q deletionTimestamp %v, want Terminating and set", n.Status.Phase, n.DeletionTimestamp)
 	}
-	eventually(t, "namespace content but the running pod to go", func() bool {
+	testutil.Eventually(t, waitTimeout, "namespace content but the running pod to go", func() error {
 		var pods corev1.PodList
 		a.read(ns+"/pods", &pods)
-		return !a.exists(ns+"/services/web") && !a.exists(ns+"/configmaps/c") && len(pods.Items) == 1
+		for _, p := range []string{ns + "/services/web", ns + "/configmaps/c"} {
+			if a.exists(p) {
+				return fmt.Errorf("%s still exists", p)
+			}
+		}
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("%d pods, want the running one", len(pods.Items))
+		}
+		return nil
 	})
 	var running corev1.Pod
 	a.read(ns+"/pods/running", &running)
@@ -613,7 +622,7 @@ func TestNamespaceDeletion(t *testing.T) {
 	a.post(namespacesPath, newNamespace("doomed")).wantStatus(t, 409, metav1.StatusReasonAlreadyExists, "")
 
 	a.do(http.MethodDelete, ns+"/pods/running?gracePeriodSeconds=0", "", nil).mustCode(t, 200, nil)
-	eventually(t, "namespace to go", func() bool { return !a.exists(ns) })
+	testutil.Eventually(t, waitTimeout, "namespace to go", a.gone(ns))
 
 	// The service's allocations went with it.
 	for _, key := range []string{

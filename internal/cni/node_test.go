@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ func newTestNode(t *testing.T, cidr string) *Node {
 		HostNS:  newNamedNS(t, "node"),
 		Bridge:  "cni0",
 		PodCIDR: netip.MustParsePrefix(cidr),
-		Log:     testLogger(t),
+		Log:     testutil.Logger(t),
 	}
 	if err := n.EnsureBridge(); err != nil {
 		t.Fatalf("EnsureBridge: %v", err)

@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +60,7 @@ func (tc *testCluster) waitDaemonNodes(name string, nodes ...string) []corev1.Po
 	tc.t.Helper()
 	slices.Sort(nodes)
 	var pods []corev1.Pod
-	eventually(tc.t, fmt.Sprintf("pods of %s on %v", name, nodes), func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, fmt.Sprintf("pods of %s on %v", name, nodes), func() error {
 		all := tc.pods("default", "app="+name)
 		pods = activePods(all)
 		var on []string
@@ -65,7 +68,10 @@ func (tc *testCluster) waitDaemonNodes(name string, nodes ...string) []corev1.Po
 			on = append(on, p.Spec.NodeName)
 		}
 		slices.Sort(on)
-		return slices.Equal(on, nodes), podNames(all)
+		if !slices.Equal(on, nodes) {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	return pods
 }
@@ -115,15 +121,21 @@ func TestDaemonSetOnePodPerFittingNode(t *testing.T) {
 			t.Errorf("pod %s lacks the daemon tolerations: %+v", p.Name, p.Spec.Tolerations)
 		}
 	}
-	eventually(t, "status before the pods run", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status before the pods run", func() error {
 		st := tc.getDaemonSet("ingress").Status
-		return st.DesiredNumberScheduled == 3 && st.CurrentNumberScheduled == 3 && st.NumberReady == 0 &&
-			st.UpdatedNumberScheduled == 3 && st.NumberUnavailable == 3 && st.ObservedGeneration == 1, fmt.Sprintf("%+v", st)
+		if st.DesiredNumberScheduled != 3 || st.CurrentNumberScheduled != 3 || st.NumberReady != 0 ||
+			st.UpdatedNumberScheduled != 3 || st.NumberUnavailable != 3 || st.ObservedGeneration != 1 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	tc.readyAll("default", "app=ingress", a)
-	eventually(t, "status with the pods ready", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status with the pods ready", func() error {
 		st := tc.getDaemonSet("ingress").Status
-		return st.NumberReady == 3 && st.NumberAvailable == 3 && st.NumberUnavailable == 0 && st.NumberMisscheduled == 0, fmt.Sprintf("%+v", st)
+		if st.NumberReady != 3 || st.NumberAvailable != 3 || st.NumberUnavailable != 0 || st.NumberMisscheduled != 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	if msg, done := tc.daemonRolloutStatus("ingress"); !done {
 		t.Errorf("rollout status not done: %s", msg)
@@ -146,9 +158,12 @@ func TestDaemonSetOnePodPerFittingNode(t *testing.T) {
 	}
 	tc.waitDaemonNodes("ingress", "b", "f")
 	tc.readyAll("default", "app=ingress", a)
-	eventually(t, "status after the node changes", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status after the node changes", func() error {
 		st := tc.getDaemonSet("ingress").Status
-		return st.DesiredNumberScheduled == 2 && st.CurrentNumberScheduled == 2 && st.NumberReady == 2, fmt.Sprintf("%+v", st)
+		if st.DesiredNumberScheduled != 2 || st.CurrentNumberScheduled != 2 || st.NumberReady != 2 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 }
 
@@ -161,16 +176,25 @@ func TestDaemonSetRollingUpdate(t *testing.T) {
 	tc.startAgent(true)
 	tc.createDaemonSet(testDaemonSet("proxy"))
 	old := tc.waitDaemonNodes("proxy", "n1", "n2", "n3")
-	eventually(t, "rolled out", func() (bool, string) { msg, done := tc.daemonRolloutStatus("proxy"); return done, msg })
+	testutil.Eventually(t, waitTimeout, "rolled out", func() error {
+		msg, done := tc.daemonRolloutStatus("proxy")
+		if !done {
+			return errors.New(msg)
+		}
+		return nil
+	})
 
 	d := tc.getDaemonSet("proxy")
 	d.Spec.Template.Spec.Containers[0].Image = "nginx:1.27"
 	if _, err := tc.client.AppsV1().DaemonSets("default").Update(tc.ctx, d, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "every node on the new template", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "every node on the new template", func() error {
 		msg, done := tc.daemonRolloutStatus("proxy")
-		return done, msg
+		if !done {
+			return errors.New(msg)
+		}
+		return nil
 	})
 	pods := tc.waitDaemonNodes("proxy", "n1", "n2", "n3")
 	for _, p := range pods {
@@ -205,16 +229,19 @@ func TestDaemonSetOnDelete(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "generation 2 observed with no pod updated", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "generation 2 observed with no pod updated", func() error {
 		st := tc.getDaemonSet("logs").Status
-		return st.ObservedGeneration == 2 && st.UpdatedNumberScheduled == 0 && st.NumberAvailable == 2, fmt.Sprintf("%+v", st)
+		if st.ObservedGeneration != 2 || st.UpdatedNumberScheduled != 0 || st.NumberAvailable != 2 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	pods := tc.waitDaemonNodes("logs", "n1", "n2")
 	victim := pods[0]
 	if err := tc.client.CoreV1().Pods("default").Delete(tc.ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted pod replaced from the new template", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "the deleted pod replaced from the new template", func() error {
 		var desc []string
 		updated := 0
 		for _, p := range activePods(tc.pods("default", "app=logs")) {
@@ -223,10 +250,16 @@ func TestDaemonSetOnDelete(t *testing.T) {
 				updated++
 			}
 		}
-		return updated == 1 && len(desc) == 2, strings.Join(desc, " ")
+		if updated != 1 || len(desc) != 2 {
+			return errors.New(strings.Join(desc, " "))
+		}
+		return nil
 	})
-	eventually(t, "status counts one updated pod", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status counts one updated pod", func() error {
 		st := tc.getDaemonSet("logs").Status
-		return st.UpdatedNumberScheduled == 1, fmt.Sprintf("%+v", st)
+		if st.UpdatedNumberScheduled != 1 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 }

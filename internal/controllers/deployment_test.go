@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -97,9 +100,12 @@ func (tc *testCluster) rolloutStatus(name string) (string, bool) {
 
 func (tc *testCluster) waitRolledOut(name string) {
 	tc.t.Helper()
-	eventually(tc.t, "rollout of "+name, func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, "rollout of "+name, func() error {
 		msg, done := tc.rolloutStatus(name)
-		return done, msg
+		if !done {
+			return errors.New(msg)
+		}
+		return nil
 	})
 }
 
@@ -107,10 +113,13 @@ func (tc *testCluster) waitRolledOut(name string) {
 func (tc *testCluster) waitActive(name string, n int) []corev1.Pod {
 	tc.t.Helper()
 	var pods []corev1.Pod
-	eventually(tc.t, fmt.Sprintf("%d active pods of %s", n, name), func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, fmt.Sprintf("%d active pods of %s", n, name), func() error {
 		all := tc.pods("default", "app="+name)
 		pods = activePods(all)
-		return len(pods) == n, podNames(all)
+		if len(pods) != n {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	return pods
 }
@@ -153,10 +162,12 @@ func TestDeploymentCreatesNamedOwnedPods(t *testing.T) {
 			t.Errorf("pod %s: image %q", p.Name, p.Spec.Containers[0].Image)
 		}
 	}
-	eventually(t, "revision annotation and observed generation", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "revision annotation and observed generation", func() error {
 		d := tc.getDeployment("web")
-		return d.Annotations[revisionAnnotation] == "1" && d.Status.ObservedGeneration == d.Generation && d.Status.Replicas == 3,
-			fmt.Sprintf("annotations %v status %+v", d.Annotations, d.Status)
+		if d.Annotations[revisionAnnotation] != "1" || d.Status.ObservedGeneration != d.Generation || d.Status.Replicas != 3 {
+			return fmt.Errorf("annotations %v status %+v", d.Annotations, d.Status)
+		}
+		return nil
 	})
 	msg, done := tc.rolloutStatus("web")
 	if done || !strings.Contains(msg, "0 of 3 updated replicas are available") {
@@ -184,17 +195,23 @@ func TestDeploymentScalesUpAndDown(t *testing.T) {
 
 	tc.scale("web", 2)
 	tc.waitActive("web", 2)
-	eventually(t, "terminated pods to be gone", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "terminated pods to be gone", func() error {
 		all := tc.pods("default", "app=web")
-		return len(all) == 2, podNames(all)
+		if len(all) != 2 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	tc.waitRolledOut("web")
 	var d *appsv1.Deployment
-	eventually(t, "status of 2 replicas", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status of 2 replicas", func() error {
 		d = tc.getDeployment("web")
 		st := d.Status
-		return st.Replicas == 2 && st.UpdatedReplicas == 2 && st.ReadyReplicas == 2 && st.AvailableReplicas == 2 &&
-			st.UnavailableReplicas == 0 && st.TerminatingReplicas != nil && *st.TerminatingReplicas == 0, fmt.Sprintf("%+v", st)
+		if st.Replicas != 2 || st.UpdatedReplicas != 2 || st.ReadyReplicas != 2 || st.AvailableReplicas != 2 ||
+			st.UnavailableReplicas != 0 || st.TerminatingReplicas == nil || *st.TerminatingReplicas != 0 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	if c := condition(d, appsv1.DeploymentAvailable); c.Status != corev1.ConditionTrue || c.Reason != reasonMinimumAvailable {
 		t.Errorf("Available = %+v", c)
@@ -214,14 +231,14 @@ func TestDeploymentScaleDownDeletesNotReadyFirst(t *testing.T) {
 	tc.startControllers(Options{})
 	tc.createDeployment(testDeployment("web", 5, "serve-hostname"))
 	pods := tc.waitActive("web", 5)
-	eventually(t, "pods bound", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods bound", func() error {
 		pods = activePods(tc.pods("default", "app=web"))
 		for _, p := range pods {
 			if p.Spec.NodeName == "" {
-				return false, podNames(pods)
+				return errors.New(podNames(pods))
 			}
 		}
-		return true, ""
+		return nil
 	})
 	ready := map[string]bool{}
 	for _, p := range pods[:3] {
@@ -231,9 +248,12 @@ func TestDeploymentScaleDownDeletesNotReadyFirst(t *testing.T) {
 	for _, p := range pods[3:] {
 		tc.setPodStatus("default", p.Name, agent.ip(), false)
 	}
-	eventually(t, "3 ready replicas", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "3 ready replicas", func() error {
 		d := tc.getDeployment("web")
-		return d.Status.ReadyReplicas == 3, fmt.Sprintf("%+v", d.Status)
+		if d.Status.ReadyReplicas != 3 {
+			return fmt.Errorf("%+v", d.Status)
+		}
+		return nil
 	})
 	tc.scale("web", 3)
 	left := tc.waitActive("web", 3)
@@ -256,10 +276,13 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &maxSurge, MaxUnavailable: &maxUnavailable}}
 	tc.createDeployment(d)
 	tc.waitActive("web", 4)
-	eventually(t, "v1 pods ready", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "v1 pods ready", func() error {
 		tc.readyAll("default", "app=web", agent)
 		msg, done := tc.rolloutStatus("web")
-		return done, msg
+		if !done {
+			return errors.New(msg)
+		}
+		return nil
 	})
 	oldHash := computeHash(&tc.getDeployment("web").Spec.Template, nil)
 
@@ -273,7 +296,7 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 	// exist and at least 4 are ready at every point, and the rollout only
 	// moves when a new pod becomes ready.
 	for step := 1; step <= 4; step++ {
-		eventually(t, fmt.Sprintf("step %d: new pod %d created", step, step), func() (bool, string) {
+		testutil.Eventually(t, waitTimeout, fmt.Sprintf("step %d: new pod %d created", step, step), func() error {
 			all := tc.pods("default", "app=web")
 			act := activePods(all)
 			nNew, nReady, unbound := 0, 0, 0
@@ -291,7 +314,10 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 			if len(act) > 5 || nReady < 4 {
 				t.Fatalf("step %d: %d active, %d ready pods: %s", step, len(act), nReady, podNames(all))
 			}
-			return nNew == step && unbound == 0, podNames(all)
+			if nNew != step || unbound != 0 {
+				return errors.New(podNames(all))
+			}
+			return nil
 		})
 		if msg, done := tc.rolloutStatus("web"); done {
 			t.Fatalf("step %d: rollout reported done: %s", step, msg)
@@ -320,10 +346,13 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 
 	// Rolling back to the first template makes its revision the newest.
 	tc.updateDeployment("web", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "v1" })
-	eventually(t, "rollback to v1", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "rollback to v1", func() error {
 		tc.readyAll("default", "app=web", agent)
 		msg, done := tc.rolloutStatus("web")
-		return done, msg
+		if !done {
+			return errors.New(msg)
+		}
+		return nil
 	})
 	got = tc.getDeployment("web")
 	if got.Annotations[revisionAnnotation] != "3" {
@@ -348,7 +377,7 @@ func TestDeploymentRecreate(t *testing.T) {
 
 	tc.updateDeployment("db", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image = "v2" })
 	newHash := computeHash(&tc.getDeployment("db").Spec.Template, nil)
-	eventually(t, "recreated pods", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "recreated pods", func() error {
 		all := tc.pods("default", "app=db")
 		nNew, nOld := 0, 0
 		for _, p := range all {
@@ -361,7 +390,10 @@ func TestDeploymentRecreate(t *testing.T) {
 		if nNew > 0 && nOld > 0 {
 			t.Fatalf("new pods started before old ones were gone: %s", podNames(all))
 		}
-		return nNew == 3, podNames(all)
+		if nNew != 3 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	tc.waitRolledOut("db")
 }
@@ -395,9 +427,12 @@ func TestDeploymentMinReadySeconds(t *testing.T) {
 	d := testDeployment("web", 2, "v1")
 	d.Spec.MinReadySeconds = 1
 	tc.createDeployment(d)
-	eventually(t, "ready but not yet available", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "ready but not yet available", func() error {
 		st := tc.getDeployment("web").Status
-		return st.ReadyReplicas == 2, fmt.Sprintf("%+v", st)
+		if st.ReadyReplicas != 2 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	if st := tc.getDeployment("web").Status; st.AvailableReplicas == 2 {
 		// Possible only if more than a second passed since the pods became ready.
@@ -426,9 +461,12 @@ func TestGarbageCollectorDeletesPodsOfDeletedDeployment(t *testing.T) {
 	if err := tc.client.AppsV1().Deployments("default").Delete(tc.ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pods of the deleted deployment gone", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods of the deleted deployment gone", func() error {
 		all := tc.pods("default", "app=web")
-		return len(all) == 0, podNames(all)
+		if len(all) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	if _, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, "foreign", metav1.GetOptions{}); err != nil {
 		t.Errorf("pod with an unknown owner kind: %v", err)
@@ -446,8 +484,11 @@ func TestGarbageCollectorAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.startControllers(Options{})
-	eventually(t, "orphans collected after restart", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "orphans collected after restart", func() error {
 		all := tc.pods("default", "app=web")
-		return len(all) == 0, podNames(all)
+		if len(all) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }

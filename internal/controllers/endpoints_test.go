@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -136,11 +138,13 @@ func boolPtr(b *bool) string {
 
 func (tc *testCluster) waitEndpoints(svc string, wantEP, wantSlices []string) {
 	tc.t.Helper()
-	eventually(tc.t, "endpoints of "+svc, func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, "endpoints of "+svc, func() error {
 		ep, _ := tc.endpointsSummary(svc)
 		sl, _ := tc.slicesOf(svc)
-		return slices.Equal(ep, wantEP) && slices.Equal(sl, wantSlices),
-			fmt.Sprintf("\nendpoints: %q\nslices:    %q", ep, sl)
+		if !slices.Equal(ep, wantEP) || !slices.Equal(sl, wantSlices) {
+			return fmt.Errorf("\nendpoints: %q\nslices:    %q", ep, sl)
+		}
+		return nil
 	})
 }
 
@@ -491,13 +495,16 @@ func TestSlicesSplitAtMaxEndpoints(t *testing.T) {
 		tc.createPod(p)
 		tc.setPodStatus("default", p.Name, fmt.Sprintf("10.244.%d.%d", i/200, i%200+10), true)
 	}
-	eventually(t, "all endpoints in two slices", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "all endpoints in two slices", func() error {
 		lines, sl := tc.slicesOf("web")
 		sizes := []int{}
 		for _, s := range sl {
 			sizes = append(sizes, len(s.Endpoints))
 		}
 		slices.Sort(sizes)
-		return len(lines) == n && slices.Equal(sizes, []int{5, maxEndpointsPerSlice}), fmt.Sprintf("slice sizes %v", sizes)
+		if len(lines) != n || !slices.Equal(sizes, []int{5, maxEndpointsPerSlice}) {
+			return fmt.Errorf("slice sizes %v", sizes)
+		}
+		return nil
 	})
 }

@@ -3,20 +3,15 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/apiserver"
-	"github.com/minikit/minikit/internal/apiserver/validation"
-	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/apiserver/apiservertest"
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,26 +40,10 @@ const waitTimeout = 20 * time.Second
 
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "db"), 0)
-	if err != nil {
-		t.Fatalf("opening store: %v", err)
-	}
-	srv, err := apiserver.New(apiserver.Config{
-		Store: st, Validation: validation.DefaultConfig(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test",
-	})
-	if err != nil {
-		t.Fatalf("creating API server: %v", err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		// Closing the store first ends open watches, so the HTTP server has
-		// no outstanding requests to wait for.
-		st.Close()
-		ts.Close()
-	})
+	api := apiservertest.Start(t)
 	wc := &writeCounter{counts: map[string]int{}}
-	cfg := &rest.Config{Host: ts.URL, QPS: -1, WrapTransport: wc.wrap}
+	cfg := rest.CopyConfig(api.Config)
+	cfg.WrapTransport = wc.wrap
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +66,7 @@ func (tc *testCluster) startControllers(opts Options) {
 func (tc *testCluster) startControllersWith(opts Options, adjust func(*Controllers)) {
 	tc.t.Helper()
 	ctx, cancel := context.WithCancel(tc.ctx)
-	c := New(tc.client, testLogger(tc.t), opts)
+	c := New(tc.client, testutil.Logger(tc.t), opts)
 	if adjust != nil {
 		adjust(c)
 	}
@@ -120,34 +99,6 @@ func (tc *testCluster) stopControllers() {
 	if stop != nil {
 		stop()
 	}
-}
-
-// testLogger sends warnings and errors to the test log while the test runs.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.close)
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct {
-	mu     sync.Mutex
-	t      *testing.T
-	closed bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
 }
 
 // writeCounter counts the mutating requests the clients make.
@@ -190,25 +141,6 @@ func resourceOf(path string) string {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-// eventually polls cond until it holds or the deadline passes; cond
-// returns a description of what it saw for the failure message.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var last string
-	for {
-		ok, seen := cond()
-		if ok {
-			return
-		}
-		last = seen
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for an event
-	}
-}
 
 // --- objects ---
 

@@ -2,11 +2,14 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,9 +33,12 @@ func (tc *testCluster) nodeCIDRs() map[string]string {
 
 func (tc *testCluster) waitCIDRs(want map[string]string) {
 	tc.t.Helper()
-	eventually(tc.t, "node pod CIDRs", func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, "node pod CIDRs", func() error {
 		got := tc.nodeCIDRs()
-		return maps.Equal(got, want), fmt.Sprint(got)
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("%v", got)
+		}
+		return nil
 	})
 }
 
@@ -84,7 +90,7 @@ func TestNodeIPAMOptions(t *testing.T) {
 	for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
 		tc.createNode(n, true, nil)
 	}
-	eventually(t, "four /26 ranges handed out", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "four /26 ranges handed out", func() error {
 		got := tc.nodeCIDRs()
 		var cidrs []string
 		for _, c := range got {
@@ -93,20 +99,26 @@ func TestNodeIPAMOptions(t *testing.T) {
 			}
 		}
 		slices.Sort(cidrs)
-		return slices.Equal(cidrs, []string{"10.100.0.0/26", "10.100.0.128/26", "10.100.0.192/26", "10.100.0.64/26"}), fmt.Sprint(got)
+		if !slices.Equal(cidrs, []string{"10.100.0.0/26", "10.100.0.128/26", "10.100.0.192/26", "10.100.0.64/26"}) {
+			return fmt.Errorf("%v", got)
+		}
+		return nil
 	})
-	eventually(t, "CIDRNotAvailable event for the fifth node", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "CIDRNotAvailable event for the fifth node", func() error {
 		evs, err := tc.client.CoreV1().Events("default").List(tc.ctx, metav1.ListOptions{FieldSelector: "reason=CIDRNotAvailable"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(evs.Items) > 0, fmt.Sprint(len(evs.Items))
+		if len(evs.Items) == 0 {
+			return errors.New("no CIDRNotAvailable event")
+		}
+		return nil
 	})
 }
 
 func TestRunRejectsBadMask(t *testing.T) {
 	tc := newTestCluster(t)
-	c := New(tc.client, testLogger(t), Options{PodCIDR: netip.MustParsePrefix("10.244.0.0/16"), NodeCIDRMaskSize: 8})
+	c := New(tc.client, testutil.Logger(t), Options{PodCIDR: netip.MustParsePrefix("10.244.0.0/16"), NodeCIDRMaskSize: 8})
 	if err := c.Run(context.Background()); err == nil {
 		t.Fatal("Run accepted a /8 node mask inside a /16")
 	}

@@ -1,9 +1,12 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -64,10 +67,13 @@ func (tc *testCluster) finishPod(name string, code int32) {
 func (tc *testCluster) waitJobPods(name string, n int) []corev1.Pod {
 	tc.t.Helper()
 	var pods []corev1.Pod
-	eventually(tc.t, fmt.Sprintf("%d active pods of job %s", n, name), func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, fmt.Sprintf("%d active pods of job %s", n, name), func() error {
 		all := tc.pods("default", "batch.kubernetes.io/job-name="+name)
 		pods = activePods(all)
-		return len(pods) == n, podNames(all)
+		if len(pods) != n {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	return pods
 }
@@ -84,10 +90,13 @@ func jobCond(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
 func (tc *testCluster) waitJobCondition(name string, t batchv1.JobConditionType, reason string) *batchv1.Job {
 	tc.t.Helper()
 	var j *batchv1.Job
-	eventually(tc.t, fmt.Sprintf("job %s %s", name, t), func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, fmt.Sprintf("job %s %s", name, t), func() error {
 		j = tc.getJob(name)
 		c := jobCond(j, t)
-		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == reason, fmt.Sprintf("%+v", j.Status)
+		if c == nil || c.Status != corev1.ConditionTrue || c.Reason != reason {
+			return fmt.Errorf("%+v", j.Status)
+		}
+		return nil
 	})
 	return j
 }
@@ -115,9 +124,12 @@ func TestJobRunsToCompletions(t *testing.T) {
 	if ref := metav1.GetControllerOf(&pod); ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" || ref.UID != j.UID {
 		t.Errorf("controller ref = %+v", ref)
 	}
-	eventually(t, "job started", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "job started", func() error {
 		j := tc.getJob("lookup")
-		return j.Status.StartTime != nil && j.Status.Active == 1, fmt.Sprintf("%+v", j.Status)
+		if j.Status.StartTime == nil || j.Status.Active != 1 {
+			return fmt.Errorf("%+v", j.Status)
+		}
+		return nil
 	})
 
 	tc.finishPod(pod.Name, 0)
@@ -205,9 +217,12 @@ func TestJobOnFailureCountsRestarts(t *testing.T) {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	})
 	tc.waitJobCondition("restarts", batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded)
-	eventually(t, "running pod deleted", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "running pod deleted", func() error {
 		all := tc.pods("default", "job-name=restarts")
-		return len(activePods(all)) == 0, podNames(all)
+		if len(activePods(all)) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }
 
@@ -221,9 +236,12 @@ func TestJobActiveDeadline(t *testing.T) {
 	if j.Status.Active != 0 {
 		t.Errorf("active = %d after the deadline", j.Status.Active)
 	}
-	eventually(t, "pod deleted at the deadline", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pod deleted at the deadline", func() error {
 		all := tc.pods("default", "job-name=slow")
-		return len(activePods(all)) == 0, podNames(all)
+		if len(activePods(all)) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }
 
@@ -235,12 +253,18 @@ func TestJobTTLAfterFinishedDeletesJobAndPods(t *testing.T) {
 	tc.createJob(testJob("once", func(j *batchv1.Job) { j.Spec.TTLSecondsAfterFinished = ptrTo[int32](0) }))
 	pod := tc.waitJobPods("once", 1)[0]
 	tc.finishPod(pod.Name, 0)
-	eventually(t, "job deleted after its TTL", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "job deleted after its TTL", func() error {
 		_, err := tc.client.BatchV1().Jobs("default").Get(tc.ctx, "once", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("job still there (get: %v)", err)
+		}
+		return nil
 	})
-	eventually(t, "pods collected", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods collected", func() error {
 		all := tc.pods("default", "job-name=once")
-		return len(all) == 0, podNames(all)
+		if len(all) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }

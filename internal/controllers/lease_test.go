@@ -1,9 +1,12 @@
 package controllers
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +31,7 @@ func TestNodeLifecycleReadsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(tc.client, testLogger(t), Options{})
+	c := New(tc.client, testutil.Logger(t), Options{})
 	c.now = clock
 	go c.Run(tc.ctx)
 	<-c.Ready()
@@ -61,9 +64,12 @@ func TestNodeLifecycleReadsLease(t *testing.T) {
 	if _, err := tc.client.CoordinationV1().Leases("kube-node-lease").Update(tc.ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "renewed lease in the cache", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "renewed lease in the cache", func() error {
 		l, err := c.nl.leases.Leases("kube-node-lease").Get("n3")
-		return err == nil && l.Spec.RenewTime.Equal(&renew), "old lease"
+		if err != nil || !l.Spec.RenewTime.Equal(&renew) {
+			return errors.New("old lease")
+		}
+		return nil
 	})
 	syncN3()
 	advance(30 * time.Second) // 60 s after the Ready heartbeat, 30 s after the lease

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,9 +52,12 @@ func (tc *testCluster) mirroredOf(svc string) []string {
 
 func (tc *testCluster) waitMirrored(svc string, want ...string) {
 	tc.t.Helper()
-	eventually(tc.t, "mirrored slices of "+svc, func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, "mirrored slices of "+svc, func() error {
 		got := tc.mirroredOf(svc)
-		return slices.Equal(got, want), fmt.Sprintf("\ngot  %q\nwant %q", got, want)
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("\ngot  %q\nwant %q", got, want)
+		}
+		return nil
 	})
 }
 
@@ -182,9 +187,12 @@ func TestMirroringRestoresSlices(t *testing.T) {
 	if err := tc.client.DiscoveryV1().EndpointSlices("default").Delete(tc.ctx, s.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a new slice", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "a new slice", func() error {
 		l, _ := tc.client.DiscoveryV1().EndpointSlices("default").List(tc.ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=ext"})
-		return len(l.Items) == 1 && l.Items[0].Name != s.Name && l.Items[0].OwnerReferences[0].UID == ep.UID, fmt.Sprintf("%d slices", len(l.Items))
+		if len(l.Items) != 1 || l.Items[0].Name == s.Name || l.Items[0].OwnerReferences[0].UID != ep.UID {
+			return fmt.Errorf("%d slices", len(l.Items))
+		}
+		return nil
 	})
 }
 
@@ -232,9 +240,12 @@ func TestForegroundDeletionOfSliceOwners(t *testing.T) {
 	}
 	tc.waitMirrored("ext", "IPv4 :80/TCP: 192.0.2.1=ready")
 	tc.createService(testService("web", map[string]string{"app": "web"}, corev1.ServicePort{Name: "http", Port: 80}))
-	eventually(t, "web's slice", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "web's slice", func() error {
 		_, sl := tc.slicesOf("web")
-		return len(sl) == 1, fmt.Sprintf("%d slices", len(sl))
+		if len(sl) != 1 {
+			return fmt.Errorf("%d slices", len(sl))
+		}
+		return nil
 	})
 
 	fg := metav1.DeletePropagationForeground
@@ -244,12 +255,14 @@ func TestForegroundDeletionOfSliceOwners(t *testing.T) {
 	if err := tc.client.CoreV1().Services("default").Delete(tc.ctx, "web", metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both gone with their slices", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "both gone with their slices", func() error {
 		_, epErr := tc.client.CoreV1().Endpoints("default").Get(tc.ctx, "ext", metav1.GetOptions{})
 		_, svcErr := tc.client.CoreV1().Services("default").Get(tc.ctx, "web", metav1.GetOptions{})
 		_, ext := tc.slicesOf("ext")
 		_, web := tc.slicesOf("web")
-		return apierrors.IsNotFound(epErr) && apierrors.IsNotFound(svcErr) && len(ext) == 0 && len(web) == 0,
-			fmt.Sprintf("endpoints: %v, service: %v, %d+%d slices", epErr, svcErr, len(ext), len(web))
+		if !apierrors.IsNotFound(epErr) || !apierrors.IsNotFound(svcErr) || len(ext) != 0 || len(web) != 0 {
+			return fmt.Errorf("endpoints: %v, service: %v, %d+%d slices", epErr, svcErr, len(ext), len(web))
+		}
+		return nil
 	})
 }

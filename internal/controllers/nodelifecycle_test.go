@@ -1,9 +1,12 @@
 package controllers
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,31 +27,34 @@ func TestNodeLifecycle(t *testing.T) {
 	}
 	var mu sync.Mutex
 	now := time.Now()
-	c := New(tc.client, testLogger(t), Options{})
+	c := New(tc.client, testutil.Logger(t), Options{})
 	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	go c.Run(tc.ctx)
 	<-c.Ready()
 
 	t.Run("a silent node goes Unknown after the grace period and its pods not ready", func(t *testing.T) {
 		c.nl.loop.add("n1")
-		eventually(t, "n1's heartbeat observed", func() (bool, string) {
+		testutil.Eventually(t, waitTimeout, "n1's heartbeat observed", func() error {
 			c.nl.mu.Lock()
 			defer c.nl.mu.Unlock()
 			_, ok := c.nl.observed["n1"]
-			return ok, "not yet"
+			if !ok {
+				return errors.New("not yet")
+			}
+			return nil
 		})
 		mu.Lock()
 		now = now.Add(nodeMonitorGracePeriod + time.Second)
 		mu.Unlock()
 		c.nl.loop.add("n1")
-		eventually(t, "n1 Unknown and on-n1 not ready", func() (bool, string) {
+		testutil.Eventually(t, waitTimeout, "n1 Unknown and on-n1 not ready", func() error {
 			n, err := tc.client.CoreV1().Nodes().Get(tc.ctx, "n1", metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			p, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, "on-n1", metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
 			nodeUnknown, podReady := false, true
 			for _, cond := range n.Status.Conditions {
@@ -59,16 +65,22 @@ func TestNodeLifecycle(t *testing.T) {
 					podReady = cond.Status == corev1.ConditionTrue
 				}
 			}
-			return nodeUnknown && !podReady, "node unknown " + boolStr(nodeUnknown) + ", pod ready " + boolStr(podReady)
+			if !nodeUnknown || podReady {
+				return errors.New("node unknown " + boolStr(nodeUnknown) + ", pod ready " + boolStr(podReady))
+			}
+			return nil
 		})
 	})
 	t.Run("pods of a deleted node are deleted", func(t *testing.T) {
 		if err := tc.client.CoreV1().Nodes().Delete(tc.ctx, "n2", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "pod on-n2 deleted", func() (bool, string) {
+		testutil.Eventually(t, waitTimeout, "pod on-n2 deleted", func() error {
 			_, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, "on-n2", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), "pod still there"
+			if !apierrors.IsNotFound(err) {
+				return errors.New("pod still there")
+			}
+			return nil
 		})
 	})
 }

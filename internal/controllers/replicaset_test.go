@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,9 +50,12 @@ func (tc *testCluster) replicaSets(app string) map[string]string {
 
 func (tc *testCluster) waitReplicaSets(app string, want map[string]string) {
 	tc.t.Helper()
-	eventually(tc.t, "replica sets of "+app, func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, "replica sets of "+app, func() error {
 		got := tc.replicaSets(app)
-		return fmt.Sprint(got) == fmt.Sprint(want), fmt.Sprint(got)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("%v", got)
+		}
+		return nil
 	})
 }
 
@@ -72,11 +78,14 @@ func TestReplicaSetScalesUpAndDown(t *testing.T) {
 			t.Errorf("pod name %q", p.Name)
 		}
 	}
-	eventually(t, "status of 3 ready", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status of 3 ready", func() error {
 		rs, _ := tc.client.AppsV1().ReplicaSets("default").Get(tc.ctx, "front", metav1.GetOptions{})
 		st := rs.Status
-		return st.Replicas == 3 && st.FullyLabeledReplicas == 3 && st.ReadyReplicas == 3 && st.AvailableReplicas == 3 &&
-			st.ObservedGeneration == rs.Generation, fmt.Sprintf("%+v", st)
+		if st.Replicas != 3 || st.FullyLabeledReplicas != 3 || st.ReadyReplicas != 3 || st.AvailableReplicas != 3 ||
+			st.ObservedGeneration != rs.Generation {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 
 	// kubectl scale rs uses the scale subresource.
@@ -92,18 +101,24 @@ func TestReplicaSetScalesUpAndDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.waitActive("front", 1)
-	eventually(t, "status of 1", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status of 1", func() error {
 		rs, _ := tc.client.AppsV1().ReplicaSets("default").Get(tc.ctx, "front", metav1.GetOptions{})
-		return rs.Status.Replicas == 1 && rs.Status.ReadyReplicas == 1, fmt.Sprintf("%+v", rs.Status)
+		if rs.Status.Replicas != 1 || rs.Status.ReadyReplicas != 1 {
+			return fmt.Errorf("%+v", rs.Status)
+		}
+		return nil
 	})
 
 	// Deleting the ReplicaSet deletes its pods (background cascade).
 	if err := tc.client.AppsV1().ReplicaSets("default").Delete(tc.ctx, "front", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pods gone", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods gone", func() error {
 		all := tc.pods("default", "app=front")
-		return len(all) == 0, podNames(all)
+		if len(all) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }
 
@@ -122,13 +137,16 @@ func TestReplicaSetAdoptsAndReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := tc.waitActive("front", 2)
-	eventually(t, "stray pod adopted", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "stray pod adopted", func() error {
 		p, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, "stray", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		ref := metav1.GetControllerOf(p)
-		return ref != nil && ref.UID == rs.UID, fmt.Sprintf("%+v", p.OwnerReferences)
+		if ref == nil || ref.UID != rs.UID {
+			return fmt.Errorf("%+v", p.OwnerReferences)
+		}
+		return nil
 	})
 	if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == "stray" }) {
 		t.Errorf("the replica set made 2 pods instead of adopting the stray one: %s", podNames(pods))
@@ -139,9 +157,12 @@ func TestReplicaSetAdoptsAndReleases(t *testing.T) {
 	if _, err := tc.client.CoreV1().Pods("default").Patch(tc.ctx, "stray", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "stray pod released", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "stray pod released", func() error {
 		p, _ := tc.client.CoreV1().Pods("default").Get(tc.ctx, "stray", metav1.GetOptions{})
-		return len(p.OwnerReferences) == 0, fmt.Sprintf("%+v", p.OwnerReferences)
+		if len(p.OwnerReferences) != 0 {
+			return fmt.Errorf("%+v", p.OwnerReferences)
+		}
+		return nil
 	})
 	tc.waitActive("front", 2)
 }
@@ -174,10 +195,13 @@ func TestReplicationController(t *testing.T) {
 			t.Errorf("pod %s: controller ref %+v", p.Name, ref)
 		}
 	}
-	eventually(t, "rc status", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "rc status", func() error {
 		rc, _ := tc.client.CoreV1().ReplicationControllers("default").Get(tc.ctx, "nginx", metav1.GetOptions{})
-		return rc.Status.Replicas == 2 && rc.Status.ReadyReplicas == 2 && rc.Status.AvailableReplicas == 2 &&
-			rc.Status.FullyLabeledReplicas == 2 && rc.Status.ObservedGeneration == rc.Generation, fmt.Sprintf("%+v", rc.Status)
+		if rc.Status.Replicas != 2 || rc.Status.ReadyReplicas != 2 || rc.Status.AvailableReplicas != 2 ||
+			rc.Status.FullyLabeledReplicas != 2 || rc.Status.ObservedGeneration != rc.Generation {
+			return fmt.Errorf("%+v", rc.Status)
+		}
+		return nil
 	})
 	sc, err := tc.client.CoreV1().ReplicationControllers("default").GetScale(tc.ctx, "nginx", metav1.GetOptions{})
 	if err != nil {
@@ -191,9 +215,12 @@ func TestReplicationController(t *testing.T) {
 	if err := tc.client.CoreV1().ReplicationControllers("default").Delete(tc.ctx, "nginx", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pods gone", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods gone", func() error {
 		all := tc.pods("default", "app=nginx")
-		return len(all) == 0, podNames(all)
+		if len(all) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }
 
@@ -263,9 +290,12 @@ func TestDeploymentOwnsReplicaSetsAndRollsBack(t *testing.T) {
 			t.Errorf("pod %s after undo has hash %s", p.Name, p.Labels[appsv1.DefaultDeploymentUniqueLabelKey])
 		}
 	}
-	eventually(t, "deployment revision 3", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "deployment revision 3", func() error {
 		a := tc.getDeployment("web").Annotations
-		return a[revisionAnnotation] == "3", fmt.Sprint(a)
+		if a[revisionAnnotation] != "3" {
+			return fmt.Errorf("%v", a)
+		}
+		return nil
 	})
 	if msg := tc.rollback("web", 3); !strings.Contains(msg, "skipped rollback") {
 		t.Errorf("rollback to the current revision said %q", msg)
@@ -290,9 +320,12 @@ func TestDeploymentPauseResumeAndHistoryLimit(t *testing.T) {
 		d.Spec.Replicas = ptrTo[int32](3)
 	})
 	tc.waitReplicaSets("web", map[string]string{"web-" + h1: "3/3@1 v1"})
-	eventually(t, "paused condition", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "paused condition", func() error {
 		c := condition(tc.getDeployment("web"), appsv1.DeploymentProgressing)
-		return c.Reason == reasonPaused, fmt.Sprintf("%+v", c)
+		if c.Reason != reasonPaused {
+			return fmt.Errorf("%+v", c)
+		}
+		return nil
 	})
 	if len(tc.replicaSets("web")) != 1 {
 		t.Fatalf("paused deployment made a new replica set: %v", tc.replicaSets("web"))
@@ -345,7 +378,7 @@ func TestDeploymentUpgradeAdoptsPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pods moved under the replica set", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods moved under the replica set", func() error {
 		pods := tc.pods("default", "app=web")
 		var got []string
 		moved := 0
@@ -357,7 +390,10 @@ func TestDeploymentUpgradeAdoptsPods(t *testing.T) {
 		}
 		slices.Sort(got)
 		slices.Sort(uids)
-		return moved == 3 && slices.Equal(got, uids), podNames(pods)
+		if moved != 3 || !slices.Equal(got, uids) {
+			return errors.New(podNames(pods))
+		}
+		return nil
 	})
 	tc.waitRolledOut("web")
 	if pods := tc.pods("default", "app=web"); len(pods) != 3 {
@@ -425,11 +461,14 @@ func TestDeploymentCascadingDeletion(t *testing.T) {
 			t.Errorf("deployment deleted in the foreground: %v %v", d.DeletionTimestamp, d.Finalizers)
 		}
 	}
-	eventually(t, "deployment, replica set and pods gone", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "deployment, replica set and pods gone", func() error {
 		_, err := deps.Get(tc.ctx, "web", metav1.GetOptions{})
 		rs := tc.replicaSets("web")
 		pods := tc.pods("default", "app=web")
-		return err != nil && len(rs) == 0 && len(pods) == 0, fmt.Sprintf("%v %v %s", err, rs, podNames(pods))
+		if err == nil || len(rs) != 0 || len(pods) != 0 {
+			return fmt.Errorf("%v %v %s", err, rs, podNames(pods))
+		}
+		return nil
 	})
 	// Background (the default): the collector follows Deployment -> RS -> Pod.
 	tc.createDeployment(testDeployment("bg", 2, "v1"))
@@ -437,9 +476,12 @@ func TestDeploymentCascadingDeletion(t *testing.T) {
 	if err := deps.Delete(tc.ctx, "bg", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "background cascade", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "background cascade", func() error {
 		rs := tc.replicaSets("bg")
 		pods := tc.pods("default", "app=bg")
-		return len(rs) == 0 && len(pods) == 0, fmt.Sprintf("%v %s", rs, podNames(pods))
+		if len(rs) != 0 || len(pods) != 0 {
+			return fmt.Errorf("%v %s", rs, podNames(pods))
+		}
+		return nil
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -42,10 +44,13 @@ func (tc *testCluster) getPod(name string) *corev1.Pod {
 func (tc *testCluster) waitBound(name string) string {
 	tc.t.Helper()
 	var node string
-	eventually(tc.t, "pod "+name+" bound", func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, "pod "+name+" bound", func() error {
 		p := tc.getPod(name)
 		node = p.Spec.NodeName
-		return node != "", fmt.Sprintf("%+v", p.Status.Conditions)
+		if node == "" {
+			return fmt.Errorf("%+v", p.Status.Conditions)
+		}
+		return nil
 	})
 	return node
 }
@@ -70,7 +75,7 @@ func TestSchedulerSpreadsAcrossReadyNodes(t *testing.T) {
 	if perNode["node-a"] != 3 || perNode["node-b"] != 3 || len(perNode) != 2 {
 		t.Errorf("pods per node = %v, want 3 on node-a and 3 on node-b", perNode)
 	}
-	eventually(t, "PodScheduled condition and Scheduled event", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "PodScheduled condition and Scheduled event", func() error {
 		p := tc.getPod("p0")
 		c := podCondition(p, corev1.PodScheduled)
 		evs, err := tc.client.CoreV1().Events("default").List(tc.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=p0,reason=Scheduled"})
@@ -80,7 +85,10 @@ func TestSchedulerSpreadsAcrossReadyNodes(t *testing.T) {
 		want := "Successfully assigned default/p0 to " + p.Spec.NodeName
 		ok := c != nil && c.Status == corev1.ConditionTrue && len(evs.Items) == 1 && evs.Items[0].Message == want &&
 			evs.Items[0].Source.Component == "default-scheduler" && evs.Items[0].InvolvedObject.UID == p.UID
-		return ok, fmt.Sprintf("condition %+v events %+v", c, evs.Items)
+		if !ok {
+			return fmt.Errorf("condition %+v events %+v", c, evs.Items)
+		}
+		return nil
 	})
 
 	// A toleration opens the tainted node; an empty one is then least loaded.
@@ -117,18 +125,24 @@ func TestSchedulerUnschedulableUntilNodeFits(t *testing.T) {
 	want := "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, " +
 		"1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. " +
 		"preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
-	eventually(t, "Unschedulable condition", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "Unschedulable condition", func() error {
 		p := tc.getPod("wants-ssd")
 		c := podCondition(p, corev1.PodScheduled)
-		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && c.Message == want &&
-			p.Spec.NodeName == "" && p.Status.Phase == corev1.PodPending, fmt.Sprintf("%+v", p.Status)
+		if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable || c.Message != want ||
+			p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+			return fmt.Errorf("%+v", p.Status)
+		}
+		return nil
 	})
-	eventually(t, "FailedScheduling event", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "FailedScheduling event", func() error {
 		evs, err := tc.client.CoreV1().Events("default").List(tc.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=wants-ssd,reason=FailedScheduling"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(evs.Items) == 1 && evs.Items[0].Type == corev1.EventTypeWarning, fmt.Sprintf("%+v", evs.Items)
+		if len(evs.Items) != 1 || evs.Items[0].Type != corev1.EventTypeWarning {
+			return fmt.Errorf("%+v", evs.Items)
+		}
+		return nil
 	})
 
 	// The node with the right label becomes Ready: the pod is bound to it.
@@ -147,16 +161,22 @@ func TestSchedulerUnschedulableUntilNodeFits(t *testing.T) {
 	if node := tc.waitBound("wants-ssd"); node != "node-b" {
 		t.Errorf("bound to %s, want node-b", node)
 	}
-	eventually(t, "PodScheduled True", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "PodScheduled True", func() error {
 		c := podCondition(tc.getPod("wants-ssd"), corev1.PodScheduled)
-		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == "", fmt.Sprintf("%+v", c)
+		if c == nil || c.Status != corev1.ConditionTrue || c.Reason != "" {
+			return fmt.Errorf("%+v", c)
+		}
+		return nil
 	})
 
 	// With no node at all, the message says so; a new node takes the pod.
 	tc.createPod(testPod("needs-gpu", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"gpu": "yes"} }))
-	eventually(t, "needs-gpu unschedulable", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "needs-gpu unschedulable", func() error {
 		c := podCondition(tc.getPod("needs-gpu"), corev1.PodScheduled)
-		return c != nil && c.Reason == corev1.PodReasonUnschedulable && strings.HasPrefix(c.Message, "0/2 nodes are available: 2 node(s) didn't match"), fmt.Sprintf("%+v", c)
+		if c == nil || c.Reason != corev1.PodReasonUnschedulable || !strings.HasPrefix(c.Message, "0/2 nodes are available: 2 node(s) didn't match") {
+			return fmt.Errorf("%+v", c)
+		}
+		return nil
 	})
 	tc.createNode("node-gpu", true, map[string]string{"gpu": "yes"})
 	if node := tc.waitBound("needs-gpu"); node != "node-gpu" {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -19,24 +21,27 @@ func TestServiceAccountsAndRootCA(t *testing.T) {
 	if _, err := tc.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rootCA := func(ns string) func() (bool, string) {
-		return func() (bool, string) {
+	rootCA := func(ns string) func() error {
+		return func() error {
 			cm, err := tc.client.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 			if err != nil {
-				return false, err.Error()
+				return err
 			}
-			return cm.Data["ca.crt"] == ca && len(cm.Data) == 1, fmt.Sprint(cm.Data)
+			if cm.Data["ca.crt"] != ca || len(cm.Data) != 1 {
+				return fmt.Errorf("%v", cm.Data)
+			}
+			return nil
 		}
 	}
-	defaultSA := func(ns string) func() (bool, string) {
-		return func() (bool, string) {
+	defaultSA := func(ns string) func() error {
+		return func() error {
 			_, err := tc.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-			return err == nil, fmt.Sprint(err)
+			return err
 		}
 	}
 	for _, ns := range []string{"default", "kube-system", "kube-public", "kube-node-lease", "team-a"} {
-		eventually(t, "kube-root-ca.crt in "+ns, rootCA(ns))
-		eventually(t, "default ServiceAccount in "+ns, defaultSA(ns))
+		testutil.Eventually(t, waitTimeout, "kube-root-ca.crt in "+ns, rootCA(ns))
+		testutil.Eventually(t, waitTimeout, "default ServiceAccount in "+ns, defaultSA(ns))
 	}
 	if err := tc.client.CoreV1().ServiceAccounts("team-a").Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -44,8 +49,8 @@ func TestServiceAccountsAndRootCA(t *testing.T) {
 	if err := tc.client.CoreV1().ConfigMaps("team-a").Delete(ctx, "kube-root-ca.crt", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "default ServiceAccount recreated", defaultSA("team-a"))
-	eventually(t, "kube-root-ca.crt recreated", rootCA("team-a"))
+	testutil.Eventually(t, waitTimeout, "default ServiceAccount recreated", defaultSA("team-a"))
+	testutil.Eventually(t, waitTimeout, "kube-root-ca.crt recreated", rootCA("team-a"))
 	cm, err := tc.client.CoreV1().ConfigMaps("team-a").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -54,5 +59,5 @@ func TestServiceAccountsAndRootCA(t *testing.T) {
 	if _, err := tc.client.CoreV1().ConfigMaps("team-a").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "kube-root-ca.crt repaired", rootCA("team-a"))
+	testutil.Eventually(t, waitTimeout, "kube-root-ca.crt repaired", rootCA("team-a"))
 }

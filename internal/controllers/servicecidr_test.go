@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -14,12 +16,15 @@ import (
 
 func (tc *testCluster) waitServiceCIDR(name string, what string, cond func(sc *networkingv1.ServiceCIDR, err error) bool) {
 	tc.t.Helper()
-	eventually(tc.t, what, func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, what, func() error {
 		sc, err := tc.client.NetworkingV1().ServiceCIDRs().Get(tc.ctx, name, metav1.GetOptions{})
 		if sc == nil {
 			sc = &networkingv1.ServiceCIDR{}
 		}
-		return cond(sc, err), fmt.Sprintf("err %v finalizers %v conditions %+v", err, sc.Finalizers, sc.Status.Conditions)
+		if !cond(sc, err) {
+			return fmt.Errorf("err %v finalizers %v conditions %+v", err, sc.Finalizers, sc.Status.Conditions)
+		}
+		return nil
 	})
 }
 

@@ -1,10 +1,13 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -74,7 +77,7 @@ func (tc *testCluster) waitSetPods(name string, names ...string) map[string]core
 	tc.t.Helper()
 	slices.Sort(names)
 	byName := map[string]corev1.Pod{}
-	eventually(tc.t, fmt.Sprintf("pods %v of %s", names, name), func() (bool, string) {
+	testutil.Eventually(tc.t, waitTimeout, fmt.Sprintf("pods %v of %s", names, name), func() error {
 		all := tc.pods("default", "app="+name)
 		clear(byName)
 		var have []string
@@ -85,7 +88,10 @@ func (tc *testCluster) waitSetPods(name string, names ...string) map[string]core
 			}
 		}
 		slices.Sort(have)
-		return slices.Equal(have, names), podNames(all)
+		if !slices.Equal(have, names) {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 	return byName
 }
@@ -132,17 +138,25 @@ func TestStatefulSetOrderedReady(t *testing.T) {
 		if ref := metav1.GetControllerOf(&p); ref == nil || ref.Kind != "StatefulSet" || ref.UID != set.UID {
 			t.Errorf("pod %s: controller ref %+v", p.Name, ref)
 		}
-		eventually(t, p.Name+" bound and made ready", func() (bool, string) {
+		testutil.Eventually(t, waitTimeout, p.Name+" bound and made ready", func() error {
 			tc.readyAll("default", "app=web", a)
 			got, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, p.Name, metav1.GetOptions{})
-			return err == nil && isPodReady(got), fmt.Sprint(err)
+			if err != nil {
+				return err
+			}
+			if !isPodReady(got) {
+				return fmt.Errorf("not ready: %+v", got.Status.Conditions)
+			}
+			return nil
 		})
 	}
-	eventually(t, "status with three ready", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status with three ready", func() error {
 		st := tc.getStatefulSet("web").Status
-		return st.Replicas == 3 && st.ReadyReplicas == 3 && st.AvailableReplicas == 3 && st.CurrentReplicas == 3 &&
-				st.UpdatedReplicas == 3 && st.CurrentRevision != "" && st.CurrentRevision == st.UpdateRevision && st.ObservedGeneration == 1,
-			fmt.Sprintf("%+v", st)
+		if st.Replicas != 3 || st.ReadyReplicas != 3 || st.AvailableReplicas != 3 || st.CurrentReplicas != 3 ||
+			st.UpdatedReplicas != 3 || st.CurrentRevision == "" || st.CurrentRevision != st.UpdateRevision || st.ObservedGeneration != 1 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	if msg, done := tc.setRolloutStatus("web"); !done {
 		t.Errorf("rollout status not done: %s", msg)
@@ -162,9 +176,12 @@ func TestStatefulSetOrderedReady(t *testing.T) {
 	}
 	tc.startAgent(false) // finishes deletions
 	tc.waitSetPods("web", "web-0")
-	eventually(t, "status after scale down", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "status after scale down", func() error {
 		st := tc.getStatefulSet("web").Status
-		return st.Replicas == 1 && st.ReadyReplicas == 1 && st.ObservedGeneration == 2, fmt.Sprintf("%+v", st)
+		if st.Replicas != 1 || st.ReadyReplicas != 1 || st.ObservedGeneration != 2 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	var deleted []string
 	for _, e := range tc.events("web") {
@@ -200,22 +217,28 @@ func TestStatefulSetParallelAndStableNames(t *testing.T) {
 	if err := tc.client.CoreV1().Pods("default").Delete(tc.ctx, "db-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "db-1 recreated under its name", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "db-1 recreated under its name", func() error {
 		p, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, "db-1", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return p.UID != old.UID && p.DeletionTimestamp == nil, string(p.UID)
+		if p.UID == old.UID || p.DeletionTimestamp != nil {
+			return errors.New(string(p.UID))
+		}
+		return nil
 	})
 	// A failed pod is replaced too.
 	tc.updatePodStatus("default", "db-2", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })
 	failedUID := pods["db-2"].UID
-	eventually(t, "failed db-2 replaced", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "failed db-2 replaced", func() error {
 		p, err := tc.client.CoreV1().Pods("default").Get(tc.ctx, "db-2", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return p.UID != failedUID && p.Status.Phase != corev1.PodFailed, string(p.UID)
+		if p.UID == failedUID || p.Status.Phase == corev1.PodFailed {
+			return errors.New(string(p.UID))
+		}
+		return nil
 	})
 }
 
@@ -225,29 +248,41 @@ func TestStatefulSetRollingUpdatePartition(t *testing.T) {
 	tc.startControllers(Options{})
 	tc.startAgent(true)
 	tc.createStatefulSet(testStatefulSet("web", 3))
-	eventually(t, "rolled out", func() (bool, string) { msg, done := tc.setRolloutStatus("web"); return done, msg })
+	testutil.Eventually(t, waitTimeout, "rolled out", func() error {
+		msg, done := tc.setRolloutStatus("web")
+		if !done {
+			return errors.New(msg)
+		}
+		return nil
+	})
 	first := tc.getStatefulSet("web").Status.CurrentRevision
 
 	tc.updateStatefulSet("web", func(s *appsv1.StatefulSet) {
 		s.Spec.Template.Spec.Containers[0].Image = "nginx:1.27"
 		s.Spec.UpdateStrategy.RollingUpdate.Partition = ptrTo[int32](1)
 	})
-	eventually(t, "ordinals 1 and 2 updated, 0 kept", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "ordinals 1 and 2 updated, 0 kept", func() error {
 		st := tc.getStatefulSet("web").Status
 		pods := tc.waitSetPods("web", "web-0", "web-1", "web-2")
 		ok := st.UpdatedReplicas == 2 && st.CurrentReplicas == 1 && st.ReadyReplicas == 3 && st.CurrentRevision == first && st.UpdateRevision != first &&
 			pods["web-0"].Spec.Containers[0].Image == "nginx" && pods["web-1"].Spec.Containers[0].Image == "nginx:1.27" &&
 			pods["web-2"].Spec.Containers[0].Image == "nginx:1.27"
-		return ok, fmt.Sprintf("%+v", st)
+		if !ok {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	if msg, done := tc.setRolloutStatus("web"); !done {
 		t.Errorf("partitioned rollout not done: %s", msg)
 	}
 	tc.updateStatefulSet("web", func(s *appsv1.StatefulSet) { s.Spec.UpdateStrategy.RollingUpdate.Partition = ptrTo[int32](0) })
-	eventually(t, "all updated and the update revision current", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "all updated and the update revision current", func() error {
 		st := tc.getStatefulSet("web").Status
-		return st.UpdatedReplicas == 3 && st.CurrentReplicas == 3 && st.CurrentRevision == st.UpdateRevision && st.CurrentRevision != first &&
-			st.ReadyReplicas == 3, fmt.Sprintf("%+v", st)
+		if st.UpdatedReplicas != 3 || st.CurrentReplicas != 3 || st.CurrentRevision != st.UpdateRevision || st.CurrentRevision == first ||
+			st.ReadyReplicas != 3 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	for _, p := range tc.waitSetPods("web", "web-0", "web-1", "web-2") {
 		if p.Labels[appsv1.ControllerRevisionHashLabelKey] != tc.getStatefulSet("web").Status.UpdateRevision {
@@ -266,16 +301,22 @@ func TestStatefulSetOnDelete(t *testing.T) {
 	}))
 	tc.waitSetPods("web", "web-0", "web-1")
 	tc.updateStatefulSet("web", func(s *appsv1.StatefulSet) { s.Spec.Template.Spec.Containers[0].Image = "nginx:1.27" })
-	eventually(t, "generation 2 observed, no pod replaced", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "generation 2 observed, no pod replaced", func() error {
 		st := tc.getStatefulSet("web").Status
-		return st.ObservedGeneration == 2 && st.UpdatedReplicas == 0 && st.ReadyReplicas == 2, fmt.Sprintf("%+v", st)
+		if st.ObservedGeneration != 2 || st.UpdatedReplicas != 0 || st.ReadyReplicas != 2 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
 	})
 	if err := tc.client.CoreV1().Pods("default").Delete(tc.ctx, "web-1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "web-1 recreated from the new template", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "web-1 recreated from the new template", func() error {
 		pods := tc.waitSetPods("web", "web-0", "web-1")
-		return pods["web-1"].Spec.Containers[0].Image == "nginx:1.27" && pods["web-0"].Spec.Containers[0].Image == "nginx", ""
+		if pods["web-1"].Spec.Containers[0].Image != "nginx:1.27" || pods["web-0"].Spec.Containers[0].Image != "nginx" {
+			return fmt.Errorf("web-0 on %s, web-1 on %s", pods["web-0"].Spec.Containers[0].Image, pods["web-1"].Spec.Containers[0].Image)
+		}
+		return nil
 	})
 }
 
@@ -295,10 +336,10 @@ func TestStatefulSetHostnamesInEndpointSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.createStatefulSet(testStatefulSet("web", 2))
-	eventually(t, "hostnames in the slice", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "hostnames in the slice", func() error {
 		l, err := tc.client.DiscoveryV1().EndpointSlices("default").List(tc.ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=nginx"})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		var hosts []string
 		for _, s := range l.Items {
@@ -309,7 +350,10 @@ func TestStatefulSetHostnamesInEndpointSlices(t *testing.T) {
 			}
 		}
 		slices.Sort(hosts)
-		return slices.Equal(hosts, []string{"web-0", "web-1"}), fmt.Sprint(hosts)
+		if !slices.Equal(hosts, []string{"web-0", "web-1"}) {
+			return fmt.Errorf("%v", hosts)
+		}
+		return nil
 	})
 }
 
@@ -331,8 +375,11 @@ func TestGarbageCollectorDeletesPodsOfDeletedWorkloads(t *testing.T) {
 	if err := tc.client.AppsV1().DaemonSets("default").Delete(tc.ctx, "agent", metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "pods of the deleted workloads gone", func() (bool, string) {
+	testutil.Eventually(t, waitTimeout, "pods of the deleted workloads gone", func() error {
 		all := append(tc.pods("default", "app=web"), tc.pods("default", "app=agent")...)
-		return len(all) == 0, podNames(all)
+		if len(all) != 0 {
+			return errors.New(podNames(all))
+		}
+		return nil
 	})
 }

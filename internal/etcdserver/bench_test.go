@@ -3,9 +3,6 @@ package etcdserver
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,11 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/minikit/minikit/internal/apiserver"
-	"github.com/minikit/minikit/internal/apiserver/validation"
+	"github.com/minikit/minikit/internal/apiserver/apiservertest"
 	"github.com/minikit/minikit/internal/store"
 )
 
@@ -184,19 +179,9 @@ func benchStore(b *testing.B, st store.Interface) {
 }
 
 func benchAPI(b *testing.B, st store.Interface) {
-	srv, err := apiserver.New(apiserver.Config{
-		Store: st, Validation: validation.DefaultConfig(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "bench",
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	defer hs.Close()
-	cs, err := kubernetes.NewForConfig(&rest.Config{Host: hs.URL, QPS: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	api := apiservertest.StartConfig(b, apiserver.Config{Store: st, Version: "bench"})
+	defer api.Close() // before the caller closes st
+	cs := api.Client
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cms := cs.CoreV1().ConfigMaps("default")

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/internal/testutil"
 )
 
 const agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
@@ -178,9 +180,7 @@ func TestAgnhostConnect(t *testing.T) {
 		})
 	}
 	// The UDP probe sends --udp-data plus a newline, which netexec takes as "hostname".
-	eventually(t, "netexec's log of the probe", func() bool {
-		return strings.Contains(server.stderr.String(), "Sending udp hostName response")
-	})
+	testutil.Eventually(t, waitTimeout, "netexec's log of the probe", contains(&server.stderr, "Sending udp hostName response"))
 }
 
 // The DNS specs read /results/<file> through pods/proxy from test-webserver.
@@ -392,7 +392,7 @@ func TestHttpd(t *testing.T) {
 		}
 		want := `127.0.0.1 - - [02/Dec/2026:15:40:01 +0000] "GET / HTTP/1.1" 200 45` + "\n" +
 			`127.0.0.1 - - [02/Dec/2026:15:40:01 +0000] "GET /nope HTTP/1.1" 404 196` + "\n"
-		eventually(t, "two access log lines", func() bool { return strings.Count(r.stdout.String(), "\n") >= 2 })
+		testutil.Eventually(t, waitTimeout, "two access log lines", lines(&r.stdout, 2))
 		if got := r.stdout.String(); got != want {
 			t.Errorf("%s access log:\n%s\nwant:\n%s", image, got, want)
 		}

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/internal/testutil"
 )
 
 // Every test container runs as pod "web-0" at this time, with this request ID.
@@ -214,15 +216,26 @@ func ask(t *testing.T, addr string, msgs ...string) (string, string) {
 	return string(buf[:n]), conn.LocalAddr().String()
 }
 
-// eventually polls cond until it holds or 5s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// waitTimeout bounds every testutil.Eventually of these tests.
+const waitTimeout = 5 * time.Second
+
+// contains is an Eventually condition: b's text contains s.
+func contains(b fmt.Stringer, s string) func() error {
+	return func() error {
+		if !strings.Contains(b.String(), s) {
+			return fmt.Errorf("no %q in %q", s, b.String())
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}
+}
+
+// lines is an Eventually condition: b's text has at least n lines.
+func lines(b fmt.Stringer, n int) func() error {
+	return func() error {
+		if got := strings.Count(b.String(), "\n"); got < n {
+			return fmt.Errorf("%d lines, want %d: %q", got, n, b.String())
+		}
+		return nil
 	}
 }
 
@@ -478,9 +491,7 @@ func TestServeHostnameTCP(t *testing.T) {
 	if err != nil || string(got) != "web-0" {
 		t.Errorf("read %q, %v; want %q and EOF", got, err, "web-0")
 	}
-	eventually(t, "the request log line", func() bool {
-		return strings.Contains(r.stderr.String(), "TCP request from "+conn.LocalAddr().String())
-	})
+	testutil.Eventually(t, waitTimeout, "the request log line", contains(&r.stderr, "TCP request from "+conn.LocalAddr().String()))
 }
 
 func TestEchoSharesOnePortNumber(t *testing.T) {
@@ -566,9 +577,7 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	eventually(t, "the request to be in flight", func() bool {
-		return strings.Contains(r.stderr.String(), "Will begin shutdown")
-	})
+	testutil.Eventually(t, waitTimeout, "the request to be in flight", contains(&r.stderr, "Will begin shutdown"))
 	if err := r.stop(); err != nil {
 		t.Errorf("Run returned %v after cancel, want nil", err)
 	}
@@ -650,7 +659,7 @@ func TestNginxAccessLog(t *testing.T) {
 		fmt.Sprintf(`127.0.0.1 - - [02/Dec/2026:15:40:01 +0000] "GET / HTTP/1.1" 200 %d "-" "curl/8.5.0" "-"`+"\n", len(welcome("web-0"))) +
 		`127.0.0.1 - - [02/Dec/2026:15:40:01 +0000] "HEAD / HTTP/1.1" 200 0 "-" "curl/8.5.0" "-"` + "\n" +
 		`127.0.0.1 - - [02/Dec/2026:15:40:01 +0000] "GET /missing?x=1 HTTP/1.1" 404 146 "http://shop/" "curl/8.5.0" "10.0.0.9"` + "\n"
-	eventually(t, "three access log lines", func() bool { return strings.Count(r.stdout.String(), "\n") >= 4 })
+	testutil.Eventually(t, waitTimeout, "three access log lines", lines(&r.stdout, 4))
 	if got := r.stdout.String(); got != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", got, want)
 	}

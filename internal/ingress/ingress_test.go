@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/ingress/nginxconf"
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -32,20 +33,6 @@ func quiet() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// eventually polls cond until it returns nil or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = cond(); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %v: %v", what, d, err)
 }
 
 func node(name, ip string, ready bool, annotations map[string]string) *corev1.Node {
@@ -76,7 +63,7 @@ func TestServerCreatesTheControllerObjects(t *testing.T) {
 	ctx := context.Background()
 	c := fake.NewClientset()
 	runServer(t, c)
-	eventually(t, 5*time.Second, "service created", func() error {
+	testutil.Eventually(t, 5*time.Second, "service created", func() error {
 		_, err := c.CoreV1().Services(Namespace).Get(ctx, ServiceName, metav1.GetOptions{})
 		return err
 	})
@@ -111,7 +98,7 @@ func TestServerDoesNotStealTheDefaultClass(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "traefik", Annotations: map[string]string{networkingv1.AnnotationIsDefaultIngressClass: "true"}},
 		Spec:       networkingv1.IngressClassSpec{Controller: "traefik.io/ingress-controller"}})
 	runServer(t, c)
-	eventually(t, 5*time.Second, "class created", func() error {
+	testutil.Eventually(t, 5*time.Second, "class created", func() error {
 		ic, err := c.NetworkingV1().IngressClasses().Get(ctx, ClassName, metav1.GetOptions{})
 		if err == nil && ic.Annotations[networkingv1.AnnotationIsDefaultIngressClass] != "" {
 			return fmt.Errorf("nginx claimed the default: %v", ic.Annotations)
@@ -135,7 +122,7 @@ func TestServerEndpointsAndStatus(t *testing.T) {
 		ours, other,
 	)
 	runServer(t, c)
-	eventually(t, 5*time.Second, "endpoints written", func() error {
+	testutil.Eventually(t, 5*time.Second, "endpoints written", func() error {
 		ep, err := c.CoreV1().Endpoints(Namespace).Get(ctx, ServiceName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -147,7 +134,7 @@ func TestServerEndpointsAndStatus(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 5*time.Second, "slices written", func() error {
+	testutil.Eventually(t, 5*time.Second, "slices written", func() error {
 		sl, err := c.DiscoveryV1().EndpointSlices(Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -164,7 +151,7 @@ func TestServerEndpointsAndStatus(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 5*time.Second, "status of our Ingress", func() error {
+	testutil.Eventually(t, 5*time.Second, "status of our Ingress", func() error {
 		ing, _ := c.NetworkingV1().Ingresses("default").Get(ctx, "cafe", metav1.GetOptions{})
 		if lb := ing.Status.LoadBalancer.Ingress; len(lb) != 1 || lb[0].IP != "192.168.56.10" {
 			return fmt.Errorf("status %+v", lb)
@@ -179,7 +166,7 @@ func TestServerEndpointsAndStatus(t *testing.T) {
 	n2, _ := c.CoreV1().Nodes().Get(ctx, "node2", metav1.GetOptions{})
 	n2.Annotations = nil
 	c.CoreV1().Nodes().Update(ctx, n2, metav1.UpdateOptions{})
-	eventually(t, 5*time.Second, "node2's slice removed", func() error {
+	testutil.Eventually(t, 5*time.Second, "node2's slice removed", func() error {
 		sl, _ := c.DiscoveryV1().EndpointSlices(Namespace).List(ctx, metav1.ListOptions{})
 		if len(sl.Items) != 1 {
 			return fmt.Errorf("%d slices", len(sl.Items))
@@ -189,7 +176,7 @@ func TestServerEndpointsAndStatus(t *testing.T) {
 	n3, _ := c.CoreV1().Nodes().Get(ctx, "node3", metav1.GetOptions{})
 	n3.Annotations = listening
 	c.CoreV1().Nodes().Update(ctx, n3, metav1.UpdateOptions{})
-	eventually(t, 5*time.Second, "status lists node1 and node3", func() error {
+	testutil.Eventually(t, 5*time.Second, "status lists node1 and node3", func() error {
 		ing, _ := c.NetworkingV1().Ingresses("default").Get(ctx, "cafe", metav1.GetOptions{})
 		if lb := ing.Status.LoadBalancer.Ingress; len(lb) != 2 || lb[1].IP != "192.168.56.12" {
 			return fmt.Errorf("status %+v", lb)
@@ -257,7 +244,7 @@ func TestNodeServesAnnouncesAndWritesNginxConf(t *testing.T) {
 		t.Fatalf("/tea/green: %d %q", code, body)
 	}
 	want := fmt.Sprintf("http=%d,https=%d", hl.Addr().(*net.TCPAddr).Port, sl.Addr().(*net.TCPAddr).Port)
-	eventually(t, 5*time.Second, "listeners announced", func() error {
+	testutil.Eventually(t, 5*time.Second, "listeners announced", func() error {
 		nd, _ := c.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 		if nd.Annotations[ListenersAnnotation] != want {
 			return fmt.Errorf("annotations %v", nd.Annotations)
@@ -272,7 +259,7 @@ func TestNodeServesAnnouncesAndWritesNginxConf(t *testing.T) {
 	ing, _ := c.NetworkingV1().Ingresses("default").Get(ctx, "cafe", metav1.GetOptions{})
 	ing.Spec.Rules[0].HTTP.Paths[0].Path = "/chai"
 	c.NetworkingV1().Ingresses("default").Update(ctx, ing, metav1.UpdateOptions{})
-	eventually(t, 5*time.Second, "new path served", func() error {
+	testutil.Eventually(t, 5*time.Second, "new path served", func() error {
 		if code, body := get("/chai"); code != 200 {
 			return fmt.Errorf("/chai: %d %s", code, body)
 		}

@@ -2,6 +2,7 @@ package kubeproxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -190,9 +192,16 @@ func TestFlushIsRepaired(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { p.monitor(ctx); close(done) }()
-			waitFor(t, func() bool { return clock.Waiters() > 0 })
+			testutil.Eventually(t, 5*time.Second, "a waiter on the clock", clockWaiting(clock))
 			clock.Step(p.cfg.SyncPeriod)
-			waitFor(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return p.needFull })
+			testutil.Eventually(t, 5*time.Second, "a full sync requested", func() error {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if !p.needFull {
+					return errors.New("needFull not set")
+				}
+				return nil
+			})
 			cancel()
 			<-done
 			mustSync(t, p)
@@ -203,14 +212,13 @@ func TestFlushIsRepaired(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
+// clockWaiting is an Eventually condition: something waits on clock.
+func clockWaiting(clock *fakeClock) func() error {
+	return func() error {
+		if clock.Waiters() == 0 {
+			return errors.New("nothing waits on the clock")
 		}
-		time.Sleep(time.Millisecond)
+		return nil
 	}
 }
 
@@ -373,11 +381,11 @@ func TestRunnerBoundsFrequency(t *testing.T) {
 	r.Run()
 	r.Run()
 	none("third request within a second waits")
-	waitFor(t, func() bool { return clock.Waiters() > 0 })
+	testutil.Eventually(t, 5*time.Second, "a waiter on the clock", clockWaiting(clock))
 	clock.Step(time.Second)
 	expect("after a token refills, pending requests run once")
 	none("collapsed into one call")
-	waitFor(t, func() bool { return clock.Waiters() > 0 })
+	testutil.Eventually(t, 5*time.Second, "a waiter on the clock", clockWaiting(clock))
 	clock.Step(time.Hour)
 	expect("periodic call after maxInterval")
 }

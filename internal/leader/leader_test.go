@@ -5,18 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/minikit/minikit/internal/apiserver"
+	"github.com/minikit/minikit/internal/apiserver/apiservertest"
 	"github.com/minikit/minikit/internal/store"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // Short terms keep the tests quick; nothing asserts how long anything took.
@@ -35,15 +34,7 @@ func twoServers(t *testing.T) [2]kubernetes.Interface {
 	t.Cleanup(func() { st.Close() })
 	var clients [2]kubernetes.Interface
 	for i := range clients {
-		srv, err := apiserver.New(apiserver.Config{Store: st, Logger: quiet, Version: "test", Identity: fmt.Sprintf("server%d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := httptest.NewServer(srv.Handler())
-		t.Cleanup(hs.Close)
-		if clients[i], err = kubernetes.NewForConfig(&rest.Config{Host: hs.URL}); err != nil {
-			t.Fatal(err)
-		}
+		clients[i] = apiservertest.StartConfig(t, apiserver.Config{Store: st, Identity: fmt.Sprintf("server%d", i)}).Client
 	}
 	return clients
 }

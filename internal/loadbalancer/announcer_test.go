@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,7 +71,7 @@ type speakers struct {
 
 func startSpeakers(t *testing.T, c kubernetes.Interface, lease time.Duration, nodes ...string) *speakers {
 	s := &speakers{t: t, c: c, resp: map[string]*fakeResponder{}, stop: map[string]func(){}, nodes: nodes,
-		lease: lease, ann: map[string]*Announcer{}, logger: testLogger(t)}
+		lease: lease, ann: map[string]*Announcer{}, logger: testutil.Logger(t)}
 	for _, n := range nodes {
 		s.start(n)
 	}
@@ -122,7 +124,7 @@ func (s *speakers) holders(ip netip.Addr) []string {
 func (s *speakers) waitHolder(ip netip.Addr, want string, within time.Duration) time.Duration {
 	s.t.Helper()
 	start := time.Now()
-	eventually(s.t, within, fmt.Sprintf("only %s answers for %s", want, ip), func() error {
+	testutil.Eventually(s.t, within, fmt.Sprintf("only %s answers for %s", want, ip), func() error {
 		if h := s.holders(ip); len(h) != 1 || h[0] != want {
 			return fmt.Errorf("answering: %v", h)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 )
 
 // twoHosts makes two throwaway network namespaces joined by a veth pair,
@@ -79,7 +80,7 @@ func TestARPResponder(t *testing.T) {
 		if ifname, err = InterfaceWith(netip.MustParseAddr("192.0.2.10")); err != nil {
 			return err
 		}
-		r, err = ListenARP(ifname, testLogger(t))
+		r, err = ListenARP(ifname, testutil.Logger(t))
 		return err
 	})
 	if err != nil {
@@ -129,7 +130,7 @@ func TestARPResponder(t *testing.T) {
 		if err := r.Set([]netip.Addr{vip, other}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 3*time.Second, "client's entry for "+other.String()+" points at the speaker", func() error {
+		testutil.Eventually(t, 3*time.Second, "client's entry for "+other.String()+" points at the speaker", func() error {
 			if got := neigh(t, client, other); !strings.Contains(got, r.HardwareAddr().String()) {
 				return errorf("entry %q", got)
 			}

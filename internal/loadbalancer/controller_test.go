@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -20,7 +22,7 @@ func runController(t *testing.T, c kubernetes.Interface, pool string) (stop func
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl := NewController(ControllerConfig{Client: c, Pool: p, Logger: testLogger(t)})
+	ctrl := NewController(ControllerConfig{Client: c, Pool: p, Logger: testutil.Logger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ctrl.Run(ctx) }()
@@ -225,7 +227,7 @@ func TestControllerRestart(t *testing.T) {
 	runController(t, c, pool)
 	waitIP(t, c, "a", "192.168.56.240")
 	waitIP(t, c, "b", "192.168.56.242")
-	eventually(t, waitTimeout, "c and dup get the two free addresses", func() error {
+	testutil.Eventually(t, waitTimeout, "c and dup get the two free addresses", func() error {
 		got := map[string]bool{externalIP(getSvc(t, c, "c")): true, externalIP(getSvc(t, c, "dup")): true}
 		if !got["192.168.56.241"] || !got["192.168.56.243"] {
 			return errorf("c %s, dup %s", externalIP(getSvc(t, c, "c")), externalIP(getSvc(t, c, "dup")))

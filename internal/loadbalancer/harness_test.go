@@ -3,19 +3,13 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/minikit/minikit/internal/apiserver"
-	"github.com/minikit/minikit/internal/apiserver/validation"
-	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/apiserver/apiservertest"
+	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,75 +32,17 @@ func newAPI(t *testing.T) kubernetes.Interface {
 // down, as a dead control plane.
 func newAPIServer(t *testing.T) (kubernetes.Interface, func()) {
 	t.Helper()
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "db"), 0)
+	api := apiservertest.Start(t)
+	cfg := rest.CopyConfig(api.Config)
+	cfg.Timeout = 2 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := apiserver.New(apiserver.Config{Store: st, Validation: validation.DefaultConfig(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	var once sync.Once
-	down := func() {
-		once.Do(func() {
-			// Closing the store first ends open watches, so the HTTP server
-			// has no outstanding requests to wait for.
-			st.Close()
-			ts.CloseClientConnections()
-			ts.Close()
-		})
-	}
-	t.Cleanup(down)
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: ts.URL, QPS: -1, Timeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, down
+	return client, api.Close
 }
-
-// testLogger sends warnings and errors to the test log while the test runs.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.close)
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct {
-	mu     sync.Mutex
-	t      *testing.T
-	closed bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(strings.TrimSpace(string(p)))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) close() { w.mu.Lock(); w.closed = true; w.mu.Unlock() }
 
 const waitTimeout = 15 * time.Second
-
-// eventually polls cond until it returns nil or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %v", what, d, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
-}
 
 // lbService is a LoadBalancer Service on port 80 selecting app=name.
 func lbService(name string, mod ...func(*corev1.Service)) *corev1.Service {
@@ -154,7 +90,7 @@ func externalIP(svc *corev1.Service) string {
 // waitIP waits until Service name shows want as its EXTERNAL-IP.
 func waitIP(t *testing.T, c kubernetes.Interface, name, want string) {
 	t.Helper()
-	eventually(t, waitTimeout, "Service "+name+" has EXTERNAL-IP "+want, func() error {
+	testutil.Eventually(t, waitTimeout, "Service "+name+" has EXTERNAL-IP "+want, func() error {
 		if got := externalIP(getSvc(t, c, name)); got != want {
 			return fmt.Errorf("EXTERNAL-IP %s", got)
 		}
@@ -181,7 +117,7 @@ func events(t *testing.T, c kubernetes.Interface, name string) []string {
 // waitEvent waits for an Event about Service name containing all of parts.
 func waitEvent(t *testing.T, c kubernetes.Interface, name string, parts ...string) {
 	t.Helper()
-	eventually(t, waitTimeout, fmt.Sprintf("Service %s has an Event with %q", name, parts), func() error {
+	testutil.Eventually(t, waitTimeout, fmt.Sprintf("Service %s has an Event with %q", name, parts), func() error {
 		evs := events(t, c, name)
 	next:
 		for _, e := range evs {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -114,7 +115,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			"KUBERNETES_SERVICE_PORT=443",
 			"KUBERNETES_SERVICE_PORT_HTTPS=443",
 		}, "\n") + "\n"
-		testenv.Eventually(t, 10*time.Second, "the container's KUBERNETES_ environment in its log", func() error {
+		testutil.Eventually(t, 10*time.Second, "the container's KUBERNETES_ environment in its log", func() error {
 			b, err := c.CoreV1().Pods("default").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 			if err != nil {
 				return err
@@ -143,7 +144,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 		// (as on a real cluster, where the kubelet does not wait for
 		// kube-proxy): wait for node2's DNAT to the server first.
 		dnat := "--to-destination " + l.Addr("node1").String() + ":6443"
-		testenv.Eventually(t, 30*time.Second, "node2's DNAT of 10.96.0.1:443 to the API server", func() error {
+		testutil.Eventually(t, 30*time.Second, "node2's DNAT of 10.96.0.1:443 to the API server", func() error {
 			out, err := testenv.Run(l, "node2", "iptables-save", "-t", "nat")
 			if err != nil {
 				return err
@@ -167,7 +168,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 
 	t.Run("new namespaces get their default account and kube-root-ca.crt", func(t *testing.T) {
 		createNS(t, c, "fresh")
-		testenv.Eventually(t, 10*time.Second, "default ServiceAccount and kube-root-ca.crt in fresh", func() error {
+		testutil.Eventually(t, 10*time.Second, "default ServiceAccount and kube-root-ca.crt in fresh", func() error {
 			if _, err := c.CoreV1().ServiceAccounts("fresh").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 				return err
 			}
@@ -180,7 +181,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			}
 			return nil
 		})
-		testenv.Eventually(t, 30*time.Second, "node leases renewed by their agents", func() error {
+		testutil.Eventually(t, 30*time.Second, "node leases renewed by their agents", func() error {
 			for _, n := range []string{"node1", "node2"} {
 				lease, err := c.CoordinationV1().Leases("kube-node-lease").Get(ctx, n, metav1.GetOptions{})
 				if err != nil {
@@ -233,7 +234,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 		if err := l.WaitReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 90*time.Second, "the pods and the content gone, the held configmap left", func() error {
+		testutil.Eventually(t, 90*time.Second, "the pods and the content gone, the held configmap left", func() error {
 			ns, err := c.CoreV1().Namespaces().Get(ctx, "crash", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -264,7 +265,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, "namespace crash gone", func() error { return gone(c, "crash", sandboxes) })
+		testutil.Eventually(t, 30*time.Second, "namespace crash gone", func() error { return gone(c, "crash", sandboxes) })
 		// Nothing of the old namespace survives into a new one of the same name.
 		createNS(t, c, "crash")
 		cms, err := c.CoreV1().ConfigMaps("crash").List(ctx, metav1.ListOptions{})
@@ -297,7 +298,7 @@ func runInCluster(t *testing.T, c kubernetes.Interface, bin, name, host string, 
 		t.Fatal(err)
 	}
 	var phase corev1.PodPhase
-	testenv.Eventually(t, 60*time.Second, "the in-cluster program to finish", func() error {
+	testutil.Eventually(t, 60*time.Second, "the in-cluster program to finish", func() error {
 		got, err := c.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

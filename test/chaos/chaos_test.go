@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +37,7 @@ func TestChaosRepair(t *testing.T) {
 
 	reaches := func(what string) {
 		t.Helper()
-		testenv.Eventually(t, 30*time.Second, what, func() error {
+		testutil.Eventually(t, 30*time.Second, what, func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+target.Status.PodIP+":8080/")
 			if err != nil || !strings.Contains(out, "pod=target") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -78,7 +79,7 @@ func TestChaosRepair(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := os.ReadFile(filepath.Join(l.Dir(), tc.host+".log"))
 			tc.break_()
-			testenv.Eventually(t, 15*time.Second, tc.host+" logs the repair ("+tc.log+")", func() error {
+			testutil.Eventually(t, 15*time.Second, tc.host+" logs the repair ("+tc.log+")", func() error {
 				b, _ := os.ReadFile(filepath.Join(l.Dir(), tc.host+".log"))
 				if !strings.Contains(string(b[len(before):]), tc.log) {
 					return fmt.Errorf("no %q in the new part of %s.log", tc.log, tc.host)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -388,18 +389,24 @@ func TestKubectl(t *testing.T) {
 
 		// kubectl lists, prints, then watches from the list's resourceVersion, so a
 		// Service created after the first rows appear must arrive as an event.
-		poll(t, 30*time.Second, "kubectl get svc -w to print the current services", func() (bool, string) {
-			return strings.Contains(out.String(), "hostnames"), out.String() + errOut.String()
+		testutil.Eventually(t, 30*time.Second, "kubectl get svc -w to print the current services", func() error {
+			if !strings.Contains(out.String(), "hostnames") {
+				return errors.New(out.String() + errOut.String())
+			}
+			return nil
 		})
 		wantLines(t, "create service", k.ok(t, "create", "service", "clusterip", "watched", "--tcp=80:8080"), "service/watched created")
 		watchedRow := regexp.MustCompile(`(?m)^watched\s+ClusterIP\s+10\.\S+\s+<none>\s+80/TCP\s+\S+$`)
-		poll(t, 30*time.Second, "kubectl get svc -w to print the new service", func() (bool, string) {
+		testutil.Eventually(t, 30*time.Second, "kubectl get svc -w to print the new service", func() error {
 			select {
 			case <-done:
 				t.Fatalf("kubectl get svc -w exited early: %v\n%s%s", w.ProcessState, out.String(), errOut.String())
 			default:
 			}
-			return watchedRow.MatchString(out.String()), out.String()
+			if !watchedRow.MatchString(out.String()) {
+				return errors.New(out.String())
+			}
+			return nil
 		})
 	})
 
@@ -450,10 +457,13 @@ func TestKubectl(t *testing.T) {
 		}
 		wantLines(t, "delete namespace", k.ok(t, "delete", "namespace", "lab1"), `namespace "lab1" deleted`)
 		var last string
-		poll(t, 30*time.Second, "namespace lab1 to go away", func() (bool, string) {
+		testutil.Eventually(t, 30*time.Second, "namespace lab1 to go away", func() error {
 			out, errOut, err := k.run(t, "get", "ns", "lab1")
 			last = errOut
-			return err != nil, out + errOut
+			if err == nil {
+				return errors.New(out + errOut)
+			}
+			return nil
 		})
 		if !strings.Contains(last, `namespaces "lab1" not found`) {
 			t.Errorf("get ns lab1 after deletion: %s, want NotFound", last)

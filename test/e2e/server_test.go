@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -58,7 +59,6 @@ func runTests(m *testing.M) int {
 const (
 	startTimeout = 30 * time.Second
 	exitTimeout  = 10 * time.Second
-	pollInterval = 20 * time.Millisecond
 )
 
 // serverProc is one `minikit server` process on a data dir, restartable on the same
@@ -127,7 +127,7 @@ func (p *serverProc) start() {
 	// A restart finds the previous incarnation's kubeconfig already there, so the
 	// signal is the ready line, which the server prints after writing the kubeconfig.
 	var url string
-	poll(t, startTimeout, "minikit server to print its ready line", func() (bool, string) {
+	testutil.Eventually(t, startTimeout, "minikit server to print its ready line", func() error {
 		select {
 		case <-exited:
 			t.Fatalf("minikit server exited before it was ready (%v); logs:\n%s", cmd.ProcessState, p.logs)
@@ -135,20 +135,23 @@ func (p *serverProc) start() {
 		}
 		m := readyLine.FindStringSubmatch(stdout.String())
 		if m == nil {
-			return false, "stdout: " + stdout.String()
+			return errors.New("stdout: " + stdout.String())
 		}
 		url = m[1]
-		return true, ""
+		return nil
 	})
 	p.URL = url
 	p.Kubeconfig = filepath.Join(p.dataDir, "kubeconfig")
 	p.loadKubeconfig()
-	poll(t, startTimeout, "GET "+p.URL+"/readyz to answer ok", func() (bool, string) {
+	testutil.Eventually(t, startTimeout, "GET "+p.URL+"/readyz to answer ok", func() error {
 		resp, body, err := p.do(http.MethodGet, "/readyz", nil)
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return resp.StatusCode == http.StatusOK && string(body) == "ok", fmt.Sprintf("%s %q", resp.Status, body)
+		if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+			return fmt.Errorf("%s %q", resp.Status, body)
+		}
+		return nil
 	})
 }
 
@@ -299,25 +302,6 @@ func (p *serverProc) cleanup() {
 	}
 	if p.t.Failed() {
 		p.t.Logf("minikit server logs (%s):\n%s", p.dataDir, tail(p.logs.String(), 16<<10))
-	}
-}
-
-// poll calls cond every pollInterval until it reports true, failing the test with
-// what and cond's last explanation when timeout passes.
-func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last: %s", timeout, what, last)
-		}
-		<-tick.C
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,7 +59,7 @@ func TestHAControlPlane(t *testing.T) {
 	})
 
 	t.Run("every server is an etcd voting member", func(t *testing.T) {
-		testenv.Eventually(t, 60*time.Second, "3 voting members", func() error {
+		testutil.Eventually(t, 60*time.Second, "3 voting members", func() error {
 			ms, err := members(t, l)
 			if err != nil {
 				return err
@@ -204,7 +205,7 @@ func TestHAControlPlane(t *testing.T) {
 			t.Errorf("%d Services, want %d", len(list.Items), total)
 		}
 		t.Logf("%d acknowledged creates, %d Services, %d distinct ClusterIPs and NodePorts", nAcked, len(list.Items), len(ips))
-		testenv.Eventually(t, 30*time.Second, "the informer has every Service", func() error {
+		testutil.Eventually(t, 30*time.Second, "the informer has every Service", func() error {
 			missing := 0
 			for n := range have {
 				if _, ok, _ := inf.GetStore().GetByKey("ha/" + n); !ok {
@@ -229,7 +230,7 @@ func TestHAControlPlane(t *testing.T) {
 
 		// The cluster's singletons moved with the lease: a Deployment created
 		// now gets its pods (on the agent, which runs).
-		testenv.Eventually(t, 60*time.Second, "the controller-manager lease held by a running server", func() error {
+		testutil.Eventually(t, 60*time.Second, "the controller-manager lease held by a running server", func() error {
 			l, err := c.CoordinationV1().Leases("kube-system").Get(ctx, "minikit-controller-manager", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -249,7 +250,7 @@ func TestHAControlPlane(t *testing.T) {
 		if _, err := c.AppsV1().Deployments("ha").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 90*time.Second, "deployment after-kill available", func() error {
+		testutil.Eventually(t, 90*time.Second, "deployment after-kill available", func() error {
 			d, err := c.AppsV1().Deployments("ha").Get(ctx, "after-kill", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -271,7 +272,7 @@ func TestHAControlPlane(t *testing.T) {
 // waitEndpoints waits until default/kubernetes names exactly want.
 func waitEndpoints(t *testing.T, c kubernetes.Interface, what string, want []string) {
 	t.Helper()
-	testenv.Eventually(t, 60*time.Second, what, func() error {
+	testutil.Eventually(t, 60*time.Second, what, func() error {
 		ep, err := c.CoreV1().Endpoints("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,7 +52,7 @@ func deletePod(t *testing.T, c kubernetes.Interface, name string) {
 	if err := c.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "pod "+name+" gone", func() error {
+	testutil.Eventually(t, 30*time.Second, "pod "+name+" gone", func() error {
 		if _, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); err == nil {
 			return fmt.Errorf("still there")
 		}
@@ -156,7 +157,7 @@ func TestHostNetworkAndHostPorts(t *testing.T) {
 		if _, err := c.CoreV1().Pods("default").Create(ctx, dup, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 20*time.Second, "hp-dup rejected", func() error {
+		testutil.Eventually(t, 20*time.Second, "hp-dup rejected", func() error {
 			p, err := c.CoreV1().Pods("default").Get(ctx, "hp-dup", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -178,7 +179,7 @@ func TestHostNetworkAndHostPorts(t *testing.T) {
 	})
 	t.Run("a deleted pod's hostPort rules go", func(t *testing.T) {
 		deletePod(t, c, "hp-tcp")
-		testenv.Eventually(t, 20*time.Second, "hp-tcp's rules gone", func() error {
+		testutil.Eventually(t, 20*time.Second, "hp-tcp's rules gone", func() error {
 			out, err := testenv.Run(l, "node1", "iptables-save", "-t", "nat")
 			if err != nil {
 				return err
@@ -203,7 +204,7 @@ func TestHostNetworkAndHostPorts(t *testing.T) {
 // answers polls probe until its output is w ("" accepts any output).
 func answers(t *testing.T, what, w string, probe func() (string, error)) {
 	t.Helper()
-	testenv.Eventually(t, 20*time.Second, what, func() error {
+	testutil.Eventually(t, 20*time.Second, what, func() error {
 		out, err := probe()
 		if err != nil {
 			return fmt.Errorf("%v: %q", err, out)
@@ -228,7 +229,7 @@ func TestEmptyDirAndExpansion(t *testing.T) {
 				Command: []string{"sh", "-c", `echo "$(GREETING) $$(echo dollar)" '$(UNDEFINED)' > /minikit-test-shared/f; exec sleep infinity`}},
 			{Name: "reader", Image: "busybox", VolumeMounts: mounts, Command: []string{"sleep", "infinity"}},
 		}}})
-	testenv.Eventually(t, 20*time.Second, "reader sees writer's file", func() error {
+	testutil.Eventually(t, 20*time.Second, "reader sees writer's file", func() error {
 		out, err := kexec(t, l, "vol", "reader", "cat", "/minikit-test-shared/f")
 		if err != nil {
 			return fmt.Errorf("%v: %q", err, out)
@@ -247,7 +248,7 @@ func TestEmptyDirAndExpansion(t *testing.T) {
 		t.Fatalf("emptyDir not in the pod's directory %s: %v: %s", dir, err, out)
 	}
 	deletePod(t, c, "vol")
-	testenv.Eventually(t, 20*time.Second, "emptyDir removed with its pod", func() error {
+	testutil.Eventually(t, 20*time.Second, "emptyDir removed with its pod", func() error {
 		if out, err := exec.Command("ls", dir).CombinedOutput(); err == nil {
 			return fmt.Errorf("%s still holds %q", dir, out)
 		}

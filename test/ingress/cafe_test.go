@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +73,7 @@ func cafeSecret(t *testing.T) (yaml string, certPEM []byte) {
 
 func waitDeployment(t *testing.T, c kubernetes.Interface, name string, replicas int32) {
 	t.Helper()
-	testenv.Eventually(t, 90*time.Second, "deployment "+name+" available", func() error {
+	testutil.Eventually(t, 90*time.Second, "deployment "+name+" available", func() error {
 		d, err := c.AppsV1().Deployments("default").Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -88,7 +89,7 @@ func waitDeployment(t *testing.T, c kubernetes.Interface, name string, replicas 
 func nodePorts(t *testing.T, c kubernetes.Interface) (int32, int32) {
 	t.Helper()
 	var svc *corev1.Service
-	testenv.Eventually(t, 30*time.Second, "ingress-nginx-controller service", func() error {
+	testutil.Eventually(t, 30*time.Second, "ingress-nginx-controller service", func() error {
 		var err error
 		svc, err = c.CoreV1().Services("ingress-nginx").Get(context.Background(), "ingress-nginx-controller", metav1.GetOptions{})
 		return err
@@ -177,7 +178,7 @@ func TestCafe(t *testing.T) {
 	teas, coffees := podNames(t, c, "tea"), podNames(t, c, "coffee")
 
 	// The Ingress gets the nodes' addresses as its status, as kubectl get ingress shows.
-	testenv.Eventually(t, 30*time.Second, "cafe-ingress status", func() error {
+	testutil.Eventually(t, 30*time.Second, "cafe-ingress status", func() error {
 		out, err := kubectl(t, l, "", "get", "ingress", "cafe-ingress")
 		if err != nil || !strings.Contains(out, l.Addr("node1").String()) || !strings.Contains(out, "cafe.example.com") || !strings.Contains(out, "80, 443") {
 			return fmt.Errorf("kubectl get ingress: %v\n%s", err, out)
@@ -192,7 +193,7 @@ func TestCafe(t *testing.T) {
 			return fmt.Sprintf("%s://cafe.example.com:%d%s", scheme, port, path)
 		}
 		// The first request may race the controllers picking up the objects.
-		testenv.Eventually(t, 30*time.Second, "https /tea answers", func() error {
+		testutil.Eventually(t, 30*time.Second, "https /tea answers", func() error {
 			resp, err := curl(l, "--resolve", resolve(httpsPort), url("https", httpsPort, "/tea"), "--insecure")
 			if err != nil || statusCode(resp) != "200" {
 				return fmt.Errorf("%v: %s", err, resp)
@@ -246,7 +247,7 @@ func TestCafe(t *testing.T) {
 			// The proxy's first sync may land after the pods are ready:
 			// wait for the NodePort rules themselves, as a student would
 			// look for them with iptables-save.
-			testenv.Eventually(t, 30*time.Second, n+"'s KUBE-NODEPORTS rules for the controller's NodePorts", func() error {
+			testutil.Eventually(t, 30*time.Second, n+"'s KUBE-NODEPORTS rules for the controller's NodePorts", func() error {
 				out, _ := testenv.Run(l, n, "iptables-save", "-t", "nat")
 			ports:
 				for _, p := range []int32{httpNP, httpsNP} {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 	"k8s.io/client-go/kubernetes"
 
@@ -143,7 +144,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	old := podNames(t, c, "web")
 	client := clientHTTP(l)
 	url := "http://" + l.Addr("node1").String() + "/"
-	testenv.Eventually(t, 30*time.Second, "web.example served", func() error {
+	testutil.Eventually(t, 30*time.Second, "web.example served", func() error {
 		req, _ := http.NewRequest("GET", url, nil)
 		req.Host = "web.example"
 		resp, err := client.Do(req)
@@ -161,7 +162,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	// service proxy to a node's controller), half go straight to node1's.
 	httpNP, _ := nodePorts(t, c)
 	npURL := fmt.Sprintf("http://%s:%d/", l.Addr("node2"), httpNP)
-	testenv.Eventually(t, 30*time.Second, "web.example served through the NodePort", func() error {
+	testutil.Eventually(t, 30*time.Second, "web.example served through the NodePort", func() error {
 		req, _ := http.NewRequest("GET", npURL, nil)
 		req.Host = "web.example"
 		resp, err := client.Do(req)
@@ -187,7 +188,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	if _, err := c.AppsV1().Deployments("default").Patch(context.Background(), "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "rollout replaced every pod", func() error {
+	testutil.Eventually(t, 60*time.Second, "rollout replaced every pod", func() error {
 		now := podNames(t, c, "web")
 		for _, n := range now {
 			if contains(old, n) {

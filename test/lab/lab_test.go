@@ -17,6 +17,7 @@ import (
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,7 +110,7 @@ func TestAgentRestartAndNodeRemoval(t *testing.T) {
 	if _, err := c.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, "endpoints of b list pod b", func() error {
+	testutil.Eventually(t, 20*time.Second, "endpoints of b list pod b", func() error {
 		ep, err := c.CoreV1().Endpoints("default").Get(ctx, "b", metav1.GetOptions{})
 		if err != nil || len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) != 1 {
 			return fmt.Errorf("endpoints %v (%v)", ep, err)
@@ -124,7 +125,7 @@ func TestAgentRestartAndNodeRemoval(t *testing.T) {
 		if err := l.Start("node2"); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, "pod a reaches pod b after node2's agent restarted", func() error {
+		testutil.Eventually(t, 30*time.Second, "pod a reaches pod b after node2's agent restarted", func() error {
 			out, err := testenv.Exec(t, l, "a", "curl", "-s", "--max-time", "2", "http://"+b.Status.PodIP+":8080/")
 			if err != nil || !strings.Contains(out, "pod=b") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -157,14 +158,14 @@ func TestAgentRestartAndNodeRemoval(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, h := range []string{"node1", "node3"} {
-			testenv.Eventually(t, 20*time.Second, h+" withdrew its route to "+cidr, func() error {
+			testutil.Eventually(t, 20*time.Second, h+" withdrew its route to "+cidr, func() error {
 				if out, _ := testenv.Run(l, h, "ip", "route", "show", cidr); out != "" {
 					return fmt.Errorf("route still there: %s", out)
 				}
 				return nil
 			})
 		}
-		testenv.Eventually(t, 30*time.Second, "pod b's endpoint dropped", func() error {
+		testutil.Eventually(t, 30*time.Second, "pod b's endpoint dropped", func() error {
 			ep, err := c.CoreV1().Endpoints("default").Get(ctx, "b", metav1.GetOptions{})
 			if err != nil {
 				return err

@@ -21,6 +21,7 @@ import (
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/loadbalancer"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -80,7 +81,7 @@ func minikit(t *testing.T, l *lab.Lab, args ...string) string {
 func externalIP(t *testing.T, l *lab.Lab, c kubernetes.Interface, name string) netip.Addr {
 	t.Helper()
 	var ip netip.Addr
-	testenv.Eventually(t, 20*time.Second, "Service "+name+" has an EXTERNAL-IP", func() error {
+	testutil.Eventually(t, 20*time.Second, "Service "+name+" has an EXTERNAL-IP", func() error {
 		svc, err := c.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -128,7 +129,7 @@ func announcers(t *testing.T, l *lab.Lab, ip netip.Addr) []string {
 func oneAnnouncer(t *testing.T, l *lab.Lab, ip netip.Addr, within time.Duration) string {
 	t.Helper()
 	var node string
-	testenv.Eventually(t, within, "exactly one node answers ARP for "+ip.String(), func() error {
+	testutil.Eventually(t, within, "exactly one node answers ARP for "+ip.String(), func() error {
 		nodes := announcers(t, l, ip)
 		if len(nodes) != 1 {
 			return fmt.Errorf("answered by %v", nodes)
@@ -142,7 +143,7 @@ func oneAnnouncer(t *testing.T, l *lab.Lab, ip netip.Addr, within time.Duration)
 // describe waits until `describe svc NAME` shows all of parts.
 func describe(t *testing.T, l *lab.Lab, name string, parts ...string) {
 	t.Helper()
-	testenv.Eventually(t, 20*time.Second, fmt.Sprintf("describe svc %s shows %q", name, parts), func() error {
+	testutil.Eventually(t, 20*time.Second, fmt.Sprintf("describe svc %s shows %q", name, parts), func() error {
 		out := minikit(t, l, "describe", "svc", name)
 		for _, p := range parts {
 			if !strings.Contains(out, p) {
@@ -196,7 +197,7 @@ func TestLoadBalancer(t *testing.T) {
 
 	t.Run("curl from the client spreads over the pods", func(t *testing.T) {
 		seen := map[string]int{}
-		testenv.Eventually(t, 30*time.Second, "client reaches all three pods through "+ip.String(), func() error {
+		testutil.Eventually(t, 30*time.Second, "client reaches all three pods through "+ip.String(), func() error {
 			out, err := curl(l, url)
 			if err != nil {
 				return fmt.Errorf("curl %s: %v: %s", url, err, out)
@@ -218,7 +219,7 @@ func TestLoadBalancer(t *testing.T) {
 		if got := oneAnnouncer(t, l, eip, 20*time.Second); got != "node3" {
 			t.Errorf("announced by %s; with policy Local only node3 has an endpoint", got)
 		}
-		testenv.Eventually(t, 30*time.Second, "echo server sees the client", func() error {
+		testutil.Eventually(t, 30*time.Second, "echo server sees the client", func() error {
 			out, err := curl(l, "http://"+eip.String()+"/")
 			if err != nil || !strings.Contains(out, "client_address="+l.Addr(lab.Client).String()+":") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -255,7 +256,7 @@ func TestLoadBalancer(t *testing.T) {
 			s.Spec.LoadBalancerSourceRanges = []string{l.Addr(lab.External).String() + "/32"}
 		}))
 		rip := externalIP(t, l, c, "only-external")
-		testenv.Eventually(t, 30*time.Second, "external host reaches "+rip.String(), func() error {
+		testutil.Eventually(t, 30*time.Second, "external host reaches "+rip.String(), func() error {
 			out, err := testenv.Run(l, lab.External, "curl", "-s", "--max-time", "2", "http://"+rip.String()+"/")
 			if err != nil || !strings.HasPrefix(out, "hostnames-") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -295,7 +296,7 @@ func TestLoadBalancer(t *testing.T) {
 		if got := externalIP(t, l, c, "overflow"); got != freed {
 			t.Errorf("overflow got %s, want the freed %s", got, freed)
 		}
-		testenv.Eventually(t, 30*time.Second, "client reaches the pods through overflow's address", func() error {
+		testutil.Eventually(t, 30*time.Second, "client reaches the pods through overflow's address", func() error {
 			out, err := curl(l, "http://"+freed.String()+"/")
 			if err != nil || !strings.HasPrefix(out, "hostnames-") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -325,7 +326,7 @@ func TestLoadBalancer(t *testing.T) {
 			l.Start(announcer)
 		})
 		// Ask continuously, as a user hitting reload would.
-		testenv.Eventually(t, 60*time.Second, "curl through "+ip.String()+" after "+announcer+" died", func() error {
+		testutil.Eventually(t, 60*time.Second, "curl through "+ip.String()+" after "+announcer+" died", func() error {
 			out, err := curl(l, url)
 			if err != nil || !strings.HasPrefix(out, "hostnames-") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -381,7 +382,7 @@ spec:
 	if out, err := testenv.Run(l, lab.Client, "ip", "route", "add", "80.11.12.10/32", "via", l.Addr("node1").String()); err != nil {
 		t.Fatalf("route on the client: %v: %s", err, out)
 	}
-	testenv.Eventually(t, 30*time.Second, "client reaches my-service at 80.11.12.10:80", func() error {
+	testutil.Eventually(t, 30*time.Second, "client reaches my-service at 80.11.12.10:80", func() error {
 		out, err := curl(l, "http://80.11.12.10:80/")
 		if err != nil || out != "myapp-1" {
 			return fmt.Errorf("curl: %v: %q", err, out)
@@ -416,7 +417,7 @@ func TestExternalName(t *testing.T) {
 
 	t.Run("ExternalName gets no proxy rules", func(t *testing.T) {
 		for _, h := range []string{"node1", "node2"} {
-			testenv.Eventually(t, 20*time.Second, h+" has synced the marker Service", func() error {
+			testutil.Eventually(t, 20*time.Second, h+" has synced the marker Service", func() error {
 				if out, _ := testenv.Run(l, h, "iptables-save", "-t", "nat"); !strings.Contains(out, "default/marker") {
 					return fmt.Errorf("no rules for default/marker yet")
 				}
@@ -445,7 +446,7 @@ func TestExternalName(t *testing.T) {
 		if _, err := netip.ParseAddr(clusterIP); err != nil {
 			t.Fatalf("no ClusterIP after the switch: %q", clusterIP)
 		}
-		testenv.Eventually(t, 30*time.Second, "node1 reaches db-1 at "+clusterIP, func() error {
+		testutil.Eventually(t, 30*time.Second, "node1 reaches db-1 at "+clusterIP, func() error {
 			out, err := testenv.Run(l, "node1", "curl", "-s", "--max-time", "2", "http://"+clusterIP+"/")
 			if err != nil || out != "db-1" {
 				return fmt.Errorf("curl: %v: %q", err, out)
@@ -470,7 +471,7 @@ func TestExternalName(t *testing.T) {
 		if svc.Spec.ClusterIP != "" || len(svc.Spec.ClusterIPs) != 0 {
 			t.Errorf("ExternalName Service kept ClusterIP %q %q", svc.Spec.ClusterIP, svc.Spec.ClusterIPs)
 		}
-		testenv.Eventually(t, 20*time.Second, "proxy rules of my-database removed", func() error {
+		testutil.Eventually(t, 20*time.Second, "proxy rules of my-database removed", func() error {
 			for _, h := range []string{"node1", "node2"} {
 				if out, _ := testenv.Run(l, h, "iptables-save", "-t", "nat"); strings.Contains(out, "my-database") {
 					return fmt.Errorf("%s still has:\n%s", h, grep(out, "my-database"))
@@ -512,7 +513,7 @@ func TestExternalNameFromPod(t *testing.T) {
 		}
 	}
 	external := "external host " + l.Addr(lab.External).String()
-	testenv.Eventually(t, 30*time.Second, "a pod reaches the external host through the CNAME", reaches(external))
+	testutil.Eventually(t, 30*time.Second, "a pod reaches the external host through the CNAME", reaches(external))
 
 	svc, err := svcs.Get(ctx, "my-database", metav1.GetOptions{})
 	if err != nil {
@@ -524,7 +525,7 @@ func TestExternalNameFromPod(t *testing.T) {
 	if _, err := svcs.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "as a ClusterIP Service the name reaches the pod", reaches("db-1"))
+	testutil.Eventually(t, 30*time.Second, "as a ClusterIP Service the name reaches the pod", reaches("db-1"))
 
 	if svc, err = svcs.Get(ctx, "my-database", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
@@ -535,7 +536,7 @@ func TestExternalNameFromPod(t *testing.T) {
 	if _, err := svcs.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "back to ExternalName the name reaches the external host", reaches(external))
+	testutil.Eventually(t, 30*time.Second, "back to ExternalName the name reaches the external host", reaches(external))
 }
 
 func externalName(name, target string) *corev1.Service {

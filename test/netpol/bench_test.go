@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +55,7 @@ func BenchmarkNetworkPolicy(b *testing.B) {
 	if _, err := c.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	testenv.Eventually(b, 30*time.Second, "client in node2's ipsets", func() error {
+	testutil.Eventually(b, 30*time.Second, "client in node2's ipsets", func() error {
 		if ok, err := inSet(l, "node2", ip["client"]); !ok {
 			return fmt.Errorf("not yet (%v)", err)
 		}

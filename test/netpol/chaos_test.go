@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +58,7 @@ func TestNetworkPolicyChaos(t *testing.T) {
 			}
 		}
 		t.Logf("flushed %s on node2", strings.Join(flushed, ", "))
-		testenv.Eventually(t, 30*time.Second, "node2 logs the drift at WARN", func() error {
+		testutil.Eventually(t, 30*time.Second, "node2 logs the drift at WARN", func() error {
 			b, _ := os.ReadFile(log)
 			for _, line := range strings.Split(string(b[len(mark):]), "\n") {
 				if strings.Contains(line, driftWarning) && strings.Contains(line, "level=WARN") {
@@ -67,7 +68,7 @@ func TestNetworkPolicyChaos(t *testing.T) {
 			return fmt.Errorf("no WARN line with %q in the new part of node2.log", driftWarning)
 		})
 		e.expect(t, "x/b only from x/a after the flush", allow)
-		testenv.Eventually(t, 30*time.Second, "node2's enforcer rules as before the flush", func() error {
+		testutil.Eventually(t, 30*time.Second, "node2's enforcer rules as before the flush", func() error {
 			if now := enforcerState(t, e.l, "node2"); now != before {
 				return fmt.Errorf("now:\n%s\nbefore:\n%s", now, before)
 			}
@@ -110,7 +111,7 @@ func TestNetworkPolicyChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.expect(t, "x/b only from x/a after the restart", allow)
-		testenv.Eventually(t, 30*time.Second, "node2's enforcer rules as before the kill", func() error {
+		testutil.Eventually(t, 30*time.Second, "node2's enforcer rules as before the kill", func() error {
 			if now := enforcerState(t, e.l, "node2"); now != before {
 				return fmt.Errorf("now:\n%s\nbefore:\n%s", now, before)
 			}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,7 +105,7 @@ func newEnv(t *testing.T) *env {
 	// Every Service has its endpoint before any probe: a missing endpoint would
 	// look like a denial.
 	for _, p := range e.pods {
-		testenv.Eventually(t, 30*time.Second, "Service "+p.String()+" has its endpoint", func() error {
+		testutil.Eventually(t, 30*time.Second, "Service "+p.String()+" has its endpoint", func() error {
 			if n := testenv.ReadyEndpoints(e.c, p.ns, "s-"+p.name); n != 1 {
 				return fmt.Errorf("%d ready endpoints", n)
 			}

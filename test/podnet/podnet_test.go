@@ -21,6 +21,7 @@ import (
 
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,7 +102,7 @@ func TestVXLAN(t *testing.T) {
 	// one sync; so does the device, whose new MAC every other node then uses.
 	pingsTarget := func(what string) {
 		t.Helper()
-		testenv.Eventually(t, wait, what, func() error {
+		testutil.Eventually(t, wait, what, func() error {
 			out, err := testenv.Exec(t, l, "client", "ping", "-c", "1", "-W", "1", target.Status.PodIP)
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, out)
@@ -122,7 +123,7 @@ func TestVXLAN(t *testing.T) {
 			if out, err := testenv.Run(l, "node1", tc.argv...); err != nil {
 				t.Fatalf("%v: %v: %s", tc.argv, err, out)
 			}
-			testenv.Eventually(t, wait, tc.entry+" back on node1", func() error { return entry(l, "node1", tc.entry) })
+			testutil.Eventually(t, wait, tc.entry+" back on node1", func() error { return entry(l, "node1", tc.entry) })
 			pingsTarget("client pod pings node2's pod after " + tc.name)
 		})
 	}
@@ -130,7 +131,7 @@ func TestVXLAN(t *testing.T) {
 		if out, err := testenv.Run(l, "node2", "ip", "link", "del", "flannel.1"); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		testenv.Eventually(t, wait, "node2's flannel.1 back, its new MAC published and on node1", func() error {
+		testutil.Eventually(t, wait, "node2's flannel.1 back, its new MAC published and on node1", func() error {
 			dev, mac := devMAC(t, l, "node2"), vtepMAC(t, c, "node2")
 			if dev == "" || dev != mac {
 				return fmt.Errorf("node2's device has MAC %q, its Node says %q", dev, mac)
@@ -151,7 +152,7 @@ func TestVXLAN(t *testing.T) {
 	// Switching a node to host-gw removes its device and entries; the
 	// vxlan nodes name it as unreachable through the overlay.
 	switchMode(t, l, "node3", "host-gw")
-	testenv.Eventually(t, wait, "node3 without flannel.1, node1 without node3's entries", func() error {
+	testutil.Eventually(t, wait, "node3 without flannel.1, node1 without node3's entries", func() error {
 		if out, err := testenv.Run(l, "node3", "ip", "link", "show", "flannel.1"); err == nil {
 			return fmt.Errorf("node3 still has flannel.1: %s", out)
 		}
@@ -194,7 +195,7 @@ func TestRoutedTopology(t *testing.T) {
 	hasEntry(t, l, "node1", "fdb: "+vtepMAC(t, c, "node2")+" dst 192.168.57.11 self permanent")
 
 	switchMode(t, l, "node2", "host-gw")
-	testenv.Eventually(t, wait, "node2 says host-gw cannot reach node1", func() error {
+	testutil.Eventually(t, wait, "node2 says host-gw cannot reach node1", func() error {
 		log, _ := os.ReadFile(filepath.Join(l.Dir(), "node2.log"))
 		for _, want := range []string{"host-gw cannot route to nodes that are not on one L2 segment with this node", `nodes="node1 (192.168.56.10)"`} {
 			if !strings.Contains(string(log), want) {
@@ -267,7 +268,7 @@ func crossNode(t *testing.T, l *lab.Lab, c kubernetes.Interface) *corev1.Pod {
 	}
 	reaches := func(what string, get func() (string, error)) {
 		t.Helper()
-		testenv.Eventually(t, wait, what, func() error {
+		testutil.Eventually(t, wait, what, func() error {
 			out, err := get()
 			if err != nil || !strings.Contains(out, "pod=target") || !strings.Contains(out, "node=node2") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -275,7 +276,7 @@ func crossNode(t *testing.T, l *lab.Lab, c kubernetes.Interface) *corev1.Pod {
 			return nil
 		})
 	}
-	testenv.Eventually(t, wait, "client pod on node1 pings the pod on node2", func() error {
+	testutil.Eventually(t, wait, "client pod on node1 pings the pod on node2", func() error {
 		out, err := testenv.Exec(t, l, "client", "ping", "-c", "1", "-W", "1", target.Status.PodIP)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
@@ -310,7 +311,7 @@ func joinAndLeave(t *testing.T, l *lab.Lab, c kubernetes.Interface, entries func
 	if err := c.CoreV1().Nodes().Delete(context.Background(), "node3", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, wait, "node1 drops node3's entries when node3 leaves", func() error {
+	testutil.Eventually(t, wait, "node1 drops node3's entries when node3 leaves", func() error {
 		for _, e := range want {
 			if entry(l, "node1", e) == nil {
 				return fmt.Errorf("node1 still has %s", e)
@@ -321,7 +322,7 @@ func joinAndLeave(t *testing.T, l *lab.Lab, c kubernetes.Interface, entries func
 	if err := l.Start("node3"); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, wait, "node1 adds node3's entries when node3 joins", func() error {
+	testutil.Eventually(t, wait, "node1 adds node3's entries when node3 joins", func() error {
 		n, err := c.CoreV1().Nodes().Get(context.Background(), "node3", metav1.GetOptions{})
 		if err != nil || n.Spec.PodCIDR != "10.244.2.0/24" {
 			return fmt.Errorf("node3 not registered with 10.244.2.0/24 yet: %v", err)

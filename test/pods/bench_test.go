@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,7 +45,7 @@ func BenchmarkHundredPodsReady(b *testing.B) {
 		for err := range errs {
 			b.Fatal(err)
 		}
-		testenv.Eventually(b, 120*time.Second, "100 pods Ready", func() error {
+		testutil.Eventually(b, 120*time.Second, "100 pods Ready", func() error {
 			pods, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "bench=pods"})
 			if err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -103,7 +104,7 @@ func TestPodsOnOneNode(t *testing.T) {
 		if err := c.CoreV1().Pods("default").Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, "pod b gone from the API", func() error {
+		testutil.Eventually(t, 30*time.Second, "pod b gone from the API", func() error {
 			if _, err := c.CoreV1().Pods("default").Get(ctx, "b", metav1.GetOptions{}); err == nil {
 				return fmt.Errorf("still there")
 			}
@@ -183,7 +184,7 @@ func TestDeploymentEndpointsAndReadiness(t *testing.T) {
 	waitReady := func(n int) []string {
 		t.Helper()
 		var ips []string
-		testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d ready endpoints in Endpoints and EndpointSlice", n), func() error {
+		testutil.Eventually(t, 60*time.Second, fmt.Sprintf("%d ready endpoints in Endpoints and EndpointSlice", n), func() error {
 			ep, slice, _ := readyIPs()
 			if len(ep) != n || strings.Join(ep, ",") != strings.Join(slice, ",") {
 				return fmt.Errorf("endpoints %v, slice %v", ep, slice)
@@ -244,7 +245,7 @@ func TestDeploymentEndpointsAndReadiness(t *testing.T) {
 		if err := os.WriteFile(flag, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, "pod "+victim.Name+" not ready in Endpoints and the slice", func() error {
+		testutil.Eventually(t, 30*time.Second, "pod "+victim.Name+" not ready in Endpoints and the slice", func() error {
 			ep, slice, notReady := readyIPs()
 			if len(ep) != 1 || len(slice) != 1 || len(notReady) != 1 || notReady[0] != victim.Status.PodIP {
 				return fmt.Errorf("ready %v, slice ready %v, notReady %v", ep, slice, notReady)
@@ -286,7 +287,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 	}
 
 	t.Run("running pod adopted, not recreated", func(t *testing.T) {
-		testenv.Eventually(t, 30*time.Second, "client reaches pod keep", func() error {
+		testutil.Eventually(t, 30*time.Second, "client reaches pod keep", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+keep.Status.PodIP+":8080/")
 			if err != nil || !strings.Contains(out, "pod=keep") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -304,7 +305,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 		}
 	})
 	t.Run("pod deleted while the agent was away is cleaned up", func(t *testing.T) {
-		testenv.Eventually(t, 30*time.Second, "sandbox of pod gone removed", func() error {
+		testutil.Eventually(t, 30*time.Second, "sandbox of pod gone removed", func() error {
 			if netns.ExistsNamed(goneNS) {
 				return fmt.Errorf("netns %s still exists", goneNS)
 			}
@@ -319,7 +320,7 @@ func TestAgentCrashAdoptionAndRepair(t *testing.T) {
 		if err := netns.DeleteNamed(ns); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, "pod keep answers again after its netns was deleted", func() error {
+		testutil.Eventually(t, 30*time.Second, "pod keep answers again after its netns was deleted", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+keep.Status.PodIP+":8080/")
 			if err != nil || !strings.Contains(out, "pod=keep") {
 				return fmt.Errorf("%v: %s", err, out)

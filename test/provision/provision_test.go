@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 )
 
@@ -339,7 +340,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 		DialContext:     node1.dial,
 	}}
 	defer api.CloseIdleConnections()
-	testenv.Eventually(t, 60*time.Second, "minikit server answers https://"+serverIP+":6443/readyz", func() error {
+	testutil.Eventually(t, 60*time.Second, "minikit server answers https://"+serverIP+":6443/readyz", func() error {
 		resp, err := api.Get("https://" + serverIP + ":6443/readyz")
 		if err != nil {
 			return err
@@ -408,7 +409,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 			t.Errorf("examples/lib.sh on %s said:\n%s\nwant:\n%s", v.name, out, want)
 		}
 	}
-	testenv.Eventually(t, 60*time.Second, "kubectl on node2 lists node1 and node2", func() error {
+	testutil.Eventually(t, 60*time.Second, "kubectl on node2 lists node1 and node2", func() error {
 		out, err := node2.run(t, `. /vagrant/examples/lib.sh; kubectl get nodes -o name`)
 		if err != nil || out != "node/node1\nnode/node2\n" {
 			return fmt.Errorf("%v: %q", err, out)
@@ -451,7 +452,7 @@ func TestProvisionFreshDebianRoot(t *testing.T) {
 	if now := agentPIDs(); old == "" || now == "" || now == old || strings.Contains(now, "\n") {
 		t.Errorf("provisioning node2 again: agent processes %q before, %q after; want one new one", old, now)
 	}
-	testenv.Eventually(t, 60*time.Second, "node2 is Ready again", func() error {
+	testutil.Eventually(t, 60*time.Second, "node2 is Ready again", func() error {
 		out, err := client.run(t, `. /vagrant/examples/lib.sh; kubectl get node node2 -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}'`)
 		if err != nil || out != "True" {
 			return fmt.Errorf("%v: %q", err, out)
@@ -572,7 +573,7 @@ func (v *vm) halt(t *testing.T) {
 	v.unshare.Wait()
 	v.unshare = nil
 	if v.init != 0 {
-		testenv.Eventually(t, 30*time.Second, "the processes of "+v.name+" end", func() error {
+		testutil.Eventually(t, 30*time.Second, "the processes of "+v.name+" end", func() error {
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d", v.init)); err == nil {
 				return fmt.Errorf("its init %d is still there", v.init)
 			}

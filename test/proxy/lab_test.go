@@ -13,6 +13,7 @@ import (
 
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -46,7 +47,7 @@ func deployment(name, image string, replicas int32, port int32, nodeName string)
 
 func waitEndpoints(t *testing.T, c kubernetes.Interface, svc string, n int) {
 	t.Helper()
-	testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%d ready endpoints of %s", n, svc), func() error {
+	testutil.Eventually(t, 90*time.Second, fmt.Sprintf("%d ready endpoints of %s", n, svc), func() error {
 		if got := testenv.ReadyEndpoints(c, "default", svc); got != n {
 			return fmt.Errorf("%d ready endpoints", got)
 		}
@@ -84,7 +85,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 
 	t.Run("ClusterIP from a pod spreads over every endpoint", func(t *testing.T) {
 		seen := map[string]bool{}
-		testenv.Eventually(t, 60*time.Second, "answers from all 3 pods", func() error {
+		testutil.Eventually(t, 60*time.Second, "answers from all 3 pods", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+vip+"/")
 			if err != nil || !strings.HasPrefix(out, "hostnames-") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -102,7 +103,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 			t.Fatalf("listing hostnames pods: %v", err)
 		}
 		self := pods.Items[0].Name
-		testenv.Eventually(t, 60*time.Second, self+" answered through the VIP", func() error {
+		testutil.Eventually(t, 60*time.Second, self+" answered through the VIP", func() error {
 			out, err := testenv.Exec(t, l, self, "curl", "-s", "--max-time", "2", "http://"+vip+"/")
 			if err != nil || out != self {
 				return fmt.Errorf("got %q (%v)", out, err)
@@ -114,7 +115,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		np := svc.Spec.Ports[0].NodePort
 		for _, n := range []string{"node1", "node2"} {
 			url := fmt.Sprintf("http://%s:%d/", l.Addr(n), np)
-			testenv.Eventually(t, 30*time.Second, "NodePort on "+n, func() error {
+			testutil.Eventually(t, 30*time.Second, "NodePort on "+n, func() error {
 				out, err := testenv.Run(l, lab.Client, "curl", "-s", "--max-time", "2", url)
 				if err != nil || !strings.HasPrefix(out, "hostnames-") {
 					return fmt.Errorf("curl %s: %v: %s", url, err, out)
@@ -127,7 +128,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		if out, err := testenv.Run(l, "node1", "iptables", "-t", "nat", "-F"); err != nil {
 			t.Fatalf("flush: %v: %s", err, out)
 		}
-		testenv.Eventually(t, 45*time.Second, "rules back", func() error {
+		testutil.Eventually(t, 45*time.Second, "rules back", func() error {
 			out, err := testenv.Run(l, "node1", "iptables-save", "-t", "nat")
 			if err != nil || !strings.Contains(out, `-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES`) ||
 				!strings.Contains(out, "default/hostnames:default cluster IP") {
@@ -150,7 +151,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitEndpoints(t, c, "hostnames", 0)
-		testenv.Eventually(t, 30*time.Second, "connection refused", func() error {
+		testutil.Eventually(t, 30*time.Second, "connection refused", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "-S", "--max-time", "5", "http://"+vip+"/")
 			// REJECT answers icmp-port-unreachable: connect fails at once with
 			// ECONNREFUSED (curl exit 7), not a timeout (exit 28).
@@ -190,7 +191,7 @@ func TestSourceIPAndExternalTrafficPolicy(t *testing.T) {
 
 	t.Run("Cluster: via node2 the echo server sees node2's address (SNAT, mark 0x4000)", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", l.Addr("node2"), np)
-		testenv.Eventually(t, 30*time.Second, "echo via node2", func() error {
+		testutil.Eventually(t, 30*time.Second, "echo via node2", func() error {
 			out, err := curl(url)
 			if err != nil || !strings.Contains(out, "client_address="+l.Addr("node2").String()+":") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -207,7 +208,7 @@ func TestSourceIPAndExternalTrafficPolicy(t *testing.T) {
 	})
 	t.Run("externalIPs: the chapter's externalIPs reach the service from the client", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:8080/", l.Addr("node2"))
-		testenv.Eventually(t, 30*time.Second, "echo via externalIP", func() error {
+		testutil.Eventually(t, 30*time.Second, "echo via externalIP", func() error {
 			out, err := curl(url)
 			if err != nil || !strings.Contains(out, "pod=echo-") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -226,7 +227,7 @@ func TestSourceIPAndExternalTrafficPolicy(t *testing.T) {
 	}
 	t.Run("Local: via node1 the echo server sees the client's own address", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", l.Addr("node1"), np)
-		testenv.Eventually(t, 30*time.Second, "client address preserved", func() error {
+		testutil.Eventually(t, 30*time.Second, "client address preserved", func() error {
 			out, err := curl(url)
 			if err != nil || !strings.Contains(out, "client_address="+client+":") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -236,7 +237,7 @@ func TestSourceIPAndExternalTrafficPolicy(t *testing.T) {
 	})
 	t.Run("Local: node2, without an endpoint, drops", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", l.Addr("node2"), np)
-		testenv.Eventually(t, 30*time.Second, "node2 drops", func() error {
+		testutil.Eventually(t, 30*time.Second, "node2 drops", func() error {
 			out, err := curl(url)
 			if err == nil {
 				return fmt.Errorf("node2 answered: %s", out)
@@ -292,7 +293,7 @@ func TestUDPServiceSurvivesBackendReplacement(t *testing.T) {
 		return string(buf[:n]), err
 	}
 	var first string
-	testenv.Eventually(t, 30*time.Second, "UDP answer", func() error {
+	testutil.Eventually(t, 30*time.Second, "UDP answer", func() error {
 		out, err := ask()
 		first = out
 		return err
@@ -306,7 +307,7 @@ func TestUDPServiceSurvivesBackendReplacement(t *testing.T) {
 	if err := c.CoreV1().Pods("default").Delete(ctx, old, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "answers from the replacement pod on the same 5-tuple", func() error {
+	testutil.Eventually(t, 60*time.Second, "answers from the replacement pod on the same 5-tuple", func() error {
 		out, err := ask()
 		if err != nil || !strings.Contains(out, "pod=udp-") || strings.Contains(out, "pod="+old) {
 			return fmt.Errorf("%q (%v)", out, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,7 +83,7 @@ func TestNFTablesMode(t *testing.T) {
 
 	t.Run("every node has table ip kube-proxy and no KUBE-* chains", func(t *testing.T) {
 		for _, n := range []string{"node1", "node2"} {
-			testenv.Eventually(t, 30*time.Second, n+"'s table holds the echo service", func() error {
+			testutil.Eventually(t, 30*time.Second, n+"'s table holds the echo service", func() error {
 				if tbl := nftTable(l, n); !strings.Contains(tbl, "service-ips") || !strings.Contains(tbl, "default/echo/tcp/http") {
 					return fmt.Errorf("table:\n%s", tbl)
 				}
@@ -94,7 +95,7 @@ func TestNFTablesMode(t *testing.T) {
 		}
 	})
 	t.Run("ClusterIP from a pod on the other node", func(t *testing.T) {
-		testenv.Eventually(t, 60*time.Second, "echo through the ClusterIP", func() error {
+		testutil.Eventually(t, 60*time.Second, "echo through the ClusterIP", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+vip+"/")
 			if err != nil || !strings.Contains(out, "pod=echo-") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -104,7 +105,7 @@ func TestNFTablesMode(t *testing.T) {
 	})
 	t.Run("NodePort via node2 is SNATed to node2's address", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", l.Addr("node2"), np)
-		testenv.Eventually(t, 30*time.Second, "echo via node2", func() error {
+		testutil.Eventually(t, 30*time.Second, "echo via node2", func() error {
 			out, err := curl(url)
 			if err != nil || !strings.Contains(out, "client_address="+l.Addr("node2").String()+":") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -125,7 +126,7 @@ func TestNFTablesMode(t *testing.T) {
 			t.Fatalf("listing echo pods: %v", err)
 		}
 		self := pods.Items[0]
-		testenv.Eventually(t, 30*time.Second, self.Name+" answered through the VIP", func() error {
+		testutil.Eventually(t, 30*time.Second, self.Name+" answered through the VIP", func() error {
 			out, err := testenv.Exec(t, l, self.Name, "curl", "-s", "--max-time", "2", "http://"+vip+"/")
 			// Masqueraded by the hairpin-connections set: the pod sees
 			// node1's bridge address, not its own.
@@ -139,7 +140,7 @@ func TestNFTablesMode(t *testing.T) {
 		if out, err := testenv.Run(l, "node1", "nft", "delete", "table", "ip", "kube-proxy"); err != nil {
 			t.Fatalf("nft delete table: %v: %s", err, out)
 		}
-		testenv.Eventually(t, 45*time.Second, "table back on node1", func() error {
+		testutil.Eventually(t, 45*time.Second, "table back on node1", func() error {
 			if tbl := nftTable(l, "node1"); !strings.Contains(tbl, "default/echo/tcp/http") {
 				return fmt.Errorf("not yet")
 			}
@@ -155,7 +156,7 @@ func TestNFTablesMode(t *testing.T) {
 		if out, err := testenv.Run(l, "node1", "nft", "delete", "element", "ip", "kube-proxy", "service-ips", elem); err != nil {
 			t.Fatalf("nft delete element: %v: %s", err, out)
 		}
-		testenv.Eventually(t, 45*time.Second, "element back on node1", func() error {
+		testutil.Eventually(t, 45*time.Second, "element back on node1", func() error {
 			out, err := testenv.Run(l, "node1", "nft", "get", "element", "ip", "kube-proxy", "service-ips", elem)
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, out)
@@ -165,7 +166,7 @@ func TestNFTablesMode(t *testing.T) {
 	})
 	t.Run("a Service without endpoints is rejected at once", func(t *testing.T) {
 		url := "http://" + empty.Spec.ClusterIP + ":80/"
-		testenv.Eventually(t, 30*time.Second, "connection refused", func() error {
+		testutil.Eventually(t, 30*time.Second, "connection refused", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "-S", "--max-time", "5", url)
 			// reject-chain answers icmp port unreachable: ECONNREFUSED (curl
 			// exit 7) at once, not a timeout (exit 28).
@@ -186,7 +187,7 @@ func TestNFTablesMode(t *testing.T) {
 	}
 	t.Run("Local: via node1 the backend sees the client's own address", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", l.Addr("node1"), np)
-		testenv.Eventually(t, 30*time.Second, "client address preserved", func() error {
+		testutil.Eventually(t, 30*time.Second, "client address preserved", func() error {
 			out, err := curl(url)
 			if err != nil || !strings.Contains(out, "client_address="+l.Addr(lab.Client).String()+":") {
 				return fmt.Errorf("%v: %s", err, out)
@@ -196,7 +197,7 @@ func TestNFTablesMode(t *testing.T) {
 	})
 	t.Run("Local: node2, without an endpoint, drops", func(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", l.Addr("node2"), np)
-		testenv.Eventually(t, 30*time.Second, "node2 drops", func() error {
+		testutil.Eventually(t, 30*time.Second, "node2 drops", func() error {
 			if out, err := curl(url); err == nil {
 				return fmt.Errorf("node2 answered: %s", out)
 			}
@@ -222,7 +223,7 @@ func TestNFTablesMode(t *testing.T) {
 	}
 	t.Run("node2 switched to iptables keeps no nftables table", func(t *testing.T) {
 		switchMode(t, "iptables")
-		testenv.Eventually(t, 60*time.Second, "node2 in iptables mode", func() error {
+		testutil.Eventually(t, 60*time.Second, "node2 in iptables mode", func() error {
 			save, _ := testenv.Run(l, "node2", "iptables-save", "-t", "nat")
 			if !strings.Contains(save, "default/echo:http cluster IP") {
 				return fmt.Errorf("no KUBE-SERVICES rule for echo yet")
@@ -232,7 +233,7 @@ func TestNFTablesMode(t *testing.T) {
 			}
 			return nil
 		})
-		testenv.Eventually(t, 60*time.Second, "echo through the ClusterIP in iptables mode", func() error {
+		testutil.Eventually(t, 60*time.Second, "echo through the ClusterIP in iptables mode", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+vip+"/")
 			if err != nil || !strings.Contains(out, "pod=echo-") {
 				return fmt.Errorf("curl: %v: %s", err, out)
@@ -242,7 +243,7 @@ func TestNFTablesMode(t *testing.T) {
 	})
 	t.Run("node2 switched back to nftables keeps no KUBE-* chains", func(t *testing.T) {
 		switchMode(t, "nftables")
-		testenv.Eventually(t, 60*time.Second, "node2 in nftables mode", func() error {
+		testutil.Eventually(t, 60*time.Second, "node2 in nftables mode", func() error {
 			if tbl := nftTable(l, "node2"); !strings.Contains(tbl, "default/echo/tcp/http") {
 				return fmt.Errorf("no table yet")
 			}
@@ -251,7 +252,7 @@ func TestNFTablesMode(t *testing.T) {
 			}
 			return nil
 		})
-		testenv.Eventually(t, 60*time.Second, "echo through the ClusterIP in nftables mode", func() error {
+		testutil.Eventually(t, 60*time.Second, "echo through the ClusterIP in nftables mode", func() error {
 			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://"+vip+"/")
 			if err != nil || !strings.Contains(out, "pod=echo-") {
 				return fmt.Errorf("curl: %v: %s", err, out)

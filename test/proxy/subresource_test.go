@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,7 +76,7 @@ func TestProxySubresources(t *testing.T) {
 		for _, id := range []string{"hostnames:80", "http:hostnames:http", "hostnames:http"} {
 			path := "/api/v1/namespaces/default/services/" + id + "/proxy/"
 			seen := map[string]bool{}
-			testenv.Eventually(t, 30*time.Second, "both pods answered "+path, func() error {
+			testutil.Eventually(t, 30*time.Second, "both pods answered "+path, func() error {
 				out, err := kubectlRaw(l, path)
 				if err != nil || !isHostname[out] {
 					return fmt.Errorf("kubectl get --raw %s: %v: %s", path, err, out)
@@ -144,7 +145,7 @@ func TestProxySubresources(t *testing.T) {
 			name := "client-" + node
 			clientPod(t, c, name, node)
 			url := "https://" + svc.Spec.ClusterIP + "/version"
-			testenv.Eventually(t, 30*time.Second, name+" reached "+url, func() error {
+			testutil.Eventually(t, 30*time.Second, name+" reached "+url, func() error {
 				out, err := testenv.Exec(t, l, name, "curl", "-sk", "--max-time", "2", url)
 				if err != nil || !strings.Contains(out, `"gitVersion"`) {
 					return fmt.Errorf("curl -k %s: %v: %s", url, err, out)

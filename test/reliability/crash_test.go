@@ -19,6 +19,7 @@ import (
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -188,7 +189,7 @@ func TestCrashRecovery(t *testing.T) {
 		checkUnique(t, r, c)
 		checkLedger(t, r, c, led)
 		var waitedFor error // what the cluster was still missing on the last failed check
-		testenv.Eventually(t, convergeWithin, fmt.Sprintf("round %d: the cluster converges after the SIGKILL of %s", r, host), func() error {
+		testutil.Eventually(t, convergeWithin, fmt.Sprintf("round %d: the cluster converges after the SIGKILL of %s", r, host), func() error {
 			err := converged(t, l, c, led, probes)
 			if err != nil {
 				waitedFor = err
@@ -200,7 +201,7 @@ func TestCrashRecovery(t *testing.T) {
 		}
 		checkAdopted(t, r, c, before)
 		for _, v := range victims {
-			testenv.Eventually(t, convergeWithin, fmt.Sprintf("round %d: pod %s deleted while node2's agent was down is gone", r, v.Name), func() error {
+			testutil.Eventually(t, convergeWithin, fmt.Sprintf("round %d: pod %s deleted while node2's agent was down is gone", r, v.Name), func() error {
 				_, err := c.CoreV1().Pods("default").Get(ctx, v.Name, metav1.GetOptions{})
 				if !apierrors.IsNotFound(err) {
 					return fmt.Errorf("still there (%v)", err)

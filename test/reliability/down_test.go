@@ -21,6 +21,7 @@ import (
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -170,7 +171,7 @@ func newVM(t *testing.T) *vm {
 		v.run(t, argv...)
 	}
 	// The snapshot must not catch IPv6 duplicate address detection half done.
-	testenv.Eventually(t, 10*time.Second, "IPv6 link-local addresses of "+v.name+" leave tentative", func() error {
+	testutil.Eventually(t, 10*time.Second, "IPv6 link-local addresses of "+v.name+" leave tentative", func() error {
 		if out := v.run(t, "ip", "-o", "addr", "show"); strings.Contains(out, "tentative") {
 			return fmt.Errorf("%s", out)
 		}
@@ -205,7 +206,7 @@ func (v *vm) startServer(t *testing.T) (*exec.Cmd, kubernetes.Interface) {
 		}
 	})
 	kc := filepath.Join(v.dataDir, "kubeconfig")
-	testenv.Eventually(t, 30*time.Second, "the server writes its kubeconfig", func() error {
+	testutil.Eventually(t, 30*time.Second, "the server writes its kubeconfig", func() error {
 		_, err := os.Stat(kc)
 		return err
 	})
@@ -221,7 +222,7 @@ func (v *vm) startServer(t *testing.T) (*exec.Cmd, kubernetes.Interface) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, "node vm Ready", func() error {
+	testutil.Eventually(t, 60*time.Second, "node vm Ready", func() error {
 		n, err := c.CoreV1().Nodes().Get(context.Background(), "vm", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -286,7 +287,7 @@ func TestDownLeavesNothing(t *testing.T) {
 		}
 	}
 	// The cluster works on the VM: a pod reaches the Service by name and VIP.
-	testenv.Eventually(t, 30*time.Second, "pod client reaches service web", func() error {
+	testutil.Eventually(t, 30*time.Second, "pod client reaches service web", func() error {
 		ips, err := lookupA(clientNS, "10.96.0.10:53", "web.default.svc.cluster.local")
 		if err != nil || len(ips) != 1 || ips[0] != svc.Spec.ClusterIP {
 			return fmt.Errorf("DNS: %v %v", ips, err)
@@ -305,7 +306,7 @@ func TestDownLeavesNothing(t *testing.T) {
 	}
 
 	srv.Process.Signal(syscall.SIGTERM)
-	testenv.Eventually(t, 20*time.Second, "the server exits on SIGTERM", func() error {
+	testutil.Eventually(t, 20*time.Second, "the server exits on SIGTERM", func() error {
 		if processAlive(srv.Process.Pid) {
 			return fmt.Errorf("pid %d still runs", srv.Process.Pid)
 		}
@@ -362,7 +363,7 @@ func TestDownAfterPartialRemoval(t *testing.T) {
 	if err := waitDeployment(ctx, c, "web", 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the proxy's rules for web", func() error {
+	testutil.Eventually(t, 30*time.Second, "the proxy's rules for web", func() error {
 		if out := v.run(t, "iptables-save", "-t", "nat"); !strings.Contains(out, ":KUBE-SVC-") || !strings.Contains(out, "-j MINIKIT-POSTROUTING") {
 			return fmt.Errorf("no KUBE-SVC chain or masquerade jump yet")
 		}
@@ -382,7 +383,7 @@ func TestDownAfterPartialRemoval(t *testing.T) {
 		}
 	}
 	srv.Process.Signal(syscall.SIGTERM)
-	testenv.Eventually(t, 20*time.Second, "the server exits on SIGTERM", func() error {
+	testutil.Eventually(t, 20*time.Second, "the server exits on SIGTERM", func() error {
 		if processAlive(srv.Process.Pid) {
 			return fmt.Errorf("pid %d still runs", srv.Process.Pid)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -106,7 +107,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ingressNP int32
-	testenv.Eventually(t, 30*time.Second, "the ingress controller's NodePort", func() error {
+	testutil.Eventually(t, 30*time.Second, "the ingress controller's NodePort", func() error {
 		s, err := c.CoreV1().Services("ingress-nginx").Get(ctx, "ingress-nginx-controller", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -132,7 +133,7 @@ func TestSoak(t *testing.T) {
 		{"Ingress via node2's NodePort from the client", clientNS, fmt.Sprintf("http://%s:%d/", l.Addr("node2"), ingressNP), "web.example"},
 	}
 	for _, tg := range targets {
-		testenv.Eventually(t, 30*time.Second, tg.name+" answers", func() error {
+		testutil.Eventually(t, 30*time.Second, tg.name+" answers", func() error {
 			body, err := httpGet(nsHTTPClient(tg.ns, 5*time.Second), tg.url, tg.host)
 			if err == nil && !strings.Contains(body, "pod=web-") {
 				err = fmt.Errorf("answered %.100q", body)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -58,7 +59,7 @@ func BenchmarkRollout100(b *testing.B) {
 // every replica updated, available and no old one left.
 func waitComplete(b *testing.B, c kubernetes.Interface, gen int64) {
 	b.Helper()
-	testenv.Eventually(b, 5*time.Minute, fmt.Sprintf("rollout of generation %d", gen), func() error {
+	testutil.Eventually(b, 5*time.Minute, fmt.Sprintf("rollout of generation %d", gen), func() error {
 		d, err := c.AppsV1().Deployments("default").Get(context.Background(), "bench", metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -111,7 +112,7 @@ func (k kubectl) replicaSets() (map[string]string, string) {
 func podsServe(t *testing.T, l *lab.Lab, c kubernetes.Interface, image string) {
 	t.Helper()
 	var names []string
-	testenv.Eventually(t, 90*time.Second, "3 ready pods of "+image, func() error {
+	testutil.Eventually(t, 90*time.Second, "3 ready pods of "+image, func() error {
 		pods, err := c.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=hostnames"})
 		if err != nil {
 			return err
@@ -135,7 +136,7 @@ func podsServe(t *testing.T, l *lab.Lab, c kubernetes.Interface, image string) {
 		return nil
 	})
 	seen := map[string]bool{}
-	testenv.Eventually(t, 60*time.Second, "the Service reaches every pod", func() error {
+	testutil.Eventually(t, 60*time.Second, "the Service reaches every pod", func() error {
 		out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "2", "http://hostnames.default.svc.cluster.local/")
 		if err != nil {
 			return fmt.Errorf("curl: %v: %s", err, out)
@@ -260,7 +261,7 @@ func replicaSetScaleAndOrphan(t *testing.T, k kubectl) {
 	}
 	k.ok("apply", "-f", file)
 	k.ok("scale", "rs/front", "--replicas=2")
-	testenv.Eventually(t, 60*time.Second, "rs/front at 2 ready", func() error {
+	testutil.Eventually(t, 60*time.Second, "rs/front at 2 ready", func() error {
 		out := k.ok("get", "rs", "front", "--no-headers")
 		if f := strings.Fields(out); len(f) < 4 || f[1] != "2" || f[2] != "2" || f[3] != "2" {
 			return fmt.Errorf("%s", out)

@@ -17,6 +17,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 )
 
@@ -88,17 +90,18 @@ func newEnv(t *testing.T) *env {
 		}
 	})
 	ready := regexp.MustCompile(`minikit server ready at (\S+)`)
-	eventually(t, 60*time.Second, "the server's ready line", func() bool {
+	testutil.Eventually(t, 60*time.Second, "the server's ready line", func() error {
 		select {
 		case <-exited:
 			t.Fatalf("minikit server exited: %s", e.logs)
 		default:
 		}
 		m := ready.FindStringSubmatch(stdout.String())
-		if m != nil {
-			e.url = m[1]
+		if m == nil {
+			return errors.New("no ready line on stdout yet")
 		}
-		return m != nil
+		e.url = m[1]
+		return nil
 	})
 	if !strings.HasPrefix(e.url, "https://"+serverAddr+":") {
 		t.Fatalf("server URL %q, want https://%s:PORT: off loopback it must serve TLS", e.url, serverAddr)
@@ -125,17 +128,6 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(e.secure.CloseIdleConnections)
 	t.Cleanup(e.plain.CloseIdleConnections)
 	return e
-}
-
-func eventually(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
 }
 
 // do sends one request; auth is the Authorization header ("" for none).

@@ -114,12 +114,6 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-// Eventually polls cond until it returns nil or the deadline passes.
-func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	testutil.Eventually(t, d, what, cond)
-}
-
 // Run runs a command on a lab host and returns its combined output.
 func Run(l *lab.Lab, host string, argv ...string) (string, error) {
 	out, err := l.Command(host, argv...).CombinedOutput()
@@ -147,7 +141,7 @@ func Client(t testing.TB, l *lab.Lab) kubernetes.Interface {
 func WaitPodReady(t testing.TB, c kubernetes.Interface, ns, name string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	Eventually(t, 60*time.Second, "pod "+name+" Ready", func() error {
+	testutil.Eventually(t, 60*time.Second, "pod "+name+" Ready", func() error {
 		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -22,6 +22,7 @@ import (
 
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/test/testenv"
@@ -96,7 +97,7 @@ func TestLabGraph(t *testing.T) {
 		var res trace.Result
 		path := -1
 		// The proxies write the NodePort's rules soon after its endpoints.
-		testenv.Eventually(t, 30*time.Second, "a path of client -> "+to+" reaching node2", func() error {
+		testutil.Eventually(t, 30*time.Second, "a path of client -> "+to+" reaching node2", func() error {
 			res = trace.Result{}
 			if err := json.Unmarshal([]byte(minikit(t, "trace", "--lab", l.Name(), "client", to, "-o", "json")), &res); err != nil {
 				return err
@@ -272,7 +273,7 @@ func deploy(t *testing.T, c kubernetes.Interface) []*corev1.Pod {
 		t.Fatal(err)
 	}
 	var pods []*corev1.Pod
-	testenv.Eventually(t, 90*time.Second, "3 hostnames pods Ready on both nodes", func() error {
+	testutil.Eventually(t, 90*time.Second, "3 hostnames pods Ready on both nodes", func() error {
 		pl, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=hostnames"})
 		if err != nil {
 			return err
@@ -310,7 +311,7 @@ func nodePortService(t *testing.T, c kubernetes.Interface) int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "3 endpoints of hostnames", func() error {
+	testutil.Eventually(t, 30*time.Second, "3 endpoints of hostnames", func() error {
 		if n := testenv.ReadyEndpoints(c, "default", "hostnames"); n != 3 {
 			return fmt.Errorf("%d endpoints", n)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/test/testenv"
@@ -57,7 +58,7 @@ func testVXLAN(t *testing.T, topo string) {
 	// wait until both nodes have theirs in the kernel, and only then read
 	// the graph, so that the picture and ip -j read the same state (the
 	// agents only add entries once both nodes are up).
-	testenv.Eventually(t, 30*time.Second, "FDB entries on both nodes' flannel.1", func() error {
+	testutil.Eventually(t, 30*time.Second, "FDB entries on both nodes' flannel.1", func() error {
 		for _, n := range []string{"node1", "node2"} {
 			if len(fdbOf(t, ns(n), "flannel.1")) == 0 {
 				return fmt.Errorf("%s has no FDB entry on flannel.1", n)
@@ -175,7 +176,7 @@ func testVXLAN(t *testing.T, topo string) {
 		to := echo.Status.PodIP + ":8080"
 		args := []string{"-n", "default", "pod/" + client.Name, to}
 		var res trace.Result
-		testenv.Eventually(t, 30*time.Second, "a vxlan route from the client pod to "+to, func() error {
+		testutil.Eventually(t, 30*time.Second, "a vxlan route from the client pod to "+to, func() error {
 			res = trace.Result{}
 			if err := json.Unmarshal([]byte(minikit(t, append([]string{"trace", "--lab", l.Name(), "-o", "json"}, args...)...)), &res); err != nil {
 				return err
@@ -273,7 +274,7 @@ func podPair(t *testing.T, c kubernetes.Interface) (*corev1.Pod, *corev1.Pod) {
 	}
 	for i, p := range pods {
 		name := p.Name
-		testenv.Eventually(t, 60*time.Second, "pod "+name+" running with an IP", func() error {
+		testutil.Eventually(t, 60*time.Second, "pod "+name+" running with an IP", func() error {
 			got, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err

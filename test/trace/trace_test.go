@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/test/testenv"
 
@@ -84,7 +85,7 @@ func (e *env) text(args ...string) (string, error) {
 func (e *env) until(what string, check func(*trace.Result) error, args ...string) *trace.Result {
 	e.t.Helper()
 	var res *trace.Result
-	testenv.Eventually(e.t, 60*time.Second, what, func() error {
+	testutil.Eventually(e.t, 60*time.Second, what, func() error {
 		var err error
 		if res, err = e.trace(args...); err != nil {
 			return err
@@ -216,7 +217,7 @@ func TestTraceServiceShapes(t *testing.T) {
 		e.ips[name] = testenv.WaitPodReady(t, c, "default", name).Status.PodIP
 	}
 	want := map[string]int{"web": 2, "self": 1, "np": 1, "npl": 1, "ext": 1, "lb": 2, "lbsr": 2, "aff": 2, "udp": 1}
-	testenv.Eventually(t, 60*time.Second, "endpoints of every service", func() error {
+	testutil.Eventually(t, 60*time.Second, "endpoints of every service", func() error {
 		for s, n := range want {
 			if got := testenv.ReadyEndpoints(c, "default", s); got != n {
 				return fmt.Errorf("%s has %d ready endpoints, want %d", s, got, n)
@@ -233,7 +234,7 @@ func TestTraceServiceShapes(t *testing.T) {
 	}
 	lbIP := func(name string) string {
 		var ip string
-		testenv.Eventually(t, 30*time.Second, "LoadBalancer IP of "+name, func() error {
+		testutil.Eventually(t, 30*time.Second, "LoadBalancer IP of "+name, func() error {
 			s, err := c.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 			if err != nil || len(s.Status.LoadBalancer.Ingress) == 0 {
 				return fmt.Errorf("no ingress IP yet (%v)", err)
@@ -464,7 +465,7 @@ func TestTraceServiceShapes(t *testing.T) {
 		if svc == "" {
 			t.Fatalf("no KUBE-SVC chain on the path: %+v", r.Paths[0])
 		}
-		testenv.Eventually(t, 60*time.Second, "un-DNATed path through the flushed chain", func() error {
+		testutil.Eventually(t, 60*time.Second, "un-DNATed path through the flushed chain", func() error {
 			// Flushed on every try: the proxy may repair it meanwhile.
 			if out, err := testenv.Run(l, "node1", "iptables", "-t", "nat", "-F", svc); err != nil {
 				return fmt.Errorf("flush: %v: %s", err, out)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/test/testenv"
 
@@ -45,7 +46,7 @@ func BenchmarkUI(b *testing.B) {
 	l := testenv.NewLab(b, nodes)
 	c := testenv.Client(b, l)
 	deploy(b, c, "web", int32(pods))
-	testenv.Eventually(b, 10*time.Minute, fmt.Sprintf("%d web pods with IPs", pods), func() error {
+	testutil.Eventually(b, 10*time.Minute, fmt.Sprintf("%d web pods with IPs", pods), func() error {
 		if ps, err := runningPods(c, "web"); err != nil || len(ps) != pods {
 			return fmt.Errorf("%d pods: %v", len(ps), err)
 		}

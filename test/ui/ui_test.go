@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/internal/topology"
 	"github.com/minikit/minikit/internal/trace"
 	"github.com/minikit/minikit/internal/ui"
@@ -132,7 +133,7 @@ func TestUIInChromium(t *testing.T) {
 		}
 	}()
 	svc := deploy(t, c, "web", 2)
-	testenv.Eventually(t, 90*time.Second, "2 web pods with IPs", func() error {
+	testutil.Eventually(t, 90*time.Second, "2 web pods with IPs", func() error {
 		if ps, err := runningPods(c, "web"); err != nil || len(ps) != 2 {
 			return fmt.Errorf("pods %v: %v", ps, err)
 		}
@@ -147,7 +148,7 @@ func TestUIInChromium(t *testing.T) {
 	}
 
 	// The lab's hosts, each with its name and address.
-	testenv.Eventually(t, 30*time.Second, "the lab's hosts drawn", func() error {
+	testutil.Eventually(t, 30*time.Second, "the lab's hosts drawn", func() error {
 		hs, err := pageHosts(ctx)
 		if err != nil {
 			return err
@@ -169,7 +170,7 @@ func TestUIInChromium(t *testing.T) {
 
 	// Every pod of the lab with its IP (the lab's own, kube-system's and
 	// ingress', as well as the Deployment's).
-	testenv.Eventually(t, 30*time.Second, "every pod drawn with its IP", func() error {
+	testutil.Eventually(t, 30*time.Second, "every pod drawn with its IP", func() error {
 		pl, err := c.CoreV1().Pods("").List(bg, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -209,7 +210,7 @@ func TestUIInChromium(t *testing.T) {
 	scaled := time.Now()
 	scale(t, c, "web", 5)
 	var inAPI time.Duration
-	testenv.Eventually(t, 90*time.Second, "5 web pods drawn", func() error {
+	testutil.Eventually(t, 90*time.Second, "5 web pods drawn", func() error {
 		want, err := runningPods(c, "web")
 		if err != nil {
 			return err
@@ -227,7 +228,7 @@ func TestUIInChromium(t *testing.T) {
 
 	// A trace from the client to node1's NodePort highlights exactly the
 	// hops of `minikit trace -o json`'s first path through topology.PathOf.
-	testenv.Eventually(t, 60*time.Second, "5 ready endpoints", func() error {
+	testutil.Eventually(t, 60*time.Second, "5 ready endpoints", func() error {
 		if n := testenv.ReadyEndpoints(c, "default", "web"); n != 5 {
 			return fmt.Errorf("%d ready endpoints", n)
 		}
@@ -260,7 +261,7 @@ func TestUIInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the trace's hops highlighted", func() error {
+	testutil.Eventually(t, 30*time.Second, "the trace's hops highlighted", func() error {
 		got, err := pageHops(ctx)
 		if err != nil {
 			return err
@@ -286,7 +287,7 @@ func TestUIInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the live probe's result", func() error {
+	testutil.Eventually(t, 30*time.Second, "the live probe's result", func() error {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(e => e ? e.textContent : "")(document.querySelector("#trace-result .live"))`))
 		if err != nil {
 			return err
@@ -304,7 +305,7 @@ func TestUIInChromium(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#services li[data-svc="default/web"]`))); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the chain tree of default/web", func() error {
+	testutil.Eventually(t, 30*time.Second, "the chain tree of default/web", func() error {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("chains").textContent`))
 		if err != nil {
 			return err
@@ -330,7 +331,7 @@ func TestUIInChromium(t *testing.T) {
 	if _, err := c.NetworkingV1().Ingresses("default").Create(bg, ing, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the Ingress listed", func() error {
+	testutil.Eventually(t, 30*time.Second, "the Ingress listed", func() error {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("ingresses").textContent`))
 		if err != nil {
 			return err
@@ -353,7 +354,7 @@ func TestUIInChromium(t *testing.T) {
 		); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 30*time.Second, "the error of trace "+tc.from+" "+tc.to, func() error {
+		testutil.Eventually(t, 30*time.Second, "the error of trace "+tc.from+" "+tc.to, func() error {
 			shown, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(e => e.hidden ? "" : e.textContent)(document.getElementById("trace-error"))`))
 			if err != nil {
 				return err
@@ -398,7 +399,7 @@ func TestUIInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the DNS answer for web", func() error {
+	testutil.Eventually(t, 30*time.Second, "the DNS answer for web", func() error {
 		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("dns-result").textContent + document.getElementById("dns-error").textContent`))
 		if err != nil {
 			return err

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -208,7 +209,7 @@ func benchSize(t *testing.T, bin, mode string, n, changes, resyncMax int) {
 	t.Logf("created %d services and endpointslices in %v", n, time.Since(start).Round(time.Second))
 
 	// minikit: wait until it has every service, then a full resync.
-	testenv.Eventually(t, 20*time.Minute, "minikit synced every service", func() error {
+	testutil.Eventually(t, 20*time.Minute, "minikit synced every service", func() error {
 		out, err := GetInNetns(ctx, nodeNS, "http://127.0.0.1:10249/stats")
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -238,7 +239,7 @@ func TestRulesEqualUpstream(t *testing.T) {
 		names := []string{"kubeproxy_iptables_ct_state_invalid_dropped_packets_total", "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
 			"kubeproxy_sync_proxy_rules_duration_seconds_count", "kubeproxy_sync_full_proxy_rules_duration_seconds_count",
 			"kubeproxy_sync_partial_proxy_rules_duration_seconds_count", `kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"} 1`}
-		testenv.Eventually(t, 30*time.Second, "both proxies export every metric", func() error {
+		testutil.Eventually(t, 30*time.Second, "both proxies export every metric", func() error {
 			um, err := peer.Metrics(ctx)
 			if err != nil {
 				return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,7 +164,7 @@ func (e *env) daemonNodes() ([]string, error) {
 
 func (e *env) waitDaemonNodes(want ...string) {
 	e.t.Helper()
-	testenv.Eventually(e.t, 2*time.Minute, fmt.Sprintf("daemon pods on %v", want), func() error {
+	testutil.Eventually(e.t, 2*time.Minute, fmt.Sprintf("daemon pods on %v", want), func() error {
 		got, err := e.daemonNodes()
 		if err != nil {
 			return err
@@ -212,14 +213,14 @@ func TestWorkloads(t *testing.T) {
 			t.Fatalf("web-0: hostname %q subdomain %q", web0.Spec.Hostname, web0.Spec.Subdomain)
 		}
 		name := "web-0.nginx.default.svc.cluster.local"
-		testenv.Eventually(t, 30*time.Second, "dig "+name, func() error {
+		testutil.Eventually(t, 30*time.Second, "dig "+name, func() error {
 			if got := e.dig(name); !slices.Equal(got, []string{web0.Status.PodIP}) {
 				return fmt.Errorf("got %q, want %s", got, web0.Status.PodIP)
 			}
 			return nil
 		})
 		// The headless Service lists both pods by name in SRV.
-		testenv.Eventually(t, 30*time.Second, "SRV of the headless service", func() error {
+		testutil.Eventually(t, 30*time.Second, "SRV of the headless service", func() error {
 			got := strings.Join(e.dig("SRV", "_web._tcp.nginx.default.svc.cluster.local"), "\n")
 			for _, want := range []string{" 80 web-0.nginx.default.svc.cluster.local.", " 80 web-1.nginx.default.svc.cluster.local."} {
 				if !strings.Contains(got, want) {
@@ -231,7 +232,7 @@ func TestWorkloads(t *testing.T) {
 
 		e.mustKubectl("delete", "pod", "web-0", "--wait=false")
 		var again *corev1.Pod
-		testenv.Eventually(t, 2*time.Minute, "web-0 recreated and ready", func() error {
+		testutil.Eventually(t, 2*time.Minute, "web-0 recreated and ready", func() error {
 			p, err := e.c.CoreV1().Pods("default").Get(e.ctx, "web-0", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -248,7 +249,7 @@ func TestWorkloads(t *testing.T) {
 			return fmt.Errorf("not ready")
 		})
 		t.Logf("web-0 was %s on %s; recreated as %s on %s", web0.Status.PodIP, web0.Spec.NodeName, again.Status.PodIP, again.Spec.NodeName)
-		testenv.Eventually(t, 30*time.Second, "dig "+name+" after the pod came back", func() error {
+		testutil.Eventually(t, 30*time.Second, "dig "+name+" after the pod came back", func() error {
 			if got := e.dig(name); !slices.Equal(got, []string{again.Status.PodIP}) {
 				return fmt.Errorf("got %q, want %s", got, again.Status.PodIP)
 			}
@@ -288,7 +289,7 @@ func TestWorkloads(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitDaemonNodes("node1", "node2")
-		testenv.Eventually(t, time.Minute, "desired 2", func() error {
+		testutil.Eventually(t, time.Minute, "desired 2", func() error {
 			out, err := e.kubectl("get", "ds", "node-agent", "-o", "jsonpath={.status.desiredNumberScheduled}")
 			if err != nil || out != "2" {
 				return fmt.Errorf("desiredNumberScheduled %q: %v", out, err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/apiserver/validation/validationtest"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -753,8 +755,10 @@ func decodeManifest(t *testing.T, manifest string) runtime.Object {
 	return obj
 }
 
+// TestBadManifests checks every manifest of testdata/*.yaml (see
+// validationtest) against Validate.
 func TestBadManifests(t *testing.T) {
-	manifests := BadManifests()
+	manifests := validationtest.BadManifests(t, "testdata")
 	if len(manifests) < 30 {
 		t.Fatalf("only %d bad manifests, want at least 30", len(manifests))
 	}
