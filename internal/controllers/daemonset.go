@@ -62,20 +62,8 @@ type daemonSetController struct {
 func newDaemonSetController(c *Controllers) *daemonSetController {
 	d := &daemonSetController{c: c, exp: newExpectations(), fresh: newFreshness()}
 	d.loop = c.newLoop("daemonset", c.opts.Workers, d.sync)
-	inf := c.factory.Apps().V1().DaemonSets().Informer()
 	d.sets = c.factory.Apps().V1().DaemonSets().Lister()
-	c.synced = append(c.synced, inf.HasSynced)
-	inf.AddEventHandler(handlers(
-		func(obj any) { d.loop.add(keyOf(obj.(*appsv1.DaemonSet))) },
-		func(_, cur any) { d.loop.add(keyOf(cur.(*appsv1.DaemonSet))) },
-		func(obj any) {
-			if ds, ok := obj.(*appsv1.DaemonSet); ok {
-				d.exp.forget(keyOf(ds))
-				d.fresh.forget(keyOf(ds))
-			}
-		},
-	))
-	c.podsOf(daemonSetKind, d.loop, d.exp)
+	c.watchPodOwners(c.factory.Apps().V1().DaemonSets().Informer(), daemonSetKind, d.loop, d.exp, d.fresh)
 	c.factory.Core().V1().Nodes().Informer().AddEventHandler(handlers(
 		func(any) { d.requeueAll() },
 		func(old, cur any) {

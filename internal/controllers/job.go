@@ -52,20 +52,8 @@ type jobController struct {
 func newJobController(c *Controllers) *jobController {
 	j := &jobController{c: c, exp: newExpectations(), fresh: newFreshness()}
 	j.loop = c.newLoop("job", c.opts.Workers, j.sync)
-	inf := c.factory.Batch().V1().Jobs().Informer()
 	j.jobs = c.factory.Batch().V1().Jobs().Lister()
-	c.synced = append(c.synced, inf.HasSynced)
-	inf.AddEventHandler(handlers(
-		func(obj any) { j.loop.add(keyOf(obj.(*batchv1.Job))) },
-		func(_, cur any) { j.loop.add(keyOf(cur.(*batchv1.Job))) },
-		func(obj any) {
-			if job, ok := obj.(*batchv1.Job); ok {
-				j.exp.forget(keyOf(job))
-				j.fresh.forget(keyOf(job))
-			}
-		},
-	))
-	c.podsOf(jobKind, j.loop, j.exp)
+	c.watchPodOwners(c.factory.Batch().V1().Jobs().Informer(), jobKind, j.loop, j.exp, j.fresh)
 	return j
 }
 

@@ -5,6 +5,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -38,4 +39,23 @@ func startPodOwnerSync[T metav1.Object](key string, get func(ns, name string) (T
 		return obj, false, nil
 	}
 	return obj, true, nil
+}
+
+// watchPodOwners wires the informer of a kind of pod owner (DaemonSets,
+// StatefulSets, Jobs) to its controller: an added or changed owner is queued,
+// a deleted one's expectations and freshness are forgotten, and the events of
+// the pods it owns queue it too (podsOf).
+func (c *Controllers) watchPodOwners(inf cache.SharedIndexInformer, kind schema.GroupVersionKind, l *loop, exp *expectations, fresh *freshness) {
+	c.synced = append(c.synced, inf.HasSynced)
+	inf.AddEventHandler(handlers(
+		func(obj any) { l.add(keyOf(obj.(metav1.Object))) },
+		func(_, cur any) { l.add(keyOf(cur.(metav1.Object))) },
+		func(obj any) {
+			if o, ok := obj.(metav1.Object); ok {
+				exp.forget(keyOf(o))
+				fresh.forget(keyOf(o))
+			}
+		},
+	))
+	c.podsOf(kind, l, exp)
 }

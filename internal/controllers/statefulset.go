@@ -54,20 +54,8 @@ type statefulSetController struct {
 func newStatefulSetController(c *Controllers) *statefulSetController {
 	s := &statefulSetController{c: c, exp: newExpectations(), fresh: newFreshness()}
 	s.loop = c.newLoop("statefulset", c.opts.Workers, s.sync)
-	inf := c.factory.Apps().V1().StatefulSets().Informer()
 	s.sets = c.factory.Apps().V1().StatefulSets().Lister()
-	c.synced = append(c.synced, inf.HasSynced)
-	inf.AddEventHandler(handlers(
-		func(obj any) { s.loop.add(keyOf(obj.(*appsv1.StatefulSet))) },
-		func(_, cur any) { s.loop.add(keyOf(cur.(*appsv1.StatefulSet))) },
-		func(obj any) {
-			if set, ok := obj.(*appsv1.StatefulSet); ok {
-				s.exp.forget(keyOf(set))
-				s.fresh.forget(keyOf(set))
-			}
-		},
-	))
-	c.podsOf(statefulSetKind, s.loop, s.exp)
+	c.watchPodOwners(c.factory.Apps().V1().StatefulSets().Informer(), statefulSetKind, s.loop, s.exp, s.fresh)
 	return s
 }
 
