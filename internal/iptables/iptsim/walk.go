@@ -19,6 +19,7 @@ package iptsim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -243,7 +244,7 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 		filterChain := "FORWARD"
 		if pkt.Local {
 			filterChain = "OUTPUT"
-		} else if w.isLocal(n.st.dst.Addr()) {
+		} else if w.node.IsLocal(n.st.dst.Addr()) {
 			filterChain = "INPUT"
 		}
 		filt, err := w.hook("filter", filterChain, n.st)
@@ -485,16 +486,10 @@ func flag(args []string, name string) string {
 	return ""
 }
 
-func (w *walker) isLocal(a netip.Addr) bool {
-	if netip.MustParsePrefix("127.0.0.0/8").Contains(a) {
-		return true
-	}
-	for _, l := range w.node.Addrs {
-		if l == a {
-			return true
-		}
-	}
-	return false
+// IsLocal says whether a is one of the node's addresses (the kernel's
+// addrtype LOCAL): a loopback address or one of Addrs.
+func (n Node) IsLocal(a netip.Addr) bool {
+	return a.IsLoopback() || slices.Contains(n.Addrs, a)
 }
 
 // inPorts matches a port or an iptables port range "lo:hi".
@@ -673,7 +668,7 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, []s
 			if a == "--dst-type" {
 				addr = st.dst.Addr()
 			}
-			if fail(w.isLocal(addr)) {
+			if fail(w.node.IsLocal(addr)) {
 				p = 0
 			}
 		case "--mark":

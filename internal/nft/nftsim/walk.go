@@ -68,7 +68,7 @@ func (r *Ruleset) Trace(node iptsim.Node, pkt iptsim.Packet) ([]iptsim.Outcome, 
 			out = append(out, outcome(p, false))
 			continue
 		}
-		local := w.isLocal(p.st.dst.Addr())
+		local := w.node.IsLocal(p.st.dst.Addr())
 		next := []string{"forward", "postrouting"}
 		switch {
 		case pkt.Local && local:
@@ -256,18 +256,6 @@ func (w *walker) apply(c *chain, i int, o ruleOut, st state, depth int) ([]resul
 		return out, nil
 	}
 	return nil, fmt.Errorf("unknown verdict %q", o.verdict)
-}
-
-func (w *walker) isLocal(a netip.Addr) bool {
-	if a.IsLoopback() {
-		return true
-	}
-	for _, l := range w.node.Addrs {
-		if l == a {
-			return true
-		}
-	}
-	return false
 }
 
 // ruleOut is one way a rule can end for the packet: with probability p it
@@ -731,7 +719,7 @@ func (w *walker) eval(e any, st *state) (any, error) {
 		default:
 			return nil, fmt.Errorf("unsupported fib %s", flags)
 		}
-		if w.isLocal(a) {
+		if w.node.IsLocal(a) {
 			return "local", nil
 		}
 		return "unicast", nil
