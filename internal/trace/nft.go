@@ -117,11 +117,8 @@ func whyNFT(p Path, to Target, node string) string {
 		if to.Kind == "cluster IP" {
 			policy = "internalTrafficPolicy"
 		}
-		w := fmt.Sprintf("%s Local: node %s has no ready endpoint of %s", policy, node, comment)
-		if len(fell) > 0 {
-			w += fmt.Sprintf(", so %s has no rule for this packet and nat leaves it un-DNATed", strings.Join(fell, ", "))
-		}
-		return w + fmt.Sprintf("; the element of %s/%s rule %d drops it", via.Table, via.Chain, via.Rule)
+		return noLocalEndpoint(policy, node, comment, fell) +
+			fmt.Sprintf("; the element of %s/%s rule %d drops it", via.Table, via.Chain, via.Rule)
 	case p.Verdict == "REJECT" && comment != "":
 		return fmt.Sprintf("the Service %s has no endpoints: no service chain serves it, and %s/%s rule %d sends it to %s, which rejects it (icmp port unreachable: connection refused)",
 			comment, via.Table, via.Chain, via.Rule, last.Chain)
@@ -134,11 +131,7 @@ func whyNFT(p Path, to Target, node string) string {
 	case p.Verdict != "ACCEPT":
 		return fmt.Sprintf("%s by %s", p.Verdict, at)
 	case !p.DNAT && to.Service != "":
-		w := "no rule DNATed the packet: it leaves with destination " + p.Dst + " unchanged"
-		if len(fell) > 0 {
-			w += "; these chains ended without a matching rule: " + strings.Join(fell, ", ")
-		}
-		return w
+		return notDNATed(p, fell)
 	}
 	return ""
 }

@@ -175,11 +175,8 @@ func why(p Path, to Target, node string) string {
 		if last.Chain == "KUBE-EXTERNAL-SERVICES" {
 			policy = "externalTrafficPolicy"
 		}
-		w := fmt.Sprintf("%s Local: node %s has no ready endpoint of %s", policy, node, strings.TrimSuffix(last.Comment, " has no local endpoints"))
-		if len(fell) > 0 {
-			w += fmt.Sprintf(", so %s has no rule for this packet and nat leaves it un-DNATed", strings.Join(fell, ", "))
-		}
-		return w + fmt.Sprintf("; %s/%s rule %d drops it", last.Table, last.Chain, last.Rule)
+		return noLocalEndpoint(policy, node, strings.TrimSuffix(last.Comment, " has no local endpoints"), fell) +
+			fmt.Sprintf("; %s/%s rule %d drops it", last.Table, last.Chain, last.Rule)
 	case p.Verdict == "REJECT" && strings.Contains(last.Comment, "has no endpoints"):
 		return fmt.Sprintf("the Service %s has no endpoints: there are no nat rules for it and %s/%s rule %d rejects the packet (icmp port unreachable: connection refused)",
 			strings.TrimSuffix(last.Comment, " has no endpoints"), last.Table, last.Chain, last.Rule)
@@ -191,13 +188,29 @@ func why(p Path, to Target, node string) string {
 	case p.Verdict != "ACCEPT":
 		return fmt.Sprintf("%s by %s/%s rule %d", p.Verdict, last.Table, last.Chain, last.Rule)
 	case !p.DNAT && to.Service != "":
-		w := "no rule DNATed the packet: it leaves with destination " + p.Dst + " unchanged"
-		if len(fell) > 0 {
-			w += "; these chains ended without a matching rule: " + strings.Join(fell, ", ")
-		}
-		return w
+		return notDNATed(p, fell)
 	}
 	return ""
+}
+
+// notDNATed explains an accepted packet to a Service that no rule DNATed;
+// fell are the service chains it left without a matching rule.
+func notDNATed(p Path, fell []string) string {
+	w := "no rule DNATed the packet: it leaves with destination " + p.Dst + " unchanged"
+	if len(fell) > 0 {
+		w += "; these chains ended without a matching rule: " + strings.Join(fell, ", ")
+	}
+	return w
+}
+
+// noLocalEndpoint explains a packet dropped because node has no ready
+// endpoint of the service port svc under the traffic policy policy.
+func noLocalEndpoint(policy, node, svc string, fell []string) string {
+	w := fmt.Sprintf("%s Local: node %s has no ready endpoint of %s", policy, node, svc)
+	if len(fell) > 0 {
+		w += fmt.Sprintf(", so %s has no rule for this packet and nat leaves it un-DNATed", strings.Join(fell, ", "))
+	}
+	return w
 }
 
 // Endpoints is the sorted set of destinations the ACCEPTed paths reach.
