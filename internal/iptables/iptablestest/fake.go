@@ -1,4 +1,8 @@
-package iptables
+// Package iptablestest holds Fake, a stateful in-memory iptables.Interface
+// for tests that render rules without root or an iptables binary (the proxy,
+// the network policy enforcer, the node agent). It is a package of its own so
+// that production code importing iptables does not carry the fake.
+package iptablestest
 
 import (
 	"bufio"
@@ -8,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/minikit/minikit/internal/iptables"
 )
 
 // Fake is a stateful in-memory iptables for tier (a) tests. It enforces what
@@ -24,7 +30,7 @@ type Fake struct {
 	// RandomFully is what HasRandomFully reports.
 	RandomFully bool
 	// FakeBackend is what Backend reports (default NFTables).
-	FakeBackend Backend
+	FakeBackend iptables.Backend
 	// RestoreErr, when set, makes the next Restore or ReplaceTables fail
 	// without applying anything, then clears itself.
 	RestoreErr error
@@ -54,8 +60,8 @@ type fakeChain struct {
 
 // NewFake returns a Fake with empty filter, nat and mangle tables.
 func NewFake() *Fake {
-	f := &Fake{tables: map[string]*fakeTable{}, RandomFully: true, FakeBackend: NFTables}
-	for _, t := range []string{TableFilter, TableNAT, TableMangle} {
+	f := &Fake{tables: map[string]*fakeTable{}, RandomFully: true, FakeBackend: iptables.NFTables}
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT, iptables.TableMangle} {
 		f.tables[t] = newFakeTable(t)
 	}
 	return f
@@ -63,7 +69,7 @@ func NewFake() *Fake {
 
 func newFakeTable(name string) *fakeTable {
 	t := &fakeTable{name: name, chains: map[string]*fakeChain{}}
-	for _, c := range BuiltinChains(name) {
+	for _, c := range iptables.BuiltinChains(name) {
 		t.chains[c] = &fakeChain{policy: "ACCEPT"}
 	}
 	return t
@@ -159,7 +165,7 @@ func (f *Fake) EnsureChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Execs++
-	if !Owned(chain) {
+	if !iptables.Owned(chain) {
 		return fmt.Errorf("refusing to create chain %q: not a minikit chain", chain)
 	}
 	t, err := f.table(table)
@@ -172,7 +178,7 @@ func (f *Fake) EnsureChain(table, chain string) error {
 	return nil
 }
 
-func (f *Fake) EnsureRule(pos Position, table, chain string, args ...string) (bool, error) {
+func (f *Fake) EnsureRule(pos iptables.Position, table, chain string, args ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Execs++
@@ -194,7 +200,7 @@ func (f *Fake) EnsureRule(pos Position, table, chain string, args ...string) (bo
 			return false, fmt.Errorf("adding rule to %s/%s: Couldn't load target `%s'", table, chain, j)
 		}
 	}
-	if pos == Prepend {
+	if pos == iptables.Prepend {
 		c.rules = append([][]string{slices.Clone(args)}, c.rules...)
 	} else {
 		c.rules = append(c.rules, slices.Clone(args))
@@ -253,7 +259,7 @@ func (f *Fake) DeleteChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Execs++
-	if !Owned(chain) {
+	if !iptables.Owned(chain) {
 		return fmt.Errorf("refusing to delete chain %q: not a minikit chain", chain)
 	}
 	t, err := f.table(table)
@@ -326,7 +332,7 @@ func (f *Fake) restore(data string, noFlush bool) error {
 				return fail("bad chain line %q", line)
 			}
 			name, policy := fields[0], fields[1]
-			if IsBuiltin(work.name, name) {
+			if iptables.IsBuiltin(work.name, name) {
 				work.chains[name].policy = policy
 			} else if c, ok := work.chains[name]; ok {
 				c.rules = nil
@@ -340,7 +346,7 @@ func (f *Fake) restore(data string, noFlush bool) error {
 				line = strings.TrimSpace(line[i+1:])
 			}
 		}
-		args := stripCounters(SplitRule(line))
+		args := stripCounters(iptables.SplitRule(line))
 		if len(args) == 0 {
 			continue
 		}
@@ -428,7 +434,7 @@ func (f *Fake) Save(table string) ([]byte, error) {
 	}
 	for _, n := range names {
 		for _, r := range t.chains[n].rules {
-			b.WriteString("-A " + n + " " + JoinRule(r) + "\n")
+			b.WriteString("-A " + n + " " + iptables.JoinRule(r) + "\n")
 		}
 	}
 	b.WriteString("COMMIT\n")
@@ -446,7 +452,7 @@ func (t *fakeTable) chainNames() []string {
 	}
 	sort.Strings(user)
 	var names []string
-	for _, b := range BuiltinChains(t.name) {
+	for _, b := range iptables.BuiltinChains(t.name) {
 		if _, ok := t.chains[b]; ok {
 			names = append(names, b)
 		}
@@ -456,9 +462,9 @@ func (t *fakeTable) chainNames() []string {
 
 func (f *Fake) HasRandomFully() bool { return f.RandomFully }
 
-func (f *Fake) Backend() Backend {
+func (f *Fake) Backend() iptables.Backend {
 	if f.FakeBackend == "" {
-		return NFTables
+		return iptables.NFTables
 	}
 	return f.FakeBackend
 }
@@ -473,24 +479,24 @@ func (f *Fake) ListChains(table string) ([]string, error) {
 	return t.chainNames(), nil
 }
 
-func (f *Fake) ReplaceTables(tables []string, keep func(table, chain string) bool, build func(map[string]*TableState) ([]byte, error)) error {
+func (f *Fake) ReplaceTables(tables []string, keep func(table, chain string) bool, build func(map[string]*iptables.TableState) ([]byte, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	state := map[string]*TableState{}
+	state := map[string]*iptables.TableState{}
 	for _, name := range tables {
 		t, err := f.table(name)
 		if err != nil {
 			return err
 		}
-		ts := &TableState{Name: name}
+		ts := &iptables.TableState{Name: name}
 		for _, n := range t.chainNames() {
 			c := t.chains[n]
 			if c.policy == "-" && !keep(name, n) {
 				continue
 			}
-			ch := &Chain{Name: n, Policy: c.policy}
+			ch := &iptables.Chain{Name: n, Policy: c.policy}
 			for _, r := range c.rules {
-				ch.Rules = append(ch.Rules, "-A "+n+" "+JoinRule(r))
+				ch.Rules = append(ch.Rules, "-A "+n+" "+iptables.JoinRule(r))
 			}
 			ts.Chains = append(ts.Chains, ch)
 		}
@@ -525,7 +531,7 @@ func (f *Fake) Rules(table, chain string) []string {
 	}
 	out := []string{}
 	for _, r := range c.rules {
-		out = append(out, "-A "+chain+" "+JoinRule(r))
+		out = append(out, "-A "+chain+" "+iptables.JoinRule(r))
 	}
 	return out
 }
@@ -548,3 +554,5 @@ func (f *Fake) DeleteUserChains(table string) {
 
 // ErrFake is a convenient error for RestoreErr.
 var ErrFake = errors.New("fake iptables-restore failure")
+
+var _ iptables.Interface = (*Fake)(nil)
