@@ -320,6 +320,11 @@ func (a *Agent) podChanged(ctx context.Context, o any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if ctx.Err() != nil {
+		// The agent stops: stopWorkers waits for the workers it found, and
+		// no new one may start behind its back (the informers still deliver).
+		return
+	}
 	w, ok := a.workers[pod.UID]
 	if !ok {
 		w = newPodWorker(a, pod.Namespace, pod.Name, pod.UID)

@@ -85,12 +85,15 @@ func (w *podWorker) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			// The agent stops; the pod's processes keep running and are adopted later.
+		case <-w.wakeCh:
+		}
+		if ctx.Err() != nil {
+			// The agent stops (a wake-up that came with it is no reason to
+			// sync); the pod's processes keep running and are adopted later.
 			for _, c := range w.containers {
 				c.detach()
 			}
 			return
-		case <-w.wakeCh:
 		}
 		finished, err := w.sync(ctx)
 		if err != nil && ctx.Err() == nil {
