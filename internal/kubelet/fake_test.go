@@ -513,3 +513,10 @@ func (f *fakeProcesses) alive() []int {
 	}
 	return out
 }
+
+// signalsSent lists the signals sent, as "PID SIGNAL", in order.
+func (f *fakeProcesses) signalsSent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.signals)
+}
