@@ -351,7 +351,7 @@ func (f *fakeProber) count(container, kind string) int {
 }
 
 // fakeNode is one node of an API in memory (a fake clientset), with an
-// agent on fakes: the tier (a) harness of the agent's pod sync.
+// agent on fakes: the unit-tier harness of the agent's pod sync.
 type fakeNode struct {
 	t       *testing.T
 	client  *fake.Clientset

@@ -161,6 +161,7 @@ func stripCounters(args []string) []string {
 	return args
 }
 
+// EnsureChain creates a minikit chain (refusing others) if it is missing.
 func (f *Fake) EnsureChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -178,6 +179,8 @@ func (f *Fake) EnsureChain(table, chain string) error {
 	return nil
 }
 
+// EnsureRule adds the rule at pos unless the chain holds it; it reports
+// whether it existed. The chain, and a chain the rule jumps to, must exist.
 func (f *Fake) EnsureRule(pos iptables.Position, table, chain string, args ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -208,6 +211,7 @@ func (f *Fake) EnsureRule(pos iptables.Position, table, chain string, args ...st
 	return false, nil
 }
 
+// HasRule reports whether the chain holds the rule (an error if the chain is missing).
 func (f *Fake) HasRule(table, chain string, args ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -223,6 +227,7 @@ func (f *Fake) HasRule(table, chain string, args ...string) (bool, error) {
 	return slices.ContainsFunc(c.rules, func(r []string) bool { return slices.Equal(r, args) }), nil
 }
 
+// DeleteRule removes the rule; a missing chain or rule is no error.
 func (f *Fake) DeleteRule(table, chain string, args ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -244,6 +249,7 @@ func (f *Fake) DeleteRule(table, chain string, args ...string) error {
 	return nil
 }
 
+// ChainExists reports whether the table has the chain.
 func (f *Fake) ChainExists(table, chain string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -255,6 +261,8 @@ func (f *Fake) ChainExists(table, chain string) (bool, error) {
 	return ok, nil
 }
 
+// DeleteChain flushes and deletes a minikit chain (refusing others); it
+// fails while a rule jumps to it, and a missing chain is no error.
 func (f *Fake) DeleteChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -274,6 +282,8 @@ func (f *Fake) DeleteChain(table, chain string) error {
 	return t.deleteChain(chain)
 }
 
+// Restore records data and applies it as iptables-restore does, or fails
+// with RestoreErr once when that is set.
 func (f *Fake) Restore(data []byte, noFlush bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -418,6 +428,7 @@ func (f *Fake) restore(data string, noFlush bool) error {
 	return nil
 }
 
+// Save renders the table as iptables-save does, rules as they were written.
 func (f *Fake) Save(table string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -460,8 +471,10 @@ func (t *fakeTable) chainNames() []string {
 	return append(names, user...)
 }
 
+// HasRandomFully reports RandomFully.
 func (f *Fake) HasRandomFully() bool { return f.RandomFully }
 
+// Backend reports FakeBackend (NFTables when unset).
 func (f *Fake) Backend() iptables.Backend {
 	if f.FakeBackend == "" {
 		return iptables.NFTables
@@ -469,6 +482,7 @@ func (f *Fake) Backend() iptables.Backend {
 	return f.FakeBackend
 }
 
+// ListChains lists the table's chains in iptables-save order.
 func (f *Fake) ListChains(table string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -479,6 +493,9 @@ func (f *Fake) ListChains(table string) ([]string, error) {
 	return t.chainNames(), nil
 }
 
+// ReplaceTables hands build the tables' chains that keep selects (built-in
+// chains always) and restores its output, flushing the tables, as the real
+// one does with iptables-save and iptables-restore.
 func (f *Fake) ReplaceTables(tables []string, keep func(table, chain string) bool, build func(map[string]*iptables.TableState) ([]byte, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
