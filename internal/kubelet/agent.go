@@ -8,6 +8,12 @@
 // UTS and mount namespaces, running a built-in image (package images) or a command
 // from the host's filesystem. Processes outlive an agent restart and are adopted
 // from the state the agent keeps in its data directory.
+//
+// Every kernel side effect goes through a seam: the pod network (Network,
+// package cni's by default) and iptables come through Config, as the proxy
+// takes its iptables; processes, probes and the clock are fields the tests
+// replace. Pod sync, adoption, restarts and probes are thus tested on
+// stateful fakes without root (fake_test.go), and in labs as root.
 package kubelet
 
 import (
