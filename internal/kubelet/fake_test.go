@@ -48,6 +48,7 @@ type fakeNetwork struct {
 	pods     map[string]fakeSandbox // netns name -> sandbox
 	podNS    map[string]string      // UTS/mount namespaces name -> hostname
 	routes   map[netip.Prefix]netip.Addr
+	setupErr error          // when set, SetupPod fails with it
 	setups   int            // SetupPod calls that changed something
 	podOKs   map[string]int // PodOK calls per netns
 	teardown []string       // TeardownPod calls, in order
@@ -110,6 +111,8 @@ func (f *fakeNetwork) SetupPod(p cni.PodNet) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch {
+	case f.setupErr != nil:
+		return fmt.Errorf("setting up pod %q: %w", p.NetNS, f.setupErr)
 	case !f.bridge:
 		return fmt.Errorf("setting up pod %q: bridge missing", p.NetNS)
 	case !f.podCIDR.Contains(p.IP) || p.IP == f.podCIDR.Masked().Addr() || p.IP == f.podCIDR.Masked().Addr().Next():
@@ -194,6 +197,13 @@ func (f *fakeNetwork) DeletePodNamespaces(name string) error {
 	defer f.mu.Unlock()
 	delete(f.podNS, name)
 	return nil
+}
+
+// failSetup makes SetupPod fail with err (nil: work again).
+func (f *fakeNetwork) failSetup(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.setupErr = err
 }
 
 // sandbox is the pod's netns as the network holds it.

@@ -196,3 +196,68 @@ func TestAgentRestartAdoptsPods(t *testing.T) {
 		t.Errorf("alive %v: want one new process instead of %d", alive, webPID)
 	}
 }
+
+// A sandbox that cannot be set up keeps the pod Pending with the error in
+// its status and no container started; the worker retries until it works.
+func TestPodSyncReportsSandboxFailure(t *testing.T) {
+	n := newFakeNode(t)
+	n.start()
+	n.net.failSetup(errors.New("no space left on device"))
+	pod := n.createPod(testPod("web", "1a1b2c3d-0000-4000-8000-000000000001"))
+	n.waitPod(pod, "the error in the pod's status", func(p *corev1.Pod) error {
+		if p.Status.Phase != corev1.PodPending || !strings.Contains(p.Status.Message, "no space left on device") {
+			return fmt.Errorf("phase %s, message %q", p.Status.Phase, p.Status.Message)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReadyToStartContainers && c.Status != corev1.ConditionFalse {
+				return fmt.Errorf("%s is %s", c.Type, c.Status)
+			}
+		}
+		return nil
+	})
+	if started := len(n.procs.started()); started != 0 {
+		t.Fatalf("%d containers started without a sandbox", started)
+	}
+	n.net.failSetup(nil)
+	n.waitPod(pod, "pod running once the sandbox works", running)
+}
+
+// A hostNetwork pod runs in the node's network namespace: no netns, veth or
+// IP of its own (status.podIP is the node's), only its UTS and mount
+// namespaces; its deletion leaves the node's network alone.
+func TestPodSyncHostNetwork(t *testing.T) {
+	n := newFakeNode(t)
+	a := n.start()
+	p := testPod("agent", "1a1b2c3d-0000-4000-8000-000000000001")
+	p.Spec.HostNetwork = true
+	pod := n.createPod(p)
+	got := n.waitPod(pod, "pod running", running)
+	if got.Status.PodIP != "192.168.0.2" {
+		t.Errorf("podIP %s, want the node's 192.168.0.2", got.Status.PodIP)
+	}
+	sandbox := a.sandboxName(pod.UID)
+	if _, ok := n.net.sandbox(sandbox); ok {
+		t.Error("a hostNetwork pod got a netns")
+	}
+	if _, ok := a.ipam.Owners()[string(pod.UID)]; ok {
+		t.Error("a hostNetwork pod got a pod IP")
+	}
+	if !n.net.PodNamespacesExist(sandbox) {
+		t.Error("a hostNetwork pod has no UTS and mount namespaces")
+	}
+	if argv := strings.Join(n.procs.started()[0].argv, " "); strings.Contains(argv, "--net=") {
+		t.Errorf("container argv %q enters a network namespace; the agent's is the node's", argv)
+	}
+	n.deletePod(pod)
+	testutil.Eventually(t, 10*time.Second, "pod namespaces removed", func() error {
+		if n.net.PodNamespacesExist(sandbox) {
+			return errors.New("still there")
+		}
+		return nil
+	})
+	n.net.mu.Lock()
+	defer n.net.mu.Unlock()
+	if slices.Contains(n.net.teardown, sandbox) {
+		t.Error("deleting a hostNetwork pod tore down a pod network sandbox")
+	}
+}
