@@ -8,6 +8,12 @@
 // UTS and mount namespaces, running a built-in image (package images) or a command
 // from the host's filesystem. Processes outlive an agent restart and are adopted
 // from the state the agent keeps in its data directory.
+//
+// Every kernel side effect goes through a seam: the pod network (Network,
+// package cni's by default) and iptables come through Config, as the proxy
+// takes its iptables; processes, probes and the clock are fields the tests
+// replace. Pod sync, adoption, restarts and probes are thus tested on
+// stateful fakes without root (fake_test.go), and in labs as root.
 package kubelet
 
 import (
@@ -40,6 +46,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
 )
 
 // KubeletVersion is what the Node reports as its kubelet version.
@@ -85,6 +93,14 @@ type Config struct {
 	// PodNetwork is how pods reach the other nodes' pods: PodNetworkHostGW
 	// (the default) or PodNetworkVXLAN.
 	PodNetwork string
+	// Network builds the node's pod network once the node has its podCIDR.
+	// Nil builds the kernel's, package cni's: the cni0 bridge, a netns, veth
+	// and IP per pod, routes or a VXLAN device to the other nodes.
+	Network func(podCIDR netip.Prefix) (Network, error)
+	// IPTables holds the pods' masquerade and hostPort rules. Nil opens the
+	// node's (iptables.New); without one, pods cannot reach outside the
+	// cluster network.
+	IPTables iptables.Interface
 }
 
 // Agent is a running node agent.
@@ -93,9 +109,17 @@ type Agent struct {
 	client kubernetes.Interface
 	log    *slog.Logger
 
-	net  *cni.Node
+	net  Network
 	ipam *cni.IPAM
 	pods corelisters.PodLister
+
+	// clock times container starts, exits and restart back-off, probes and
+	// the resync; procs runs the containers' processes and prober their
+	// probes. Tests replace all three (fake clock, processes and results).
+	clock   clock.WithTickerAndDelayedExecution
+	procs   processes
+	prober  prober
+	backoff *flowcontrol.Backoff
 
 	ipt                     iptables.Interface
 	masqApplied, masqJumped bool
@@ -146,12 +170,21 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.PodNetwork == PodNetworkVXLAN && !cfg.NodeIP.IsValid() {
 		return nil, errors.New("the vxlan pod network needs the node's IP (--node-ip): its VXLAN device sends from it")
 	}
-	return &Agent{
+	a := &Agent{
 		cfg: cfg, client: cfg.Client, log: cfg.Logger.With("component", "node", "node", cfg.NodeName),
 		workers: map[types.UID]*podWorker{}, ready: make(chan struct{}),
 		prefix:    sandboxPrefix(cfg.NodeName, cfg.DataDir),
 		hostPorts: hostPortState{kick: make(chan struct{}, 1)},
-	}, nil
+	}
+	a.setClock(clock.RealClock{})
+	a.procs, a.prober = hostProcesses{}, netProber{}
+	return a, nil
+}
+
+// setClock makes c the agent's clock, and its restart back-off's.
+func (a *Agent) setClock(c clock.WithTickerAndDelayedExecution) {
+	a.clock = c
+	a.backoff = flowcontrol.NewFakeBackOff(backoffInitial, backoffMax, c)
 }
 
 // Ready is closed once the node is registered, its bridge is up and pods are being synced.
@@ -170,19 +203,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.net = &cni.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: cidr, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
-	// As flannel: the pods' MTU (cni0, veths, eth0) is the underlay's, and
-	// with vxlan the VXLAN device's, 50 bytes less for the outer headers. A
-	// switch of pod network changes the running pods' MTU in place.
-	if mtu, err := a.net.UnderlayMTU(a.cfg.NodeIP); err == nil {
-		a.net.MTU = mtu
-		if a.cfg.PodNetwork == PodNetworkVXLAN {
-			a.net.MTU = mtu - cni.VXLANOverhead
-		}
-	} else if a.cfg.PodNetwork == PodNetworkVXLAN {
-		return fmt.Errorf("finding the MTU of the link with the node IP %s: %w", a.cfg.NodeIP, err)
-	} else {
-		a.log.Warn("pods get the kernel's default MTU: no link holds the node IP", "nodeIP", a.cfg.NodeIP, "err", err)
+	newNetwork := a.cfg.Network
+	if newNetwork == nil {
+		newNetwork = a.newCNINetwork
+	}
+	if a.net, err = newNetwork(cidr); err != nil {
+		return err
 	}
 	if err := a.net.EnsureBridge(); err != nil {
 		return fmt.Errorf("setting up cni0 for %s: %w", cidr, err)
@@ -192,9 +218,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go a.heartbeat(ctx)
 	go a.leaseLoop(ctx)
-	if a.ipt, err = iptables.New(); err != nil {
-		a.log.Warn("no iptables: pods cannot reach outside the cluster network", "err", err)
-		a.ipt = nil
+	if a.ipt = a.cfg.IPTables; a.ipt == nil {
+		if a.ipt, err = iptables.New(); err != nil {
+			a.log.Warn("no iptables: pods cannot reach outside the cluster network", "err", err)
+			a.ipt = nil
+		}
 	}
 
 	factory := informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -261,7 +289,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.syncHostPortsLogged()
 	close(a.ready)
 	a.log.Info("node agent ready", "podCIDR", cidr, "nodeIP", a.cfg.NodeIP)
-	t := time.NewTicker(resyncPeriod)
+	t := a.clock.NewTicker(resyncPeriod)
 	defer t.Stop()
 	for {
 		select {
@@ -272,12 +300,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncNetwork(nodeInf.Lister())
 		case <-a.hostPorts.kick:
 			a.syncHostPortsLogged()
-		case <-t.C:
+		case <-t.C():
 			a.syncNetwork(nodeInf.Lister())
 			a.syncHostPortsLogged()
 			if err := a.net.EnsureBridge(); err != nil {
 				a.log.Error("repairing cni0", "err", err)
 			}
+			a.backoff.GC()
 			a.mu.Lock()
 			for _, w := range a.workers {
 				w.wake()
@@ -297,6 +326,11 @@ func (a *Agent) podChanged(ctx context.Context, o any) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if ctx.Err() != nil {
+		// The agent stops: stopWorkers waits for the workers it found, and
+		// no new one may start behind its back (the informers still deliver).
+		return
+	}
 	w, ok := a.workers[pod.UID]
 	if !ok {
 		w = newPodWorker(a, pod.Namespace, pod.Name, pod.UID)

@@ -2,7 +2,6 @@ package kubelet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,12 +23,13 @@ import (
 
 var sigterm = syscall.SIGTERM
 
-// Restart back-off as the kubelet does it: 10s doubling to 5 minutes, reset after
-// a container ran for 10 minutes.
+// Restart back-off as the kubelet does it (its backOffPeriod and
+// MaxContainerBackOff, with client-go's flowcontrol.Backoff): the first
+// restart is immediate, then 10s doubling to 5 minutes, reset once a
+// container ran for twice the maximum since its last restart.
 const (
 	backoffInitial = 10 * time.Second
 	backoffMax     = 5 * time.Minute
-	backoffReset   = 10 * time.Minute
 )
 
 // containerState is the persisted part of a container.
@@ -54,12 +54,13 @@ type container struct {
 	exited       chan struct{}
 	restartCount int32
 	lastTerm     *corev1.ContainerStateTerminated
-	waitReason   string
-	waitMessage  string
-	backoff      time.Duration
-	nextStart    time.Time
-	stopping     bool
-	image        string
+	// finishedAt is when the last run ended (lastTerm's FinishedAt before it
+	// is truncated to seconds), the back-off's event time.
+	finishedAt  time.Time
+	waitReason  string
+	waitMessage string
+	stopping    bool
+	image       string
 
 	ready, started bool
 	// adopted is set for a process a previous agent started, until its probe
@@ -84,7 +85,7 @@ func (c *container) persisted() *containerState {
 // adoptContainer picks up a process a previous agent started, if it still runs.
 func adoptContainer(w *podWorker, name string, cs *containerState) *container {
 	c := &container{w: w, name: name, restartCount: cs.RestartCount, image: cs.Image}
-	if cs.PID > 0 && ProcStartTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
+	if cs.PID > 0 && w.a.procs.startTime(cs.PID) == cs.ProcStart && cs.ProcStart != 0 {
 		c.pid, c.procStart, c.startedAt, c.running = cs.PID, cs.ProcStart, cs.StartedAt, true
 		c.exited, c.adopted = make(chan struct{}), true
 		go c.watchAdopted()
@@ -123,7 +124,7 @@ func (c *container) watchAdopted() {
 		if detached {
 			return
 		}
-		if ProcStartTime(pid) != start {
+		if c.w.a.procs.startTime(pid) != start {
 			// Exit code unknown: the process was reaped by init.
 			c.finished(-1, "Unknown")
 			return
@@ -176,7 +177,7 @@ func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
 			w.track(c)
 		}
 		c.mu.Lock()
-		running, lastTerm, due := c.running, c.lastTerm, time.Now().After(c.nextStart)
+		running, lastTerm, finishedAt := c.running, c.lastTerm, c.finishedAt
 		c.mu.Unlock()
 		if running {
 			c.initAdopted(pod, spec)
@@ -186,14 +187,15 @@ func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
 		if lastTerm != nil && !shouldRestart(pod.Spec.RestartPolicy, lastTerm.ExitCode) {
 			continue
 		}
-		if !due {
-			c.mu.Lock()
-			c.waitReason, c.waitMessage = "CrashLoopBackOff",
-				fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", c.backoff, spec.Name, pod.Name, pod.Namespace, pod.UID)
-			wake := time.Until(c.nextStart)
-			c.mu.Unlock()
-			time.AfterFunc(wake, w.wake)
-			continue
+		if lastTerm != nil {
+			if wait, backoff := w.a.restartDelay(w.uid, spec.Name, finishedAt); wait > 0 {
+				c.mu.Lock()
+				c.waitReason, c.waitMessage = "CrashLoopBackOff",
+					fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", backoff, spec.Name, pod.Name, pod.Namespace, pod.UID)
+				c.mu.Unlock()
+				w.a.clock.AfterFunc(wait, w.wake)
+				continue
+			}
 		}
 		if err := c.start(pod, spec); err != nil {
 			w.a.log.Warn("starting container", "pod", pod.Namespace+"/"+pod.Name, "container", spec.Name, "err", err)
@@ -202,6 +204,19 @@ func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
 		c.ensureProbes(ctx, pod, spec)
 		w.saveState()
 	}
+}
+
+// restartDelay is the kubelet's doBackOff for a container that ended at
+// finishedAt: how long it must still wait before its restart (0: restart now,
+// and the back-off grows for the next time), and the back-off it is in.
+func (a *Agent) restartDelay(uid types.UID, name string, finishedAt time.Time) (wait, backoff time.Duration) {
+	key := string(uid) + "/" + name
+	if a.backoff.IsInBackOffSince(key, finishedAt) {
+		backoff = a.backoff.Get(key)
+		return max(backoff-a.clock.Since(finishedAt), time.Nanosecond), backoff
+	}
+	a.backoff.Next(key, finishedAt)
+	return 0, a.backoff.Get(key)
 }
 
 func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
@@ -251,7 +266,8 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 		c.mu.Unlock()
 		return fmt.Errorf("starting container %q: %w", c.name, err)
 	}
-	if err := cmd.Start(); err != nil {
+	pid, procStart, wait, err := w.a.procs.start(cmd)
+	if err != nil {
 		stdio.abort()
 		c.mu.Lock()
 		c.waitReason, c.waitMessage = "RunContainerError", err.Error()
@@ -261,35 +277,28 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	stdio.started()
 	c.mu.Lock()
 	c.stdin, c.ptmx = stdio.stdin, stdio.ptmx
-	c.pid, c.procStart, c.startedAt, c.running = cmd.Process.Pid, ProcStartTime(cmd.Process.Pid), time.Now(), true
+	c.pid, c.procStart, c.startedAt, c.running = pid, procStart, w.a.clock.Now(), true
 	c.exited = make(chan struct{})
 	c.waitReason, c.waitMessage, c.image = "", "", spec.Image
 	c.ready, c.started, c.livenessFailed = spec.ReadinessProbe == nil, spec.StartupProbe == nil, false
 	c.mu.Unlock()
 	go func() {
-		err := cmd.Wait()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal())
-			}
-		}
+		code := wait()
 		stdio.exited()
 		c.finished(code, "")
 	}()
 	return nil
 }
 
-// finished records a container's exit and schedules its restart back-off.
+// finished records a container's exit; the next sync restarts it, after its
+// back-off (restartDelay).
 func (c *container) finished(code int, reason string) {
 	c.mu.Lock()
 	if !c.running {
 		c.mu.Unlock()
 		return
 	}
-	now := time.Now()
+	now := c.w.a.clock.Now()
 	if reason == "" {
 		reason = "Completed"
 		if code != 0 {
@@ -302,24 +311,9 @@ func (c *container) finished(code int, reason string) {
 	c.lastTerm = &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: reason,
 		StartedAt: metav1.NewTime(c.startedAt.Truncate(time.Second)), FinishedAt: metav1.NewTime(now.Truncate(time.Second)),
 		ContainerID: containerID(c.w.uid, c.name, c.procStart)}
-	c.running, c.ready = false, false
-	if now.Sub(c.startedAt) > backoffReset {
-		c.backoff = 0
-	}
+	c.running, c.ready, c.finishedAt = false, false, now
 	if !c.stopping {
 		c.restartCount++
-		switch {
-		case c.backoff == 0:
-			c.backoff = backoffInitial
-		case c.backoff < backoffMax:
-			c.backoff = min(2*c.backoff, backoffMax)
-		}
-		// The first restart is immediate, as the kubelet's first back-off step is short.
-		if c.restartCount == 1 {
-			c.nextStart = now
-		} else {
-			c.nextStart = now.Add(c.backoff)
-		}
 	}
 	close(c.exited)
 	cancel := c.probeCancel
@@ -340,8 +334,7 @@ func (c *container) signal(sig syscall.Signal) {
 	pid, running := c.pid, c.running
 	c.mu.Unlock()
 	if running && pid > 0 {
-		syscall.Kill(-pid, sig)
-		syscall.Kill(pid, sig)
+		c.w.a.procs.signal(pid, sig)
 	}
 }
 

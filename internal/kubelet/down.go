@@ -15,6 +15,7 @@ import (
 	"github.com/minikit/minikit/internal/netns"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 // Down removes from the kernel every pod sandbox the agent with this data dir
@@ -33,7 +34,9 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	a := &Agent{cfg: Config{DataDir: dataDir}, log: log, net: &cni.Node{Bridge: "cni0", Log: log, SysctlRecord: sysctlRecord(dataDir)}}
+	n := &cni.Node{Bridge: "cni0", Log: log, SysctlRecord: sysctlRecord(dataDir)}
+	a := &Agent{cfg: Config{DataDir: dataDir}, log: log, procs: hostProcesses{}, prober: netProber{}}
+	a.setClock(clock.RealClock{})
 	var firstErr error
 	for _, e := range entries {
 		w := newPodWorker(a, "", "", types.UID(e.Name()))
@@ -56,7 +59,7 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 			firstErr = err
 		}
 		if !w.state.HostNetwork {
-			if err := a.net.TeardownPod(w.state.NetNS); err != nil && firstErr == nil {
+			if err := n.TeardownPod(w.state.NetNS); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -71,11 +74,11 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		// No pod of any agent remains: the token mount point can go.
 		removeTokenMountPoint()
 	}
-	if _, err := a.net.SyncRoutes(nil); err != nil && firstErr == nil {
+	if _, err := n.SyncRoutes(nil); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	// The vxlan pod network's device, with its neighbours and FDB entries.
-	if _, err := a.net.DeleteVXLAN(); err != nil && firstErr == nil {
+	if _, err := n.DeleteVXLAN(); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	if ipt, err := iptables.New(); err == nil {
@@ -88,11 +91,11 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 		}
 	}
 	if removeBridge {
-		if err := a.net.DeleteBridge(); err != nil && firstErr == nil {
+		if err := n.DeleteBridge(); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("deleting cni0: %w", err)
 		}
 		// The node's sysctls go back to what they were before minikit set them.
-		if err := a.net.RestoreSysctls(); err != nil && firstErr == nil {
+		if err := n.RestoreSysctls(); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}

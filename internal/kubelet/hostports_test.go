@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,13 +25,13 @@ func hostPortPod(name, uid, podIP, hostIP string, proto corev1.Protocol, hostPor
 	}
 }
 
-func hostPortAgent(t *testing.T, pods ...*corev1.Pod) (*Agent, *iptables.Fake, cache.Indexer) {
+func hostPortAgent(t *testing.T, pods ...*corev1.Pod) (*Agent, *iptablestest.Fake, cache.Indexer) {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	for _, p := range pods {
 		idx.Add(p)
 	}
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	a := &Agent{cfg: Config{NodeName: "node1", NodeIP: netip.MustParseAddr("192.168.0.2")}, log: slog.New(slog.DiscardHandler),
 		ipt: ipt, pods: corelisters.NewPodLister(idx)}
 	return a, ipt, idx

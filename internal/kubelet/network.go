@@ -77,7 +77,7 @@ func (a *Agent) syncHostGW(all []*corev1.Node) {
 }
 
 func (a *Agent) syncVXLAN(all []*corev1.Node) {
-	mac, created, err := a.net.EnsureVXLAN(a.cfg.NodeIP, a.net.MTU)
+	mac, created, err := a.net.EnsureVXLAN(a.cfg.NodeIP)
 	if err != nil {
 		a.log.Error("ensuring the VXLAN device", "err", err)
 		return

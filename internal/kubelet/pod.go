@@ -85,12 +85,15 @@ func (w *podWorker) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			// The agent stops; the pod's processes keep running and are adopted later.
+		case <-w.wakeCh:
+		}
+		if ctx.Err() != nil {
+			// The agent stops (a wake-up that came with it is no reason to
+			// sync); the pod's processes keep running and are adopted later.
 			for _, c := range w.containers {
 				c.detach()
 			}
 			return
-		case <-w.wakeCh:
 		}
 		finished, err := w.sync(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -220,7 +223,7 @@ func (w *podWorker) ensureSandbox(pod *corev1.Pod) error {
 					c.kill("sandbox recreated")
 				}
 			}
-			if _, err := w.a.net.SetupPod(pn); err != nil {
+			if err := w.a.net.SetupPod(pn); err != nil {
 				return fmt.Errorf("setting up sandbox of pod %q: %w", pod.Namespace+"/"+pod.Name, err)
 			}
 		}
@@ -228,12 +231,12 @@ func (w *podWorker) ensureSandbox(pod *corev1.Pod) error {
 	if err := w.writePodFiles(pod, ip); err != nil {
 		return err
 	}
-	if !cni.PodNamespacesExist(w.state.NetNS) {
+	if !w.a.net.PodNamespacesExist(w.state.NetNS) {
 		binds, err := w.volumeBinds(pod)
 		if err != nil {
 			return err
 		}
-		if err := cni.CreatePodNamespacesWith(w.state.NetNS, podHostname(pod), w.resolvPath(), w.hostsPath(), binds); err != nil {
+		if err := w.a.net.CreatePodNamespaces(w.state.NetNS, podHostname(pod), w.resolvPath(), w.hostsPath(), binds); err != nil {
 			return err
 		}
 	}
@@ -346,7 +349,7 @@ func (w *podWorker) cleanup() error {
 	// Whatever still runs in the pod's namespaces is the pod's (an unrecorded
 	// container, a process it left behind): it would keep them alive.
 	killInPod(name, nil)
-	if err := cni.DeletePodNamespaces(name); err != nil {
+	if err := w.a.net.DeletePodNamespaces(name); err != nil {
 		return err
 	}
 	// A hostNetwork pod has no netns, veth or IP of its own: the node's

@@ -31,6 +31,24 @@ var probeClient = &http.Client{
 	},
 }
 
+// prober runs one probe or hook handler against a container: netProber
+// over the pod network and in its namespaces, or a fake with scripted
+// results in tests. ctx carries the probe's timeout.
+type prober interface {
+	probe(ctx context.Context, p *corev1.Probe, t probeTarget) error
+}
+
+// probeTarget is what one probe runs against.
+type probeTarget struct {
+	// kind is "startup", "readiness", "liveness" or "preStop".
+	kind string
+	spec corev1.Container
+	// ip is the pod's IP, the default host of HTTP and TCP probes.
+	ip string
+	// execArgv wraps a command to run in the pod's namespaces.
+	execArgv func([]string) []string
+}
+
 // ensureProbes starts the container's probe loops once per run of its process.
 func (c *container) ensureProbes(ctx context.Context, pod *corev1.Pod, spec corev1.Container) {
 	c.mu.Lock()
@@ -59,20 +77,21 @@ func (c *container) probeLoop(ctx context.Context, kind string, p *corev1.Probe,
 	period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
 	timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
 	success, failure := max(p.SuccessThreshold, 1), max(p.FailureThreshold, 1)
+	clk := c.w.a.clock
 	select {
 	case <-ctx.Done():
 		return
-	case <-time.After(time.Duration(p.InitialDelaySeconds) * time.Second):
+	case <-clk.After(time.Duration(p.InitialDelaySeconds) * time.Second):
 	}
 	var okRun, failRun int32
-	t := time.NewTicker(period)
+	t := clk.NewTicker(period)
 	defer t.Stop()
 	for {
 		c.mu.Lock()
 		started := c.started
 		c.mu.Unlock()
 		if kind == "startup" || started {
-			err := c.probeOnce(ctx, p, spec, ip, timeout)
+			err := c.probeOnce(ctx, kind, p, spec, ip, timeout)
 			if ctx.Err() != nil {
 				return
 			}
@@ -115,7 +134,7 @@ func (c *container) probeLoop(ctx context.Context, kind string, p *corev1.Probe,
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -131,9 +150,19 @@ func (c *container) setProbe(f func()) {
 	}
 }
 
-func (c *container) probeOnce(ctx context.Context, p *corev1.Probe, spec corev1.Container, ip string, timeout time.Duration) error {
+// probeOnce runs one probe of the container with its timeout.
+func (c *container) probeOnce(ctx context.Context, kind string, p *corev1.Probe, spec corev1.Container, ip string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	return c.w.a.prober.probe(ctx, p, probeTarget{kind: kind, spec: spec, ip: ip, execArgv: c.w.execArgv})
+}
+
+// netProber runs probes as the kubelet's prober does: HTTP GETs and TCP
+// connects to the pod's IP from the node, commands in the pod's namespaces.
+type netProber struct{}
+
+func (netProber) probe(ctx context.Context, p *corev1.Probe, t probeTarget) error {
+	spec, ip := t.spec, t.ip
 	switch {
 	case p.HTTPGet != nil:
 		g := p.HTTPGet
@@ -190,7 +219,7 @@ func (c *container) probeOnce(ctx context.Context, p *corev1.Probe, spec corev1.
 		}
 		return conn.Close()
 	case p.Exec != nil:
-		argv := c.w.execArgv(p.Exec.Command)
+		argv := t.execArgv(p.Exec.Command)
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -267,7 +296,7 @@ func (c *container) runHook(ctx context.Context, h *corev1.LifecycleHandler, spe
 			timeout = time.Until(d)
 		}
 		p := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: h.Exec, HTTPGet: h.HTTPGet}}
-		return c.probeOnce(ctx, p, spec, c.w.state.IP, timeout)
+		return c.probeOnce(ctx, "preStop", p, spec, c.w.state.IP, timeout)
 	}
 	return nil
 }

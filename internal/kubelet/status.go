@@ -8,9 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/minikit/minikit/internal/cni"
-	"github.com/minikit/minikit/internal/netns"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -192,7 +189,7 @@ func (a *Agent) adoptAndClean(ctx context.Context) error {
 		}
 	}
 	// Namespaces with this node's prefix that no pod of ours claims are debris.
-	names, _ := netns.ListNamed(a.prefix)
+	names, _ := a.net.Sandboxes(a.prefix)
 	claimed := map[string]bool{}
 	for _, p := range pods {
 		claimed[a.sandboxName(p.UID)] = true
@@ -204,7 +201,7 @@ func (a *Agent) adoptAndClean(ctx context.Context) error {
 	a.mu.Unlock()
 	for _, n := range names {
 		if !claimed[n] {
-			cni.DeletePodNamespaces(n)
+			a.net.DeletePodNamespaces(n)
 			a.net.TeardownPod(n)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,7 +167,7 @@ func (c *fakeConntrack) Delete(flows []Flow) (int, error) {
 
 // testProxier is a Proxier on a Fake, never started: tests call
 // syncProxyRules themselves.
-func testProxier(t *testing.T, ipt *iptables.Fake) (*Proxier, *fakeConntrack) {
+func testProxier(t *testing.T, ipt *iptablestest.Fake) (*Proxier, *fakeConntrack) {
 	t.Helper()
 	ct := &fakeConntrack{}
 	liberal := false
@@ -197,7 +198,7 @@ func mustSync(t *testing.T, p *Proxier) {
 }
 
 // saved returns the fake's filter and nat tables as iptables-save text.
-func saved(t *testing.T, ipt *iptables.Fake) string {
+func saved(t *testing.T, ipt *iptablestest.Fake) string {
 	t.Helper()
 	var b strings.Builder
 	for _, table := range []string{iptables.TableFilter, iptables.TableNAT} {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 	"github.com/minikit/minikit/internal/iptables/iptsim"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
 )
@@ -83,7 +83,7 @@ func TestFlows(t *testing.T) {
 	}
 	for _, f := range flows {
 		t.Run(f.name, func(t *testing.T) {
-			ipt := iptables.NewFake()
+			ipt := iptablestest.NewFake()
 			p, _ := testProxier(t, ipt)
 			loadShape(p, byName[f.shape])
 			mustSync(t, p)
@@ -136,7 +136,7 @@ func TestFlows(t *testing.T) {
 // node to a loopback address that was not DNATed is dropped there. With
 // localhost NodePorts off, the same curl is never DNATed.
 func TestLocalhostNodePorts(t *testing.T) {
-	trace := func(t *testing.T, p *Proxier, ipt *iptables.Fake, pkt iptsim.Packet) []iptsim.Outcome {
+	trace := func(t *testing.T, p *Proxier, ipt *iptablestest.Fake, pkt iptsim.Packet) []iptsim.Outcome {
 		t.Helper()
 		loadShape(p, shapes()[1]) // nodeport: ns3/svc3:p80 on 30003
 		mustSync(t, p)
@@ -153,7 +153,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 	curl := iptsim.Packet{Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddrPort("127.0.0.1:30003"), Proto: "tcp", Local: true}
 
 	t.Run("curl localhost:NODEPORT reaches every endpoint, counted and masqueraded", func(t *testing.T) {
-		ipt := iptables.NewFake()
+		ipt := iptablestest.NewFake()
 		p, _ := testProxier(t, ipt)
 		outs := trace(t, p, ipt, curl)
 		if len(outs) != 3 {
@@ -177,7 +177,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 		}
 	})
 	t.Run("from off the node to a loopback port: dropped by KUBE-FIREWALL", func(t *testing.T) {
-		ipt := iptables.NewFake()
+		ipt := iptablestest.NewFake()
 		p, _ := testProxier(t, ipt)
 		outs := trace(t, p, ipt, iptsim.Packet{Src: netip.MustParseAddr("192.168.56.100"), Dst: netip.MustParseAddrPort("127.0.0.1:22"), Proto: "tcp"})
 		if len(outs) != 1 || outs[0].Verdict != "DROP" {
@@ -189,7 +189,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 		}
 	})
 	t.Run("with localhost NodePorts off the curl is not DNATed", func(t *testing.T) {
-		ipt := iptables.NewFake()
+		ipt := iptablestest.NewFake()
 		p, _ := testProxier(t, ipt)
 		p.cfg.NoLocalhostNodePorts = true
 		outs := trace(t, p, ipt, curl)
@@ -201,7 +201,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 		}
 	})
 	t.Run("without nfacct the rules do not count, as kube-proxy's", func(t *testing.T) {
-		ipt := iptables.NewFake()
+		ipt := iptablestest.NewFake()
 		p, _ := testProxier(t, ipt)
 		p.acct.(*nfacct.Fake).Unavailable = true
 		outs := trace(t, p, ipt, curl)
@@ -217,7 +217,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 // Hairpin: a pod reaching its own service is masqueraded exactly when the
 // load balancing picks the pod itself.
 func TestFlowHairpin(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	loadShape(p, shapes()[0])
 	mustSync(t, p)

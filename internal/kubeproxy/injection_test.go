@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/minikit/minikit/internal/apiserver/validation"
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -93,7 +93,7 @@ func TestRuleInjection(t *testing.T) {
 func renderOf(t *testing.T, fs fuzzService) string {
 	t.Helper()
 	svc, slice := fs.objects()
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	p.OnServiceUpdate(svc)
 	p.OnEndpointSliceUpdate(slice)

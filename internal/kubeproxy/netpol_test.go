@@ -4,13 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 )
 
 // The enforcer's jump stays rule 1 of FORWARD and its chains survive the
 // proxy's full syncs (whole-table restores) and Cleanup.
 func TestNetworkPolicyChainsSurvive(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	np := "*filter\n:KUBE-NWPLCY-FORWARD - [0:0]\n:KUBE-POD-FW-ABCDEFGHIJKLMNOP - [0:0]\n" +
 		"-A FORWARD -m comment --comment \"kubernetes network policy\" -j KUBE-NWPLCY-FORWARD\n" +
 		"-A KUBE-NWPLCY-FORWARD -d 10.244.0.5/32 -j KUBE-POD-FW-ABCDEFGHIJKLMNOP\n" +

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -23,7 +23,7 @@ func TestPartialSyncsMatchFullSync(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			ipt := iptables.NewFake()
+			ipt := iptablestest.NewFake()
 			p, _ := testProxier(t, ipt)
 			svcs := map[string]*corev1.Service{}
 			slices := map[string]*discovery.EndpointSlice{}
@@ -53,7 +53,7 @@ func TestPartialSyncsMatchFullSync(t *testing.T) {
 				}
 				mustSync(t, p)
 
-				fresh := iptables.NewFake()
+				fresh := iptablestest.NewFake()
 				q, _ := testProxier(t, fresh)
 				for _, s := range svcs {
 					q.OnServiceUpdate(s)

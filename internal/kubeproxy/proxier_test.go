@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
 	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/testutil"
@@ -38,7 +39,7 @@ func hostnames(p *Proxier, eps ...ep) {
 }
 
 func TestOneRestorePerSync(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	for _, s := range shapes() {
 		loadShape(p, s)
@@ -85,7 +86,7 @@ func TestOneRestorePerSync(t *testing.T) {
 	}
 
 	// A partial sync must leave exactly what a full sync would write.
-	fresh := iptables.NewFake()
+	fresh := iptablestest.NewFake()
 	q, _ := testProxier(t, fresh)
 	for _, s := range shapes() {
 		loadShape(q, s)
@@ -98,7 +99,7 @@ func TestOneRestorePerSync(t *testing.T) {
 }
 
 func TestDeletedServiceLeavesNoChains(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	mustSync(t, p)
 	empty := saved(t, ipt)
@@ -114,7 +115,7 @@ func TestDeletedServiceLeavesNoChains(t *testing.T) {
 
 // Other programs' rules survive full syncs: a whole-table restore writes them back.
 func TestForeignRulesSurvive(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	foreign := "*nat\n:DOCKER - [0:0]\n:MINIKIT-POSTROUTING - [0:0]\n" +
 		"-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n" +
 		"-A POSTROUTING -m comment --comment \"minikit pod masquerade\" -j MINIKIT-POSTROUTING\n" +
@@ -169,15 +170,15 @@ func TestForeignRulesSurvive(t *testing.T) {
 func TestFlushIsRepaired(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		flush func(*iptables.Fake)
+		flush func(*iptablestest.Fake)
 	}{
-		{"nat -F", func(f *iptables.Fake) { f.FlushTable("nat") }},
-		{"filter -F", func(f *iptables.Fake) { f.FlushTable("filter") }},
-		{"nat -F -X", func(f *iptables.Fake) { f.DeleteUserChains("nat") }},
-		{"mangle -X", func(f *iptables.Fake) { f.DeleteUserChains("mangle") }},
+		{"nat -F", func(f *iptablestest.Fake) { f.FlushTable("nat") }},
+		{"filter -F", func(f *iptablestest.Fake) { f.FlushTable("filter") }},
+		{"nat -F -X", func(f *iptablestest.Fake) { f.DeleteUserChains("nat") }},
+		{"mangle -X", func(f *iptablestest.Fake) { f.DeleteUserChains("mangle") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ipt := iptables.NewFake()
+			ipt := iptablestest.NewFake()
 			p, _ := testProxier(t, ipt)
 			for _, s := range shapes() {
 				loadShape(p, s)
@@ -223,12 +224,12 @@ func clockWaiting(clock *fakeClock) func() error {
 }
 
 func TestFailedRestoreRetriesFull(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	loadShape(p, shapes()[0])
 	mustSync(t, p)
 	hostnames(p, ep{ip: "10.244.1.5", node: testNode})
-	ipt.RestoreErr = iptables.ErrFake
+	ipt.RestoreErr = iptablestest.ErrFake
 	if err := p.syncProxyRules(); err == nil {
 		t.Fatal("sync with a failing restore succeeded")
 	}
@@ -247,7 +248,7 @@ func TestFailedRestoreRetriesFull(t *testing.T) {
 
 // The legacy backend gets kube-proxy's shape: per-rule jumps, --noflush.
 func TestLegacyBackendFullSync(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	ipt.FakeBackend = iptables.Legacy
 	p, _ := testProxier(t, ipt)
 	for _, s := range shapes() {
@@ -257,7 +258,7 @@ func TestLegacyBackendFullSync(t *testing.T) {
 	if len(ipt.Restores) != 1 || !ipt.Restores[0].NoFlush {
 		t.Fatalf("legacy full sync restores: %+v", len(ipt.Restores))
 	}
-	nft := iptables.NewFake()
+	nft := iptablestest.NewFake()
 	q, _ := testProxier(t, nft)
 	for _, s := range shapes() {
 		loadShape(q, s)
@@ -279,7 +280,7 @@ func TestLegacyBackendFullSync(t *testing.T) {
 }
 
 func TestConntrackCleanupForUDP(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, ct := testProxier(t, ipt)
 	dns := shapes()[11]
 	loadShape(p, dns)
@@ -310,7 +311,7 @@ func TestConntrackCleanupForUDP(t *testing.T) {
 }
 
 func TestHealthCheckNodePort(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	lb := shapes()[6] // eTP=Local with health check node port 30000, one local endpoint
 	loadShape(p, lb)
@@ -396,7 +397,7 @@ var _ = corev1.ProtocolTCP
 // histograms, network programming latency from the EndpointSlice's
 // last-change-trigger-time, and the nfacct counters read at each scrape.
 func TestMetrics(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	clock := p.clock.(*fakeClock)
 	s := shapes()[1]

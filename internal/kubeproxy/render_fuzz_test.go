@@ -14,6 +14,7 @@ import (
 
 	"github.com/minikit/minikit/internal/apiserver/validation"
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -147,7 +148,7 @@ func FuzzRender(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ns, name, portName, proto string, port, nodePort uint16, clusterIP, extIP, lbIP, srcRange, endpoint, label, annotation string, flags uint8) {
 		fs := fuzzService{ns, name, portName, proto, port, nodePort, clusterIP, extIP, lbIP, srcRange, endpoint, label, annotation, flags}
 		svc, slice := fs.objects()
-		ipt := iptables.NewFake()
+		ipt := iptablestest.NewFake()
 		p, _ := testProxier(t, ipt)
 		p.OnServiceUpdate(svc)
 		p.OnEndpointSliceUpdate(slice)
@@ -173,7 +174,7 @@ func FuzzRender(f *testing.F) {
 			neutral := fs
 			neutral.label, neutral.annotation = "neutral", "neutral"
 			nsvc, nslice := neutral.objects()
-			ipt2 := iptables.NewFake()
+			ipt2 := iptablestest.NewFake()
 			p2, _ := testProxier(t, ipt2)
 			p2.OnServiceUpdate(nsvc)
 			p2.OnEndpointSliceUpdate(nslice)

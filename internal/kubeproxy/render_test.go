@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -72,7 +72,7 @@ func loadShape(p *Proxier, s shape) {
 func TestGoldenRules(t *testing.T) {
 	for _, s := range shapes() {
 		t.Run(s.name, func(t *testing.T) {
-			ipt := iptables.NewFake()
+			ipt := iptablestest.NewFake()
 			p, _ := testProxier(t, ipt)
 			loadShape(p, s)
 			mustSync(t, p)
@@ -84,7 +84,7 @@ func TestGoldenRules(t *testing.T) {
 // Headless and ExternalName services, and services handled by another proxy,
 // get no rules at all.
 func TestNoRulesForHeadlessAndExternalName(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	mustSync(t, p)
 	empty := saved(t, ipt)
@@ -107,7 +107,7 @@ func TestNoRulesForHeadlessAndExternalName(t *testing.T) {
 
 // Above 1,000 endpoints kube-proxy drops the per-endpoint comments.
 func TestLargeClusterModeDropsEndpointComments(t *testing.T) {
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	p, _ := testProxier(t, ipt)
 	var eps []ep
 	for i := 0; i < 1001; i++ {

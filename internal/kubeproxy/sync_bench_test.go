@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -15,7 +16,7 @@ import (
 // discardRestores is a Fake whose restores are not applied: the benchmarks
 // below time the proxy's own work per sync, without iptables-restore (which
 // scripts/bench-proxy.sh times against the real kernel).
-type discardRestores struct{ *iptables.Fake }
+type discardRestores struct{ *iptablestest.Fake }
 
 func (discardRestores) Restore([]byte, bool) error { return nil }
 
@@ -51,8 +52,8 @@ func BenchmarkPartialSyncWork(b *testing.B) {
 	for _, S := range []int{1000, 10000} {
 		b.Run("services="+strconv.Itoa(S), func(b *testing.B) {
 			t := &testing.T{}
-			p, _ := testProxier(t, iptables.NewFake())
-			p.ipt = discardRestores{iptables.NewFake()}
+			p, _ := testProxier(t, iptablestest.NewFake())
+			p.ipt = discardRestores{iptablestest.NewFake()}
 			defer p.health.close()
 			benchServices(p, S)
 			if err := p.syncProxyRules(); err != nil {
@@ -95,8 +96,8 @@ func BenchmarkFullSyncWork(b *testing.B) {
 	for _, S := range []int{100, 1000, 10000} {
 		b.Run("services="+strconv.Itoa(S), func(b *testing.B) {
 			t := &testing.T{}
-			p, _ := testProxier(t, iptables.NewFake())
-			p.ipt = discardTables{discardRestores{iptables.NewFake()}}
+			p, _ := testProxier(t, iptablestest.NewFake())
+			p.ipt = discardTables{discardRestores{iptablestest.NewFake()}}
 			defer p.health.close()
 			benchServices(p, S)
 			b.ResetTimer()

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -69,7 +69,7 @@ func (f *fakeSets) Destroy(name string) error {
 }
 
 // noSCTP is iptables on a kernel without the sctp match.
-type noSCTP struct{ *iptables.Fake }
+type noSCTP struct{ *iptablestest.Fake }
 
 func (n noSCTP) Restore(data []byte, noFlush bool) error {
 	if bytes.Contains(data, []byte("-p sctp")) {
@@ -87,7 +87,7 @@ func TestSCTPRefused(t *testing.T) {
 	p.Protocol = &sctp
 	w.pols = append(w.pols, ingress(policy("x", "mixed", sel("pod", "a")), nil, p, tcp(81)))
 	var logs bytes.Buffer
-	ipt := noSCTP{iptables.NewFake()}
+	ipt := noSCTP{iptablestest.NewFake()}
 	e := New(Config{NodeName: "n1", Logger: slog.New(slog.NewTextHandler(&logs, nil))}, ipt, newFakeSets(), w.listers())
 	e.SetInitialized()
 	for range 2 {
@@ -115,7 +115,7 @@ func TestSCTPRefused(t *testing.T) {
 func TestSyncConverges(t *testing.T) {
 	w := goldenWorld()
 	w.pols = append(w.pols, ingress(policy("x", "web", sel("pod", "b")), []networkingPeer{podPeer(sel("pod", "a"), sel())}))
-	ipt := iptables.NewFake()
+	ipt := iptablestest.NewFake()
 	sets := newFakeSets()
 	e := New(Config{NodeName: "n1"}, ipt, sets, w.listers())
 	e.SetInitialized()

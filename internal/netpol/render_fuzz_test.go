@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +77,7 @@ func FuzzRenderPolicies(f *testing.F) {
 			}
 		}
 		// The stateful fake accepts it: every jump has its chain.
-		if err := iptables.NewFake().Restore(data, true); err != nil {
+		if err := iptablestest.NewFake().Restore(data, true); err != nil {
 			t.Fatalf("fake restore: %v\n%s", err, data)
 		}
 		check(t, st, data)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minikit/minikit/internal/iptables"
+	"github.com/minikit/minikit/internal/iptables/iptablestest"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -95,7 +95,7 @@ func TestRenderGolden(t *testing.T) {
 				t.Errorf("rendered rules differ from %s:\n%s", path, got)
 			}
 			// The stateful fake takes the input: every jump has its chain.
-			ipt := iptables.NewFake()
+			ipt := iptablestest.NewFake()
 			if err := ipt.Restore(restoreInput(st, nil, jumpFix{insert: true}), true); err != nil {
 				t.Errorf("restore: %v", err)
 			}

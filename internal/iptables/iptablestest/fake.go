@@ -1,4 +1,8 @@
-package iptables
+// Package iptablestest holds Fake, a stateful in-memory iptables.Interface
+// for tests that render rules without root or an iptables binary (the proxy,
+// the network policy enforcer, the node agent). It is a package of its own so
+// that production code importing iptables does not carry the fake.
+package iptablestest
 
 import (
 	"bufio"
@@ -8,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/minikit/minikit/internal/iptables"
 )
 
 // Fake is a stateful in-memory iptables for unit-tier tests (test/README.md). It enforces what
@@ -24,7 +30,7 @@ type Fake struct {
 	// RandomFully is what HasRandomFully reports.
 	RandomFully bool
 	// FakeBackend is what Backend reports (default NFTables).
-	FakeBackend Backend
+	FakeBackend iptables.Backend
 	// RestoreErr, when set, makes the next Restore or ReplaceTables fail
 	// without applying anything, then clears itself.
 	RestoreErr error
@@ -54,8 +60,8 @@ type fakeChain struct {
 
 // NewFake returns a Fake with empty filter, nat and mangle tables.
 func NewFake() *Fake {
-	f := &Fake{tables: map[string]*fakeTable{}, RandomFully: true, FakeBackend: NFTables}
-	for _, t := range []string{TableFilter, TableNAT, TableMangle} {
+	f := &Fake{tables: map[string]*fakeTable{}, RandomFully: true, FakeBackend: iptables.NFTables}
+	for _, t := range []string{iptables.TableFilter, iptables.TableNAT, iptables.TableMangle} {
 		f.tables[t] = newFakeTable(t)
 	}
 	return f
@@ -63,7 +69,7 @@ func NewFake() *Fake {
 
 func newFakeTable(name string) *fakeTable {
 	t := &fakeTable{name: name, chains: map[string]*fakeChain{}}
-	for _, c := range BuiltinChains(name) {
+	for _, c := range iptables.BuiltinChains(name) {
 		t.chains[c] = &fakeChain{policy: "ACCEPT"}
 	}
 	return t
@@ -155,11 +161,12 @@ func stripCounters(args []string) []string {
 	return args
 }
 
+// EnsureChain creates a minikit chain (refusing others) if it is missing.
 func (f *Fake) EnsureChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Execs++
-	if !Owned(chain) {
+	if !iptables.Owned(chain) {
 		return fmt.Errorf("refusing to create chain %q: not a minikit chain", chain)
 	}
 	t, err := f.table(table)
@@ -172,7 +179,9 @@ func (f *Fake) EnsureChain(table, chain string) error {
 	return nil
 }
 
-func (f *Fake) EnsureRule(pos Position, table, chain string, args ...string) (bool, error) {
+// EnsureRule adds the rule at pos unless the chain holds it; it reports
+// whether it existed. The chain, and a chain the rule jumps to, must exist.
+func (f *Fake) EnsureRule(pos iptables.Position, table, chain string, args ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Execs++
@@ -194,7 +203,7 @@ func (f *Fake) EnsureRule(pos Position, table, chain string, args ...string) (bo
 			return false, fmt.Errorf("adding rule to %s/%s: Couldn't load target `%s'", table, chain, j)
 		}
 	}
-	if pos == Prepend {
+	if pos == iptables.Prepend {
 		c.rules = append([][]string{slices.Clone(args)}, c.rules...)
 	} else {
 		c.rules = append(c.rules, slices.Clone(args))
@@ -202,6 +211,7 @@ func (f *Fake) EnsureRule(pos Position, table, chain string, args ...string) (bo
 	return false, nil
 }
 
+// HasRule reports whether the chain holds the rule (an error if the chain is missing).
 func (f *Fake) HasRule(table, chain string, args ...string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -217,6 +227,7 @@ func (f *Fake) HasRule(table, chain string, args ...string) (bool, error) {
 	return slices.ContainsFunc(c.rules, func(r []string) bool { return slices.Equal(r, args) }), nil
 }
 
+// DeleteRule removes the rule; a missing chain or rule is no error.
 func (f *Fake) DeleteRule(table, chain string, args ...string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -238,6 +249,7 @@ func (f *Fake) DeleteRule(table, chain string, args ...string) error {
 	return nil
 }
 
+// ChainExists reports whether the table has the chain.
 func (f *Fake) ChainExists(table, chain string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -249,11 +261,13 @@ func (f *Fake) ChainExists(table, chain string) (bool, error) {
 	return ok, nil
 }
 
+// DeleteChain flushes and deletes a minikit chain (refusing others); it
+// fails while a rule jumps to it, and a missing chain is no error.
 func (f *Fake) DeleteChain(table, chain string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Execs++
-	if !Owned(chain) {
+	if !iptables.Owned(chain) {
 		return fmt.Errorf("refusing to delete chain %q: not a minikit chain", chain)
 	}
 	t, err := f.table(table)
@@ -268,6 +282,8 @@ func (f *Fake) DeleteChain(table, chain string) error {
 	return t.deleteChain(chain)
 }
 
+// Restore records data and applies it as iptables-restore does, or fails
+// with RestoreErr once when that is set.
 func (f *Fake) Restore(data []byte, noFlush bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -326,7 +342,7 @@ func (f *Fake) restore(data string, noFlush bool) error {
 				return fail("bad chain line %q", line)
 			}
 			name, policy := fields[0], fields[1]
-			if IsBuiltin(work.name, name) {
+			if iptables.IsBuiltin(work.name, name) {
 				work.chains[name].policy = policy
 			} else if c, ok := work.chains[name]; ok {
 				c.rules = nil
@@ -340,7 +356,7 @@ func (f *Fake) restore(data string, noFlush bool) error {
 				line = strings.TrimSpace(line[i+1:])
 			}
 		}
-		args := stripCounters(SplitRule(line))
+		args := stripCounters(iptables.SplitRule(line))
 		if len(args) == 0 {
 			continue
 		}
@@ -412,6 +428,7 @@ func (f *Fake) restore(data string, noFlush bool) error {
 	return nil
 }
 
+// Save renders the table as iptables-save does, rules as they were written.
 func (f *Fake) Save(table string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -428,7 +445,7 @@ func (f *Fake) Save(table string) ([]byte, error) {
 	}
 	for _, n := range names {
 		for _, r := range t.chains[n].rules {
-			b.WriteString("-A " + n + " " + JoinRule(r) + "\n")
+			b.WriteString("-A " + n + " " + iptables.JoinRule(r) + "\n")
 		}
 	}
 	b.WriteString("COMMIT\n")
@@ -446,7 +463,7 @@ func (t *fakeTable) chainNames() []string {
 	}
 	sort.Strings(user)
 	var names []string
-	for _, b := range BuiltinChains(t.name) {
+	for _, b := range iptables.BuiltinChains(t.name) {
 		if _, ok := t.chains[b]; ok {
 			names = append(names, b)
 		}
@@ -454,15 +471,18 @@ func (t *fakeTable) chainNames() []string {
 	return append(names, user...)
 }
 
+// HasRandomFully reports RandomFully.
 func (f *Fake) HasRandomFully() bool { return f.RandomFully }
 
-func (f *Fake) Backend() Backend {
+// Backend reports FakeBackend (NFTables when unset).
+func (f *Fake) Backend() iptables.Backend {
 	if f.FakeBackend == "" {
-		return NFTables
+		return iptables.NFTables
 	}
 	return f.FakeBackend
 }
 
+// ListChains lists the table's chains in iptables-save order.
 func (f *Fake) ListChains(table string) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -473,24 +493,27 @@ func (f *Fake) ListChains(table string) ([]string, error) {
 	return t.chainNames(), nil
 }
 
-func (f *Fake) ReplaceTables(tables []string, keep func(table, chain string) bool, build func(map[string]*TableState) ([]byte, error)) error {
+// ReplaceTables hands build the tables' chains that keep selects (built-in
+// chains always) and restores its output, flushing the tables, as the real
+// one does with iptables-save and iptables-restore.
+func (f *Fake) ReplaceTables(tables []string, keep func(table, chain string) bool, build func(map[string]*iptables.TableState) ([]byte, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	state := map[string]*TableState{}
+	state := map[string]*iptables.TableState{}
 	for _, name := range tables {
 		t, err := f.table(name)
 		if err != nil {
 			return err
 		}
-		ts := &TableState{Name: name}
+		ts := &iptables.TableState{Name: name}
 		for _, n := range t.chainNames() {
 			c := t.chains[n]
 			if c.policy == "-" && !keep(name, n) {
 				continue
 			}
-			ch := &Chain{Name: n, Policy: c.policy}
+			ch := &iptables.Chain{Name: n, Policy: c.policy}
 			for _, r := range c.rules {
-				ch.Rules = append(ch.Rules, "-A "+n+" "+JoinRule(r))
+				ch.Rules = append(ch.Rules, "-A "+n+" "+iptables.JoinRule(r))
 			}
 			ts.Chains = append(ts.Chains, ch)
 		}
@@ -525,7 +548,7 @@ func (f *Fake) Rules(table, chain string) []string {
 	}
 	out := []string{}
 	for _, r := range c.rules {
-		out = append(out, "-A "+chain+" "+JoinRule(r))
+		out = append(out, "-A "+chain+" "+iptables.JoinRule(r))
 	}
 	return out
 }
@@ -548,3 +571,5 @@ func (f *Fake) DeleteUserChains(table string) {
 
 // ErrFake is a convenient error for RestoreErr.
 var ErrFake = errors.New("fake iptables-restore failure")
+
+var _ iptables.Interface = (*Fake)(nil)
