@@ -277,6 +277,11 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	stdio.started()
 	c.mu.Lock()
 	c.stdin, c.ptmx = stdio.stdin, stdio.ptmx
+	if !c.startedAt.IsZero() {
+		// As the kubelet counts: a restart is a container started again,
+		// so one that ended and stays ended (restartPolicy) shows none.
+		c.restartCount++
+	}
 	c.pid, c.procStart, c.startedAt, c.running = pid, procStart, w.a.clock.Now(), true
 	c.exited = make(chan struct{})
 	c.waitReason, c.waitMessage, c.image = "", "", spec.Image
@@ -312,9 +317,6 @@ func (c *container) finished(code int, reason string) {
 		StartedAt: metav1.NewTime(c.startedAt.Truncate(time.Second)), FinishedAt: metav1.NewTime(now.Truncate(time.Second)),
 		ContainerID: containerID(c.w.uid, c.name, c.procStart)}
 	c.running, c.ready, c.finishedAt = false, false, now
-	if !c.stopping {
-		c.restartCount++
-	}
 	close(c.exited)
 	cancel := c.probeCancel
 	c.probeCancel = nil

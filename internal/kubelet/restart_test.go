@@ -152,6 +152,11 @@ func TestRestartPolicy(t *testing.T) {
 				if !tc.restarted && (cs.State.Terminated == nil || cs.State.Terminated.ExitCode != int32(tc.code)) {
 					return fmt.Errorf("state %+v, want terminated with %d", cs.State, tc.code)
 				}
+				// A container that was not started again was not restarted:
+				// kubectl shows RESTARTS 0 for a completed Job pod.
+				if !tc.restarted && cs.RestartCount != 0 {
+					return fmt.Errorf("%d restarts of a container never started again, want 0", cs.RestartCount)
+				}
 				return nil
 			})
 			if want := map[bool]int{true: 2, false: 1}[tc.restarted]; len(n.procs.started()) != want {
