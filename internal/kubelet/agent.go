@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/informer"
+
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
 
@@ -233,12 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { a.podChanged(ctx, o) },
 		UpdateFunc: func(_, o any) { a.podChanged(ctx, o) },
-		DeleteFunc: func(o any) {
-			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-				o = d.Obj
-			}
-			a.podChanged(ctx, o)
-		},
+		DeleteFunc: func(o any) { a.podChanged(ctx, informer.Object(o)) },
 	})
 	nodeFactory := informers.NewSharedInformerFactory(a.client, 0)
 	nodeInf := nodeFactory.Core().V1().Nodes()

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minikit/minikit/internal/fsutil"
+
 	"github.com/minikit/minikit/internal/cni"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -157,22 +159,14 @@ func filesExist(dir string, items []corev1.KeyToPath) bool {
 	return true
 }
 
-// writeAtomic replaces path by rename, unless it already holds data.
+// writeAtomic replaces path durably (fsutil.WriteFileAtomic), unless it
+// already holds data: a projected volume's files change only when their
+// content does.
 func writeAtomic(path string, data []byte, mode os.FileMode) error {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(data) {
 		return nil
 	}
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return fsutil.WriteFileAtomic(path, data, mode)
 }
 
 // apiServiceEnv is the environment every container gets for the kubernetes

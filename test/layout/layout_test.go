@@ -233,15 +233,10 @@ func TestProductionCodeImportsNoTestHelpers(t *testing.T) {
 	}
 }
 
-// undocumentedAllowed lists, per package, the undocumented exported
-// identifiers that remain in packages whose code another helper of issue 23
-// is changing. Empty it (and this list goes) once those branches are merged
-// and the identifiers documented.
-var undocumentedAllowed = map[string][]string{
-	"internal/iptables": {"Fake.EnsureChain", "Fake.EnsureRule", "Fake.HasRule", "Fake.DeleteRule", "Fake.ChainExists",
-		"Fake.DeleteChain", "Fake.Restore", "Fake.Save", "Fake.HasRandomFully", "Fake.Backend", "Fake.ListChains", "Fake.ReplaceTables"},
-	"internal/iptables/iptsim": {"Outcome.String"},
-}
+// undocumentedAllowed lists, per package, exported identifiers that may stay
+// undocumented, each with why. It is empty: every exported identifier of
+// internal/ has a doc comment.
+var undocumentedAllowed = map[string][]string{}
 
 // TestExportedIdentifiersAreDocumented: every exported function, method (of
 // an exported type), type, constant and variable in internal/'s production

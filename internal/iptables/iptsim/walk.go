@@ -149,6 +149,8 @@ type Outcome struct {
 	Local bool
 }
 
+// String is the outcome in one line: verdict, destination, probability and
+// whether it is masqueraded ("ACCEPT 10.244.1.5:80 p=0.5000 masq").
 func (o Outcome) String() string {
 	s := fmt.Sprintf("%s %s p=%.4f", o.Verdict, o.Dst, o.Probability)
 	if o.Masquerade {
