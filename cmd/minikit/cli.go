@@ -251,7 +251,7 @@ func newServerCommand() *cobra.Command {
 		sans                                                         []string
 	)
 	var lbPool string
-	var dnsOpts cluster.DNSOptions
+	var dnsOpts cluster.DNSConfig
 	var ha cluster.ServerConfig // the datastore and HA flags
 	var joinTokenFile string
 	cmd := &cobra.Command{

@@ -82,7 +82,7 @@ the documentation do not change when a lab is made again.`,
 			}
 			var hops []topology.Hop
 			if from != "" {
-				res, err := trace.Run(ctx, client, trace.Options{From: from, To: args[0], Lab: st.Name, Namespace: namespace, Node: traceNode})
+				res, err := trace.Run(ctx, client, trace.Config{From: from, To: args[0], Lab: st.Name, Namespace: namespace, Node: traceNode})
 				if err != nil {
 					return err
 				}

@@ -27,7 +27,7 @@ func newIngressCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out, err := ingress.NginxConf(cmd.Context(), client, config.Class{}, nginxconf.Options{})
+			out, err := ingress.NginxConf(cmd.Context(), client, config.Class{}, nginxconf.Config{})
 			if err != nil {
 				return err
 			}

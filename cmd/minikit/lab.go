@@ -42,7 +42,7 @@ func addPodNetworkFlag(cmd *cobra.Command, p *string) {
 }
 
 // addDNSFlags are the cluster DNS flags of `minikit server` and `minikit agent`.
-func addDNSFlags(fl *pflag.FlagSet, o *cluster.DNSOptions) {
+func addDNSFlags(fl *pflag.FlagSet, o *cluster.DNSConfig) {
 	fl.StringSliceVar(&o.Upstream, "dns-upstream", nil, "resolvers for names outside the cluster (default: the node's /etc/resolv.conf)")
 	fl.StringVar(&o.Zone, "cluster-domain", "cluster.local", "the cluster DNS zone")
 	fl.StringVar(&o.Pods, "dns-pod-records", "disabled", "pod records a-b-c-d.NS.pod.ZONE: disabled, insecure or verified")

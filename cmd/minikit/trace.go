@@ -10,7 +10,7 @@ import (
 
 // newTraceCommand is `minikit trace FROM TO`.
 func newTraceCommand() *cobra.Command {
-	var o trace.Options
+	var o trace.Config
 	var kubeconfig, output string
 	cmd := &cobra.Command{
 		Use:   "trace FROM TO",

@@ -49,7 +49,7 @@ type AgentConfig struct {
 	ServiceCIDR netip.Prefix
 	ClusterCIDR netip.Prefix
 	// DNS configures this node's cluster DNS server.
-	DNS DNSOptions
+	DNS DNSConfig
 	// ProxyMode is the service proxy's mode: iptables (default) or nftables.
 	ProxyMode ProxyMode
 	// PodNetwork is how this node reaches other nodes' pods: host-gw

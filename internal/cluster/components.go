@@ -31,7 +31,7 @@ type nodeContext struct {
 	Logger      *slog.Logger
 	Version     string
 	// DNS configures the node's cluster DNS server.
-	DNS DNSOptions
+	DNS DNSConfig
 	// ProxyMode is the service proxy's mode ("" is iptables).
 	ProxyMode ProxyMode
 	// PodNetwork is the node's pod network ("" is host-gw).
@@ -122,7 +122,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		defer wg.Done()
 		err := leader.Run(ctx, leader.Config{Client: client, Identity: identity, Timing: s.cfg.LeaderElection, Logger: s.cfg.Logger},
 			func(lctx context.Context) {
-				runSingletons(lctx, sc, controllers.Options{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM})
+				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM})
 			})
 		if err != nil {
 			s.log.Error("leader election stopped", "err", err)
@@ -151,7 +151,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 // controllers, the ingress control plane, the LoadBalancer allocator — for
 // one term of leadership: until ctx ends, and until every one has returned.
 // Each term builds them anew: they rebuild their state from the API.
-func runSingletons(ctx context.Context, sc serverContext, opts controllers.Options) {
+func runSingletons(ctx context.Context, sc serverContext, opts controllers.Config) {
 	var wg sync.WaitGroup
 	ctrl := controllers.New(sc.Client, sc.Logger, opts)
 	wg.Add(1)

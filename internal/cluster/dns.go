@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// DNSOptions configures the cluster DNS server every node runs (flags of
+// DNSConfig configures the cluster DNS server every node runs (flags of
 // `minikit server` and `minikit agent`).
-type DNSOptions struct {
+type DNSConfig struct {
 	// Disabled turns the node's DNS server off.
 	Disabled bool
 	// Upstream lists the resolvers names outside the cluster go to, as "IP"
@@ -75,7 +75,7 @@ func startDNS(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	return nil
 }
 
-func dnsUpstreams(opts DNSOptions) ([]netip.AddrPort, error) {
+func dnsUpstreams(opts DNSConfig) ([]netip.AddrPort, error) {
 	var ups []netip.AddrPort
 	for _, s := range opts.Upstream {
 		ap, err := dns.ParseUpstream(s)
@@ -87,7 +87,7 @@ func dnsUpstreams(opts DNSOptions) ([]netip.AddrPort, error) {
 	return ups, nil
 }
 
-func runDNS(ctx context.Context, nc nodeContext, opts DNSOptions, upstreams []netip.AddrPort) error {
+func runDNS(ctx context.Context, nc nodeContext, opts DNSConfig, upstreams []netip.AddrPort) error {
 	log := nc.Logger.With("component", "dns", "node", nc.NodeName)
 	cidr, err := waitNodePodCIDR(ctx, nc)
 	if err != nil {
@@ -181,7 +181,7 @@ func runDNS(ctx context.Context, nc nodeContext, opts DNSOptions, upstreams []ne
 // kube-dns VIP.
 const dnsLameDuck = 2 * time.Second
 
-func resolvPath(opts DNSOptions) string {
+func resolvPath(opts DNSConfig) string {
 	if opts.ResolvConf != "" {
 		return opts.ResolvConf
 	}

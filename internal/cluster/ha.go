@@ -26,10 +26,10 @@ const (
 	DatastoreEtcd = "etcd"
 )
 
-// EtcdOptions name an external etcd and the client certificate minikit
+// EtcdConfig names an external etcd and the client certificate minikit
 // presents to it (kube-apiserver's --etcd-servers, --etcd-cafile,
 // --etcd-certfile, --etcd-keyfile).
-type EtcdOptions struct {
+type EtcdConfig struct {
 	Endpoints                 []string
 	CAFile, CertFile, KeyFile string
 }

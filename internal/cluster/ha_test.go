@@ -17,16 +17,16 @@ func TestCheckDatastore(t *testing.T) {
 		want string
 	}{
 		{ServerConfig{}, ""},
-		{ServerConfig{Datastore: DatastoreEtcd, Etcd: EtcdOptions{Endpoints: []string{"https://10.0.0.5:2379"}}}, ""},
+		{ServerConfig{Datastore: DatastoreEtcd, Etcd: EtcdConfig{Endpoints: []string{"https://10.0.0.5:2379"}}}, ""},
 		{ServerConfig{ClusterInit: true}, ""},
 		{ServerConfig{Join: "https://192.168.56.10:6443", JoinToken: "x"}, ""},
 		{ServerConfig{Datastore: "sqlite"}, `--datastore: unsupported value "sqlite": supported values: "bolt", "etcd"`},
 		{ServerConfig{Datastore: DatastoreEtcd}, "--datastore etcd needs --etcd-endpoints"},
-		{ServerConfig{Etcd: EtcdOptions{Endpoints: []string{"https://e:2379"}}}, "--etcd-endpoints needs --datastore etcd"},
+		{ServerConfig{Etcd: EtcdConfig{Endpoints: []string{"https://e:2379"}}}, "--etcd-endpoints needs --datastore etcd"},
 		{ServerConfig{ClusterInit: true, Join: "https://a:6443"}, "give one of them"},
-		{ServerConfig{Datastore: DatastoreEtcd, ClusterInit: true, Etcd: EtcdOptions{Endpoints: []string{"https://e:2379"}}}, "--etcd-endpoints names an external etcd"},
+		{ServerConfig{Datastore: DatastoreEtcd, ClusterInit: true, Etcd: EtcdConfig{Endpoints: []string{"https://e:2379"}}}, "--etcd-endpoints names an external etcd"},
 		{ServerConfig{JoinToken: "x"}, "--token is the cluster's join token: it needs --join"},
-		{ServerConfig{Datastore: DatastoreEtcd, Etcd: EtcdOptions{Endpoints: []string{"10.0.0.5:2379"}}}, `--etcd-endpoints: "10.0.0.5:2379" is not an http:// or https:// URL`},
+		{ServerConfig{Datastore: DatastoreEtcd, Etcd: EtcdConfig{Endpoints: []string{"10.0.0.5:2379"}}}, `--etcd-endpoints: "10.0.0.5:2379" is not an http:// or https:// URL`},
 	} {
 		err := tc.cfg.checkDatastore()
 		switch {

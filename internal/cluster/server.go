@@ -63,7 +63,7 @@ type ServerConfig struct {
 	// pending.
 	LBPool string
 	// DNS configures this node's cluster DNS server.
-	DNS DNSOptions
+	DNS DNSConfig
 	// ProxyMode is the service proxy's mode: iptables (default) or nftables.
 	ProxyMode ProxyMode
 	// PodNetwork is how this node reaches other nodes' pods: host-gw
@@ -73,7 +73,7 @@ type ServerConfig struct {
 	// Datastore is where objects live: DatastoreBolt (default) or
 	// DatastoreEtcd, external (Etcd) or embedded (ClusterInit, Join).
 	Datastore string
-	Etcd      EtcdOptions
+	Etcd      EtcdConfig
 	// ClusterInit starts an HA control plane's first server: an etcd member
 	// embedded in this server, which others join (k3s --cluster-init).
 	ClusterInit bool

@@ -46,8 +46,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// Options configures the loops. Zero values mean the defaults.
-type Options struct {
+// Config configures the loops. Zero values mean the defaults.
+type Config struct {
 	// PodCIDR is the cluster pod network that node IPAM carves node ranges
 	// from (default 10.244.0.0/16).
 	PodCIDR netip.Prefix
@@ -62,7 +62,7 @@ type Options struct {
 	Workers int
 }
 
-func (o Options) withDefaults() Options {
+func (o Config) withDefaults() Config {
 	if !o.PodCIDR.IsValid() {
 		o.PodCIDR = netip.MustParsePrefix("10.244.0.0/16")
 	}
@@ -83,7 +83,7 @@ func (o Options) withDefaults() Options {
 type Controllers struct {
 	client kubernetes.Interface
 	log    *slog.Logger
-	opts   Options
+	opts   Config
 	now    func() time.Time
 
 	factory     informers.SharedInformerFactory
@@ -120,7 +120,7 @@ const byControllerUID = "controllerUID"
 
 // New builds the loops and registers their informer handlers. Nothing runs
 // until Run.
-func New(client kubernetes.Interface, log *slog.Logger, opts Options) *Controllers {
+func New(client kubernetes.Interface, log *slog.Logger, opts Config) *Controllers {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -101,7 +101,7 @@ func TestDaemonSetOnePodPerFittingNode(t *testing.T) {
 	tc.createNode("e", true, web, func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "edge", Effect: corev1.TaintEffectNoSchedule}}
 	})
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	a := tc.startAgent(false)
 	ds := tc.createDaemonSet(testDaemonSet("ingress", func(d *appsv1.DaemonSet) {
 		d.Spec.Template.Spec.NodeSelector = web
@@ -172,7 +172,7 @@ func TestDaemonSetRollingUpdate(t *testing.T) {
 	for _, n := range []string{"n1", "n2", "n3"} {
 		tc.createNode(n, true, nil)
 	}
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(true)
 	tc.createDaemonSet(testDaemonSet("proxy"))
 	old := tc.waitDaemonNodes("proxy", "n1", "n2", "n3")
@@ -213,7 +213,7 @@ func TestDaemonSetOnDelete(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("n1", true, nil)
 	tc.createNode("n2", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(true)
 	tc.createDaemonSet(testDaemonSet("logs", func(d *appsv1.DaemonSet) {
 		d.Spec.UpdateStrategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}

@@ -137,7 +137,7 @@ var generatedSuffix = "[bcdfghjklmnpqrstvwxz2456789]{5}"
 
 func TestDeploymentCreatesNamedOwnedPods(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	d := tc.createDeployment(testDeployment("web", 3, "serve-hostname"))
 	pods := tc.waitActive("web", 3)
 
@@ -184,7 +184,7 @@ func TestDeploymentScalesUpAndDown(t *testing.T) {
 	tc.createNode("node-a", true, nil)
 	tc.createNode("node-b", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createDeployment(testDeployment("web", 3, "serve-hostname"))
 	tc.waitActive("web", 3)
 	tc.waitRolledOut("web")
@@ -228,7 +228,7 @@ func TestDeploymentScaleDownDeletesNotReadyFirst(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	agent := tc.startAgent(false)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createDeployment(testDeployment("web", 5, "serve-hostname"))
 	pods := tc.waitActive("web", 5)
 	testutil.Eventually(t, waitTimeout, "pods bound", func() error {
@@ -269,7 +269,7 @@ func TestDeploymentRollingUpdate(t *testing.T) {
 	tc.createNode("node-a", true, nil)
 	tc.createNode("node-b", true, nil)
 	agent := tc.startAgent(false)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	d := testDeployment("web", 4, "v1")
 	maxSurge, maxUnavailable := intstr.FromInt32(1), intstr.FromString("0%")
 	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
@@ -369,7 +369,7 @@ func TestDeploymentRecreate(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	d := testDeployment("db", 3, "v1")
 	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
 	tc.createDeployment(d)
@@ -402,7 +402,7 @@ func TestDeploymentReplacesFailedPods(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createDeployment(testDeployment("web", 2, "v1"))
 	tc.waitRolledOut("web")
 	victim := tc.waitActive("web", 2)[0]
@@ -423,7 +423,7 @@ func TestDeploymentMinReadySeconds(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	d := testDeployment("web", 2, "v1")
 	d.Spec.MinReadySeconds = 1
 	tc.createDeployment(d)
@@ -445,7 +445,7 @@ func TestGarbageCollectorDeletesPodsOfDeletedDeployment(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createDeployment(testDeployment("web", 3, "v1"))
 	tc.waitActive("web", 3)
 	// A pod owned by something the collector does not know survives.
@@ -475,7 +475,7 @@ func TestGarbageCollectorDeletesPodsOfDeletedDeployment(t *testing.T) {
 
 func TestGarbageCollectorAfterRestart(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createDeployment(testDeployment("web", 2, "v1"))
 	tc.waitActive("web", 2)
 	tc.stopControllers()
@@ -483,7 +483,7 @@ func TestGarbageCollectorAfterRestart(t *testing.T) {
 	if err := tc.client.AppsV1().Deployments("default").Delete(tc.ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	testutil.Eventually(t, waitTimeout, "orphans collected after restart", func() error {
 		all := tc.pods("default", "app=web")
 		if len(all) != 0 {

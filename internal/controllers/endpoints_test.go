@@ -151,7 +151,7 @@ func (tc *testCluster) waitEndpoints(svc string, wantEP, wantSlices []string) {
 func newEndpointsCluster(t *testing.T) *testCluster {
 	tc := newTestCluster(t)
 	tc.createNode("node-1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	return tc
 }
 
@@ -440,7 +440,7 @@ func TestEndpointsQuietInSteadyState(t *testing.T) {
 	})
 	// A restart re-lists and re-syncs everything, and writes nothing.
 	tc.stopControllers()
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createService(testService("barrier", map[string]string{"app": "none"}, httpPort(intstr.FromInt32(80))))
 	tc.waitEndpoints("barrier", nil, []string{"<empty> "})
 	if got := epWrites() - ep0; got != 2 { // the update of web, the creation of barrier
@@ -471,7 +471,7 @@ func TestEndpointsConvergeAfterRestart(t *testing.T) {
 	if err := tc.client.CoreV1().Services("default").Delete(tc.ctx, "old", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.waitEndpoints("web", []string{
 		"web-a 10.244.0.11 notready node=node-1 http:9376/TCP",
 		"web-b 10.244.0.12 ready node=node-1 http:9376/TCP",

@@ -56,14 +56,14 @@ func newTestCluster(t *testing.T) *testCluster {
 }
 
 // startControllers runs a fresh Controllers and waits until it is ready.
-func (tc *testCluster) startControllers(opts Options) {
+func (tc *testCluster) startControllers(opts Config) {
 	tc.t.Helper()
 	tc.startControllersWith(opts, nil)
 }
 
 // startControllersWith is startControllers with a hook that adjusts the
 // Controllers before they run.
-func (tc *testCluster) startControllersWith(opts Options, adjust func(*Controllers)) {
+func (tc *testCluster) startControllersWith(opts Config, adjust func(*Controllers)) {
 	tc.t.Helper()
 	ctx, cancel := context.WithCancel(tc.ctx)
 	c := New(tc.client, testutil.Logger(tc.t), opts)

@@ -51,7 +51,7 @@ func TestNodeIPAMAllocatesAndSurvivesRestart(t *testing.T) {
 	tc.createNode("node-b", true, nil)
 	tc.createNode("manual", true, nil, func(n *corev1.Node) { n.Spec.PodCIDR = "10.244.1.0/24" })
 	tc.createNode("outside", true, nil, func(n *corev1.Node) { n.Spec.PodCIDR = "192.168.0.0/24" })
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.waitCIDRs(map[string]string{
 		"manual":  "10.244.1.0/24",
 		"outside": "192.168.0.0/24",
@@ -75,7 +75,7 @@ func TestNodeIPAMAllocatesAndSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.createNode("node-f", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.waitCIDRs(map[string]string{
 		"manual": "10.244.1.0/24", "outside": "192.168.0.0/24",
 		"node-a": "10.244.0.0/24", "node-c": "10.244.3.0/24",
@@ -86,7 +86,7 @@ func TestNodeIPAMAllocatesAndSurvivesRestart(t *testing.T) {
 
 func TestNodeIPAMOptions(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.startControllers(Options{PodCIDR: netip.MustParsePrefix("10.100.0.0/24"), NodeCIDRMaskSize: 26})
+	tc.startControllers(Config{PodCIDR: netip.MustParsePrefix("10.100.0.0/24"), NodeCIDRMaskSize: 26})
 	for _, n := range []string{"n1", "n2", "n3", "n4", "n5"} {
 		tc.createNode(n, true, nil)
 	}
@@ -118,7 +118,7 @@ func TestNodeIPAMOptions(t *testing.T) {
 
 func TestRunRejectsBadMask(t *testing.T) {
 	tc := newTestCluster(t)
-	c := New(tc.client, testutil.Logger(t), Options{PodCIDR: netip.MustParsePrefix("10.244.0.0/16"), NodeCIDRMaskSize: 8})
+	c := New(tc.client, testutil.Logger(t), Config{PodCIDR: netip.MustParsePrefix("10.244.0.0/16"), NodeCIDRMaskSize: 8})
 	if err := c.Run(context.Background()); err == nil {
 		t.Fatal("Run accepted a /8 node mask inside a /16")
 	}

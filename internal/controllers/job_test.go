@@ -104,7 +104,7 @@ func (tc *testCluster) waitJobCondition(name string, t batchv1.JobConditionType,
 func TestJobRunsToCompletions(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	j := tc.createJob(testJob("lookup", func(j *batchv1.Job) { j.Spec.Completions = ptrTo[int32](2) }))
 	if *j.Spec.Parallelism != 1 || *j.Spec.BackoffLimit != 6 || *j.Spec.CompletionMode != batchv1.NonIndexedCompletion {
 		t.Errorf("defaults: %+v", j.Spec)
@@ -156,7 +156,7 @@ func TestJobRunsToCompletions(t *testing.T) {
 func TestJobParallelism(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createJob(testJob("par", func(j *batchv1.Job) {
 		j.Spec.Completions = ptrTo[int32](3)
 		j.Spec.Parallelism = ptrTo[int32](2)
@@ -180,7 +180,7 @@ func TestJobBackoffLimitExceeded(t *testing.T) {
 	t.Cleanup(func() { jobBackoffBase = old })
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createJob(testJob("flaky", func(j *batchv1.Job) { j.Spec.BackoffLimit = ptrTo[int32](1) }))
 	first := tc.waitJobPods("flaky", 1)[0]
 	tc.finishPod(first.Name, 1)
@@ -204,7 +204,7 @@ func TestJobBackoffLimitExceeded(t *testing.T) {
 func TestJobOnFailureCountsRestarts(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createJob(testJob("restarts", func(j *batchv1.Job) {
 		j.Spec.BackoffLimit = ptrTo[int32](2)
 		j.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
@@ -229,7 +229,7 @@ func TestJobOnFailureCountsRestarts(t *testing.T) {
 func TestJobActiveDeadline(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createJob(testJob("slow", func(j *batchv1.Job) { j.Spec.ActiveDeadlineSeconds = ptrTo[int64](1) }))
 	tc.waitJobPods("slow", 1)
 	j := tc.waitJobCondition("slow", batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded)
@@ -248,7 +248,7 @@ func TestJobActiveDeadline(t *testing.T) {
 func TestJobTTLAfterFinishedDeletesJobAndPods(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(false)
 	tc.createJob(testJob("once", func(j *batchv1.Job) { j.Spec.TTLSecondsAfterFinished = ptrTo[int32](0) }))
 	pod := tc.waitJobPods("once", 1)[0]

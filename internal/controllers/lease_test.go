@@ -31,7 +31,7 @@ func TestNodeLifecycleReadsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := New(tc.client, testutil.Logger(t), Options{})
+	c := New(tc.client, testutil.Logger(t), Config{})
 	c.now = clock
 	go c.Run(tc.ctx)
 	<-c.Ready()

@@ -27,7 +27,7 @@ func TestNodeLifecycle(t *testing.T) {
 	}
 	var mu sync.Mutex
 	now := time.Now()
-	c := New(tc.client, testutil.Logger(t), Options{})
+	c := New(tc.client, testutil.Logger(t), Config{})
 	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	go c.Run(tc.ctx)
 	<-c.Ready()

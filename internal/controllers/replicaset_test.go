@@ -63,7 +63,7 @@ func TestReplicaSetScalesUpAndDown(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	rs, err := tc.client.AppsV1().ReplicaSets("default").Create(tc.ctx, testReplicaSet("front", 3, "v1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestReplicaSetScalesUpAndDown(t *testing.T) {
 
 func TestReplicaSetAdoptsAndReleases(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	orphan := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "stray", Namespace: "default", Labels: map[string]string{"app": "front"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "v1"}}},
@@ -171,7 +171,7 @@ func TestReplicationController(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	rc := &corev1.ReplicationController{
 		ObjectMeta: metav1.ObjectMeta{Name: "nginx", Namespace: "default"},
 		Spec: corev1.ReplicationControllerSpec{
@@ -243,7 +243,7 @@ func TestDeploymentOwnsReplicaSetsAndRollsBack(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	d := testDeployment("web", 3, "v1")
 	d.Annotations = map[string]string{"kubernetes.io/change-cause": "first"}
 	maxSurge := intstr.FromInt32(1)
@@ -306,7 +306,7 @@ func TestDeploymentPauseResumeAndHistoryLimit(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	d := testDeployment("web", 2, "v1")
 	d.Spec.RevisionHistoryLimit = ptrTo[int32](1)
 	d = tc.createDeployment(d)
@@ -371,7 +371,7 @@ func TestDeploymentUpgradeAdoptsPods(t *testing.T) {
 		uids = append(uids, string(got.UID))
 	}
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 
 	tc.waitReplicaSets("web", map[string]string{"web-" + hash: "3/3@1 v1"})
 	rs, err := tc.client.AppsV1().ReplicaSets("default").Get(tc.ctx, "web-"+hash, metav1.GetOptions{})
@@ -410,7 +410,7 @@ func TestDeploymentCascadingDeletion(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
 	tc.startAgent(true)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	deps := tc.client.AppsV1().Deployments("default")
 
 	// Orphan (kubectl delete --cascade=orphan): the ReplicaSet and its pods

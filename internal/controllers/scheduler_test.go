@@ -64,7 +64,7 @@ func TestSchedulerSpreadsAcrossReadyNodes(t *testing.T) {
 	tc.createNode("node-tainted", true, nil, func(n *corev1.Node) {
 		n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
 	})
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	for i := range 6 {
 		tc.createPod(testPod(fmt.Sprintf("p%d", i)))
 	}
@@ -104,7 +104,7 @@ func TestSchedulerNodeSelector(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, map[string]string{"disk": "hdd"})
 	tc.createNode("node-b", true, map[string]string{"disk": "ssd"})
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	for i := range 3 {
 		tc.createPod(testPod(fmt.Sprintf("ssd-%d", i), func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"disk": "ssd"} }))
 	}
@@ -119,7 +119,7 @@ func TestSchedulerUnschedulableUntilNodeFits(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, map[string]string{"disk": "hdd"})
 	tc.createNode("node-b", false, map[string]string{"disk": "ssd"})
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createPod(testPod("wants-ssd", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"disk": "ssd"} }))
 
 	want := "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, " +
@@ -187,7 +187,7 @@ func TestSchedulerUnschedulableUntilNodeFits(t *testing.T) {
 func TestSchedulerIgnoresOtherSchedulers(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node-a", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.createPod(testPod("custom", func(p *corev1.Pod) { p.Spec.SchedulerName = "my-scheduler" }))
 	tc.createPod(testPod("default"))
 	tc.waitBound("default")

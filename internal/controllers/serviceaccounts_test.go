@@ -16,7 +16,7 @@ import (
 func TestServiceAccountsAndRootCA(t *testing.T) {
 	tc := newTestCluster(t)
 	const ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-	tc.startControllers(Options{RootCA: []byte(ca)})
+	tc.startControllers(Config{RootCA: []byte(ca)})
 	ctx := tc.ctx
 	if _, err := tc.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

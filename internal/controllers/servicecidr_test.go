@@ -38,7 +38,7 @@ func readyIs(sc *networkingv1.ServiceCIDR, status metav1.ConditionStatus, reason
 // it, as with Kubernetes' servicecidrs controller.
 func TestServiceCIDRLifecycle(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.startControllersWith(Options{}, func(c *Controllers) { c.scc.grace = 100 * time.Millisecond })
+	tc.startControllersWith(Config{}, func(c *Controllers) { c.scc.grace = 100 * time.Millisecond })
 	scs := tc.client.NetworkingV1().ServiceCIDRs()
 
 	tc.waitServiceCIDR("kubernetes", "the default ServiceCIDR protected and ready", func(sc *networkingv1.ServiceCIDR, err error) bool {

@@ -112,7 +112,7 @@ func (tc *testCluster) setRolloutStatus(name string) (string, bool) {
 func TestStatefulSetOrderedReady(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	a := tc.startAgent(false)
 	set := tc.createStatefulSet(testStatefulSet("web", 3))
 	if set.Spec.PodManagementPolicy != appsv1.OrderedReadyPodManagement || set.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType ||
@@ -208,7 +208,7 @@ func (tc *testCluster) events(name string) []corev1.Event {
 func TestStatefulSetParallelAndStableNames(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(false)
 	tc.createStatefulSet(testStatefulSet("db", 3, func(s *appsv1.StatefulSet) { s.Spec.PodManagementPolicy = appsv1.ParallelPodManagement }))
 	// All at once, none ready.
@@ -245,7 +245,7 @@ func TestStatefulSetParallelAndStableNames(t *testing.T) {
 func TestStatefulSetRollingUpdatePartition(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(true)
 	tc.createStatefulSet(testStatefulSet("web", 3))
 	testutil.Eventually(t, waitTimeout, "rolled out", func() error {
@@ -294,7 +294,7 @@ func TestStatefulSetRollingUpdatePartition(t *testing.T) {
 func TestStatefulSetOnDelete(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(true)
 	tc.createStatefulSet(testStatefulSet("web", 2, func(s *appsv1.StatefulSet) {
 		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
@@ -326,7 +326,7 @@ func TestStatefulSetOnDelete(t *testing.T) {
 func TestStatefulSetHostnamesInEndpointSlices(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(true)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "nginx", Namespace: "default"}, Spec: corev1.ServiceSpec{
 		ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "web"},
@@ -362,7 +362,7 @@ func TestStatefulSetHostnamesInEndpointSlices(t *testing.T) {
 func TestGarbageCollectorDeletesPodsOfDeletedWorkloads(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.createNode("node1", true, nil)
-	tc.startControllers(Options{})
+	tc.startControllers(Config{})
 	tc.startAgent(true)
 	tc.createStatefulSet(testStatefulSet("web", 2))
 	tc.createDaemonSet(testDaemonSet("agent"))

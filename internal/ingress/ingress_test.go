@@ -285,7 +285,7 @@ func TestNginxConfFromTheAPI(t *testing.T) {
 		&networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", Annotations: map[string]string{"kubernetes.io/ingress.class": "nginx"}},
 			Spec: networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "web", Port: networkingv1.ServiceBackendPort{Number: 80}}}}},
 	)
-	out, err := NginxConf(context.Background(), c, ClassNone, nginxconf.Options{})
+	out, err := NginxConf(context.Background(), c, ClassNone, nginxconf.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // `minikit ingress nginx-conf` prints it. Without a default certificate in
 // opts, a fresh fake one is generated. Nodes keep the same file, always
 // current, under their data directory (ingress/conf/nginx.conf).
-func NginxConf(ctx context.Context, client kubernetes.Interface, class config.Class, opts nginxconf.Options) (*nginxconf.Output, error) {
+func NginxConf(ctx context.Context, client kubernetes.Interface, class config.Class, opts nginxconf.Config) (*nginxconf.Output, error) {
 	if class == (config.Class{}) {
 		class = config.DefaultClass
 	}

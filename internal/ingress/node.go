@@ -79,7 +79,7 @@ type NodeConfig struct {
 	Class  config.Class
 	Logger *slog.Logger
 	// Proxy tunes the data plane; its HTTPSPort defaults to HTTPSPort.
-	Proxy httpproxy.Options
+	Proxy httpproxy.Config
 }
 
 // Node is one node's controller.
@@ -327,7 +327,7 @@ func (n *Node) writeConf(cfg *config.Config) error {
 	if n.cfg.Dir == "" {
 		return nil
 	}
-	out, err := nginxconf.Render(cfg, nginxconf.Options{
+	out, err := nginxconf.Render(cfg, nginxconf.Config{
 		Listen: strconv.Itoa(n.cfg.HTTPPort), ListenTLS: strconv.Itoa(n.cfg.HTTPSPort), HTTPSPort: n.cfg.HTTPSPort,
 		Prefix: n.cfg.Dir, Daemon: true, DefaultCertPEM: n.certs.cert, DefaultKeyPEM: n.certs.key,
 	})

@@ -83,7 +83,7 @@ func TestNFTLiveProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := &Result{From: from, To: to, Proto: "tcp", Node: "node", Netns: node, Mode: ModeNFTables, Hook: "prerouting", Paths: Paths(outs, to, "node")}
-	r := &run{o: Options{Timeout: 500 * time.Millisecond}, nftRuleset: rs}
+	r := &run{o: Config{Timeout: 500 * time.Millisecond}, nftRuleset: rs}
 	// Several probes in a row: each must find the monitor ready and read
 	// its own packet's trace, not a neighbour's.
 	for i := 0; i < 3; i++ {

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Options are `minikit trace`'s arguments and flags.
-type Options struct {
+// Config is `minikit trace`'s arguments and flags.
+type Config struct {
 	// From is a pod ([pod/]NAME), a node ([node/]NAME), "client" or
 	// "external" (the lab's hosts), or an IP address.
 	From string
@@ -50,7 +50,7 @@ type Options struct {
 
 type run struct {
 	c     kubernetes.Interface
-	o     Options
+	o     Config
 	nodes []corev1.Node
 	pods  []corev1.Pod
 	// routeCache holds the answers of routeGet: the tracer asks the same
@@ -87,7 +87,7 @@ func (r *run) route(netns string, dst netip.Addr) (*kernelRoute, error) {
 
 // Run resolves FROM and TO, reads the node's rules and routes, traces, and
 // with Live probes.
-func Run(ctx context.Context, c kubernetes.Interface, o Options) (*Result, error) {
+func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error) {
 	if o.Lab == "" {
 		o.Lab = "lab"
 	}

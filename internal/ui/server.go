@@ -46,7 +46,7 @@ type Config struct {
 	Log   *slog.Logger
 
 	// Trace runs a trace (default trace.Run with Client).
-	Trace func(ctx context.Context, o trace.Options) (*trace.Result, error)
+	Trace func(ctx context.Context, o trace.Config) (*trace.Result, error)
 	// PathOf draws a trace's path over a graph (topology.PathOf).
 	PathOf func(g *topology.Graph, r *trace.Result, path int) []topology.Hop
 	// Rules reads a node namespace's proxy rules (default: the kernel's).
@@ -89,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Trace == nil {
 		c := cfg.Client
-		cfg.Trace = func(ctx context.Context, o trace.Options) (*trace.Result, error) { return trace.Run(ctx, c, o) }
+		cfg.Trace = func(ctx context.Context, o trace.Config) (*trace.Result, error) { return trace.Run(ctx, c, o) }
 	}
 	if cfg.PathOf == nil {
 		return nil, errors.New("ui: PathOf (topology.PathOf) is required")

@@ -29,7 +29,7 @@ type traceAnswer struct {
 // message.
 func (s *Server) serveTrace(r *http.Request) (any, error) {
 	q := r.URL.Query()
-	o := trace.Options{From: q.Get("from"), To: q.Get("to"), Namespace: q.Get("namespace"), Proto: q.Get("proto"), Lab: s.cfg.Lab.Name}
+	o := trace.Config{From: q.Get("from"), To: q.Get("to"), Namespace: q.Get("namespace"), Proto: q.Get("proto"), Lab: s.cfg.Lab.Name}
 	if o.From == "" || o.To == "" {
 		return nil, badRequest("trace: both FROM and TO are required (FROM: pod/NAME, node/NAME, client, external or an IP; TO: svc/NAME[:PORT] or ADDRESS:PORT)")
 	}

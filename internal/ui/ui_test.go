@@ -327,8 +327,8 @@ func getJSON(t *testing.T, h http.Handler, target string, v any) int {
 }
 
 func TestTraceAnswersAndBadInput(t *testing.T) {
-	var got trace.Options
-	tr := func(_ context.Context, o trace.Options) (*trace.Result, error) {
+	var got trace.Config
+	tr := func(_ context.Context, o trace.Config) (*trace.Result, error) {
 		got = o
 		if o.To == "svc/nope" {
 			return nil, errors.New(`TO "svc/nope": services "nope" not found`)

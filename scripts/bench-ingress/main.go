@@ -177,7 +177,7 @@ func runProxy(args []string) {
 	for _, p := range cfg.Problems {
 		log.Printf("config problem: %s", p)
 	}
-	p, err := httpproxy.New(httpproxy.Options{Logger: logger, HSTS: true})
+	p, err := httpproxy.New(httpproxy.Config{Logger: logger, HSTS: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func render(args []string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	out, err := nginxconf.Render(cfg, nginxconf.Options{
+	out, err := nginxconf.Render(cfg, nginxconf.Config{
 		Listen: *listen, ListenTLS: *tlsListen, Prefix: *dir, Daemon: false,
 		DefaultCertPEM: fakeCert, DefaultKeyPEM: fakeKey,
 	})

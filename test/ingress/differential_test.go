@@ -523,7 +523,7 @@ func runNginx(t *testing.T, ns, bin string, cfg *config.Config) proxyUnderTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := nginxconf.Render(cfg, nginxconf.Options{Listen: diffNginxAddr, ListenTLS: diffNginxTLS, Prefix: dir,
+	out, err := nginxconf.Render(cfg, nginxconf.Config{Listen: diffNginxAddr, ListenTLS: diffNginxTLS, Prefix: dir,
 		WorkerProcesses: "1", DefaultCertPEM: certPEM, DefaultKeyPEM: keyPEM})
 	if err != nil {
 		t.Fatal(err)
@@ -614,7 +614,7 @@ func tail(s string, n int) string {
 // inside ns.
 func runMinikit(t *testing.T, ns string, cfg *config.Config) proxyUnderTest {
 	t.Helper()
-	p, err := httpproxy.New(httpproxy.Options{
+	p, err := httpproxy.New(httpproxy.Config{
 		Logger:              testutil.Logger(t),
 		ClientHeaderTimeout: diffIdle,
 		ClientBodyTimeout:   diffIdle,

@@ -64,7 +64,7 @@ func BenchmarkKeepAliveRequest(b *testing.B) {
 	o := newObjects()
 	o.service("tea-svc", rawBackend(b), rawBackend(b), rawBackend(b))
 	o.ingress("cafe-ingress", "cafe.example.com", nil, route{path: "/tea", svc: "tea-svc"})
-	r := startProxy(b, o.build(b), Options{KeepAliveRequests: 1 << 30})
+	r := startProxy(b, o.build(b), Config{KeepAliveRequests: 1 << 30})
 	req := []byte("GET /tea HTTP/1.1\r\nHost: cafe.example.com\r\nUser-Agent: wrk\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	b.SetParallelism(4)

@@ -190,7 +190,7 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func startProxy(t testing.TB, cfg *config.Config, opts Options) *running {
+func startProxy(t testing.TB, cfg *config.Config, opts Config) *running {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)

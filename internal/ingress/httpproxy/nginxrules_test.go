@@ -15,7 +15,7 @@ import (
 // reach the backend.
 func TestRefusesWhatNginxRefuses(t *testing.T) {
 	o, tea, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	const post = "POST /tea HTTP/1.1\r\nHost: cafe.example.com\r\n"
 	const get = "GET /tea HTTP/1.1\r\nHost: cafe.example.com\r\n"
 	var five strings.Builder
@@ -68,7 +68,7 @@ func TestRefusesWhatNginxRefuses(t *testing.T) {
 // TestAcceptsWhatNginxAccepts: the tightened rules still take what nginx takes.
 func TestAcceptsWhatNginxAccepts(t *testing.T) {
 	o, _, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	const post = "POST /tea HTTP/1.1\r\nHost: cafe.example.com\r\nConnection: close\r\n"
 	var four strings.Builder
 	for i := 0; i < 4; i++ {
@@ -116,12 +116,12 @@ func TestHeadFits(t *testing.T) {
 	}
 }
 
-// TestDialUpstream: the proxy reaches endpoints through Options.DialUpstream
+// TestDialUpstream: the proxy reaches endpoints through Config.DialUpstream
 // when it is set.
 func TestDialUpstream(t *testing.T) {
 	o, _, _ := cafe(t)
 	var dials atomic.Int64
-	r := startProxy(t, o.build(t), Options{DialUpstream: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	r := startProxy(t, o.build(t), Config{DialUpstream: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}})

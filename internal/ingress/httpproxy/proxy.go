@@ -31,8 +31,8 @@ import (
 	"github.com/minikit/minikit/internal/ingress/config"
 )
 
-// Options tune the proxy. Zero values take ingress-nginx's defaults.
-type Options struct {
+// Config tunes the proxy. Zero values take ingress-nginx's defaults.
+type Config struct {
 	Logger *slog.Logger
 	// HTTPSPort is the HTTPS port written into redirects; 443 is left out (as
 	// ingress-nginx does, so a NodePort never appears in a redirect).
@@ -73,7 +73,7 @@ type Options struct {
 	DialUpstream func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-func (o *Options) defaults() {
+func (o *Config) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -121,7 +121,7 @@ func (o *Options) defaults() {
 
 // Proxy serves the current table on any number of listeners.
 type Proxy struct {
-	opts     Options
+	opts     Config
 	log      *slog.Logger
 	table    atomic.Pointer[table]
 	fakeCert *tls.Certificate
@@ -142,7 +142,7 @@ type Proxy struct {
 }
 
 // New returns a proxy serving an empty configuration (everything 404).
-func New(opts Options) (*Proxy, error) {
+func New(opts Config) (*Proxy, error) {
 	opts.defaults()
 	p := &Proxy{opts: opts, log: opts.Logger, pools: map[poolKey]*pool{},
 		listeners: map[net.Listener]struct{}{}, conns: map[*clientConn]struct{}{}, h2conns: make(chan net.Conn)}

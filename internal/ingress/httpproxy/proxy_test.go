@@ -35,7 +35,7 @@ func cafe(t testing.TB) (*objects, []*backendServer, []*backendServer) {
 
 func TestRoutesRoundRobinToEndpoints(t *testing.T) {
 	o, _, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	seen := map[string]int{}
 	for i := 0; i < 30; i++ {
 		resp, body := r.get(t, "cafe.example.com", "/tea")
@@ -75,7 +75,7 @@ func TestRoutesRoundRobinToEndpoints(t *testing.T) {
 
 func TestForwardedHeaders(t *testing.T) {
 	o, _, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	req := mustReq(t, "GET", "http://cafe.example.com:30080/tea", nil)
 	req.Header.Set("X-Forwarded-For", "6.6.6.6")
 	req.Header.Set("X-Real-IP", "6.6.6.6")
@@ -120,7 +120,7 @@ func TestUpstreamKeepAlive(t *testing.T) {
 	b := startBackend(t, "one", nil)
 	o.service("svc", b)
 	o.ingress("ing", "h.example", nil, route{path: "/", svc: "svc"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	var wg sync.WaitGroup
 	var fails atomic.Int64
 	for w := 0; w < 8; w++ {
@@ -158,7 +158,7 @@ func TestNoEndpointsMissingServiceAndDeadEndpoints(t *testing.T) {
 	o.ingress("ing", "h.example", nil,
 		route{path: "/empty", svc: "empty"}, route{path: "/missing", svc: "nope"},
 		route{path: "/dead", svc: "dead"}, route{path: "/half", svc: "half"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	for _, tc := range []struct {
 		path string
 		want int
@@ -196,7 +196,7 @@ func tlsObjects(t testing.TB, annotations map[string]string) (*objects, *tls.Cer
 
 func TestSSLRedirect(t *testing.T) {
 	o, _ := tlsObjects(t, nil)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	resp, body := r.get(t, "cafe.example.com:30080", "/tea?cup=1")
 	if resp.StatusCode != 308 || resp.Header.Get("Location") != "https://cafe.example.com/tea?cup=1" {
 		t.Fatalf("http /tea: %d Location %q, want 308 to https://cafe.example.com/tea?cup=1", resp.StatusCode, resp.Header.Get("Location"))
@@ -215,14 +215,14 @@ func TestSSLRedirect(t *testing.T) {
 
 	t.Run("ssl-redirect false", func(t *testing.T) {
 		o, _ := tlsObjects(t, map[string]string{config.AnnotationSSLRedirect: "false"})
-		r := startProxy(t, o.build(t), Options{})
+		r := startProxy(t, o.build(t), Config{})
 		if resp, body := r.get(t, "cafe.example.com", "/tea"); resp.StatusCode != 200 {
 			t.Fatalf("http /tea with ssl-redirect false: %d %s", resp.StatusCode, body)
 		}
 	})
 	t.Run("https port other than 443", func(t *testing.T) {
 		o, _ := tlsObjects(t, nil)
-		r := startProxy(t, o.build(t), Options{HTTPSPort: 8443})
+		r := startProxy(t, o.build(t), Config{HTTPSPort: 8443})
 		if resp, _ := r.get(t, "cafe.example.com", "/tea"); resp.Header.Get("Location") != "https://cafe.example.com:8443/tea" {
 			t.Fatalf("Location %q", resp.Header.Get("Location"))
 		}
@@ -230,7 +230,7 @@ func TestSSLRedirect(t *testing.T) {
 	t.Run("force-ssl-redirect without tls", func(t *testing.T) {
 		o, _, _ := cafe(t)
 		o.in.Ingresses[0].Annotations = map[string]string{config.AnnotationForceSSL: "true"}
-		r := startProxy(t, o.build(t), Options{})
+		r := startProxy(t, o.build(t), Config{})
 		if resp, _ := r.get(t, "cafe.example.com", "/tea"); resp.StatusCode != 308 {
 			t.Fatalf("force-ssl-redirect: %d", resp.StatusCode)
 		}
@@ -239,7 +239,7 @@ func TestSSLRedirect(t *testing.T) {
 
 func TestTLSWithSNI(t *testing.T) {
 	o, pair := tlsObjects(t, nil)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	c := r.tlsClient("cafe.example.com", false)
 	resp, err := c.Get("https://cafe.example.com/tea")
 	if err != nil {
@@ -288,7 +288,7 @@ func TestTLSWithSNI(t *testing.T) {
 
 func TestHTTP2(t *testing.T) {
 	o, _ := tlsObjects(t, nil)
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	c := r.tlsClient("cafe.example.com", true)
 	for i := 0; i < 5; i++ {
 		resp, err := c.Post("https://cafe.example.com/coffee?x=1", "text/plain", strings.NewReader("milk"))
@@ -344,7 +344,7 @@ func TestWebSocketUpgrade(t *testing.T) {
 	})
 	o.service("ws", ws)
 	o.ingress("ing", "ws.example", nil, route{path: "/chat", svc: "ws"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	c, err := net.Dial("tcp", r.http)
 	if err != nil {
 		t.Fatal(err)
@@ -400,7 +400,7 @@ func TestBodies(t *testing.T) {
 	})
 	o.service("bodies", be)
 	o.ingress("ing", "b.example", map[string]string{config.AnnotationProxyBodySize: "2m"}, route{path: "/", svc: "bodies"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 
 	_, body := r.do(t, mustReq(t, "POST", "http://b.example/echo", strings.NewReader("small body")))
 	if body != "small body" {
@@ -461,7 +461,7 @@ func TestBodies(t *testing.T) {
 
 func TestStrictParsing(t *testing.T) {
 	o, _, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{MaxHeaderBytes: 4096})
+	r := startProxy(t, o.build(t), Config{MaxHeaderBytes: 4096})
 	for _, tc := range []struct {
 		name, req string
 		want      string
@@ -497,7 +497,7 @@ func firstLines(s string) string {
 
 func TestKeepAlivePipeliningAndHTTP10(t *testing.T) {
 	o, _, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{KeepAliveRequests: 4})
+	r := startProxy(t, o.build(t), Config{KeepAliveRequests: 4})
 	c, err := net.Dial("tcp", r.http)
 	if err != nil {
 		t.Fatal(err)
@@ -541,7 +541,7 @@ func TestKeepAlivePipeliningAndHTTP10(t *testing.T) {
 
 func TestSlowClientsAreCut(t *testing.T) {
 	o, _, _ := cafe(t)
-	r := startProxy(t, o.build(t), Options{ClientHeaderTimeout: 300 * time.Millisecond, ClientBodyTimeout: 300 * time.Millisecond})
+	r := startProxy(t, o.build(t), Config{ClientHeaderTimeout: 300 * time.Millisecond, ClientBodyTimeout: 300 * time.Millisecond})
 	start := time.Now()
 	got := r.raw(t, "GET /tea HTTP/1.1\r\nHost: cafe.ex", 5*time.Second)
 	if !strings.Contains(got, "408 Request Time-out") || time.Since(start) > 2*time.Second {
@@ -565,7 +565,7 @@ func TestRewriteTarget(t *testing.T) {
 	o.service("app", b)
 	o.ingress("rewrite", "r.example", map[string]string{config.AnnotationRewriteTarget: "/$2"},
 		route{path: "/something(/|$)(.*)", typ: networkingv1.PathTypeImplementationSpecific, svc: "app"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	for _, tc := range []struct{ in, want string }{
 		{"/something", "/"}, {"/something/", "/"}, {"/something/new?q=1", "/new?q=1"}, {"/SOMETHING/x", "/x"},
 	} {
@@ -596,7 +596,7 @@ func TestBackendProtocolHTTPS(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	o.service("secure", &backendServer{addr: ln.Addr().String()})
 	o.ingress("ing", "s.example", map[string]string{config.AnnotationBackendProtocol: "HTTPS"}, route{path: "/", svc: "secure"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	if _, body := r.get(t, "s.example", "/x"); body != "tls=true uri=/x" {
 		t.Fatalf("HTTPS backend answered %q", body)
 	}
@@ -609,7 +609,7 @@ func TestSwapUnderLoad(t *testing.T) {
 	bs := []*backendServer{startBackend(t, "a", nil), startBackend(t, "b", nil), startBackend(t, "c", nil)}
 	o.service("svc", bs...)
 	o.ingress("ing", "h.example", nil, route{path: "/", svc: "svc"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	var ok, failed atomic.Int64
@@ -657,7 +657,7 @@ func TestStaleUpstreamConnections(t *testing.T) {
 	b := startBackendWith(t, "b", nil, func(s *http.Server) { s.IdleTimeout = 20 * time.Millisecond })
 	o.service("svc", b)
 	o.ingress("ing", "h.example", nil, route{path: "/", svc: "svc"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	for i := 0; i < 20; i++ {
 		if resp, body := r.get(t, "h.example", "/"); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
@@ -675,7 +675,7 @@ func TestShutdownFinishesRequestsInFlight(t *testing.T) {
 	})
 	o.service("svc", b)
 	o.ingress("ing", "h.example", nil, route{path: "/", svc: "svc"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	idle, err := net.Dial("tcp", r.http)
 	if err != nil {
 		t.Fatal(err)
@@ -743,7 +743,7 @@ func TestRetryFollowsTheCurrentEndpoints(t *testing.T) {
 	o := newObjects()
 	o.service("svc", hole)
 	o.ingress("ing", "h.example", nil, route{path: "/", svc: "svc"})
-	r := startProxy(t, o.build(t), Options{})
+	r := startProxy(t, o.build(t), Config{})
 	type result struct {
 		code int
 		body string

@@ -112,7 +112,7 @@ type poolKey struct {
 // first (the warmest ones are reused; the oldest expire).
 type pool struct {
 	key    poolKey
-	opts   *Options
+	opts   *Config
 	tlsCfg *tls.Config
 	// ctx ends when the endpoint leaves the configuration: dials to it in
 	// progress are abandoned (a pod whose network is gone never answers a SYN)

@@ -76,7 +76,7 @@ func TestConfInjection(t *testing.T) {
 	}
 	cfgV := validation.DefaultConfig()
 	dc, dk := pair(t, "fake")
-	opts := Options{Prefix: "/etc/nginx", DefaultCertPEM: dc, DefaultKeyPEM: dk}
+	opts := Config{Prefix: "/etc/nginx", DefaultCertPEM: dc, DefaultKeyPEM: dk}
 	for _, f := range fields {
 		for _, evil := range nginxInjections {
 			ing := injectionIngress()
@@ -123,7 +123,7 @@ func injectionIngress() *networkingv1.Ingress {
 	return ing
 }
 
-func renderIngress(t *testing.T, ing *networkingv1.Ingress, opts Options) *Output {
+func renderIngress(t *testing.T, ing *networkingv1.Ingress, opts Config) *Output {
 	t.Helper()
 	in := input(t, []svc{{"tea-svc", []string{"10.244.1.3"}}}, ing)
 	out, err := Render(config.Build(in), opts)
@@ -214,7 +214,7 @@ func nginxSkeleton(conf string) (string, error) {
 
 // nginxTest runs nginx -t on a rendering where nginx is installed (CI installs
 // it; TestNginxAcceptsWhatIsRendered insists on it under CI).
-func nginxTest(t *testing.T, what, value string, ing *networkingv1.Ingress, opts Options) {
+func nginxTest(t *testing.T, what, value string, ing *networkingv1.Ingress, opts Config) {
 	nginx, err := exec.LookPath("nginx")
 	if err != nil {
 		return

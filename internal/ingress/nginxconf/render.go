@@ -27,8 +27,8 @@ import (
 // ConfFile is where the configuration goes under the prefix directory.
 const ConfFile = "conf/nginx.conf"
 
-// Options say where nginx listens and keeps its files.
-type Options struct {
+// Config says where nginx listens and keeps its files.
+type Config struct {
 	// Listen and ListenTLS are nginx listen addresses ("80", "0.0.0.0:443",
 	// "127.0.0.1:18080").
 	Listen, ListenTLS string
@@ -57,13 +57,13 @@ func (o *Output) Conf() string { return string(o.Files[ConfFile]) }
 
 type renderer struct {
 	b     strings.Builder
-	opts  Options
+	opts  Config
 	files map[string][]byte
 	certs map[types.NamespacedName]string
 }
 
 // Render renders cfg.
-func Render(cfg *config.Config, opts Options) (*Output, error) {
+func Render(cfg *config.Config, opts Config) (*Output, error) {
 	if opts.Listen == "" {
 		opts.Listen = "80"
 	}

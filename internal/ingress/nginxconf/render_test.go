@@ -78,7 +78,7 @@ func path(p string, typ networkingv1.PathType, service string) networkingv1.HTTP
 
 // cafe is the chapter's cafe with cafe-secret, as the controller sees it after
 // the v1beta1 conversion (ImplementationSpecific paths).
-func cafe(t *testing.T) (*config.Config, Options) {
+func cafe(t *testing.T) (*config.Config, Config) {
 	crt, key := pair(t, "cafe.example.com")
 	ing := ingress("cafe-ingress", nil, "cafe.example.com",
 		path("/tea", networkingv1.PathTypeImplementationSpecific, "tea-svc"),
@@ -88,7 +88,7 @@ func cafe(t *testing.T) (*config.Config, Options) {
 	in.Secrets = []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "cafe-secret"}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key}}}
 	dc, dk := pair(t, "fake")
-	return config.Build(in), Options{Prefix: "/etc/nginx", DefaultCertPEM: dc, DefaultKeyPEM: dk}
+	return config.Build(in), Config{Prefix: "/etc/nginx", DefaultCertPEM: dc, DefaultKeyPEM: dk}
 }
 
 // TestCafeGolden pins the rendering of the chapter's cafe (certificates aside).
@@ -201,7 +201,7 @@ func TestRenderedLocations(t *testing.T) {
 			path("/bar/", networkingv1.PathTypePrefix, "app"), path("/none", networkingv1.PathTypePrefix, "empty")),
 		ingress("b", map[string]string{config.AnnotationUseRegex: "true"}, "re.example", path("/api/v[12]", networkingv1.PathTypeImplementationSpecific, "app")))
 	dc, dk := pair(t, "fake")
-	out, err := Render(config.Build(in), Options{DefaultCertPEM: dc, DefaultKeyPEM: dk})
+	out, err := Render(config.Build(in), Config{DefaultCertPEM: dc, DefaultKeyPEM: dk})
 	if err != nil {
 		t.Fatal(err)
 	}
