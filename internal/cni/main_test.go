@@ -5,12 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	"github.com/minikit/minikit/internal/netns"
 	"golang.org/x/sys/unix"
@@ -52,8 +53,8 @@ func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		os.Exit(m.Run())
 	}
-	linksBefore := rootLinks()
-	mainNSBefore := mainThreadNS()
+	linksBefore := testutil.RootLinks()
+	mainNSBefore := testutil.MainThreadNamespaces()
 	netnsDirExisted, netnsWasMount := exists(netns.NetNSDir), isMountPoint(netns.NetNSDir)
 	minikitExisted, podDirExisted, podWasMount := exists("/run/minikit"), exists(PodNSDir), isMountPoint(PodNSDir)
 
@@ -89,40 +90,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "mounts left under /run/minikit: %v\n", mounts)
 		code = 1
 	}
-	if after := mainThreadNS(); after != mainNSBefore {
+	if after := testutil.MainThreadNamespaces(); after != mainNSBefore {
 		fmt.Fprintf(os.Stderr, "main thread namespaces changed: before %s, after %s\n", mainNSBefore, after)
 		code = 1
 	}
-	if after := rootLinks(); !slices.Equal(linksBefore, after) {
+	if after := testutil.RootLinks(); !slices.Equal(linksBefore, after) {
 		fmt.Fprintf(os.Stderr, "root namespace links changed: before %v, after %v\n", linksBefore, after)
 		code = 1
 	}
 	os.Exit(code)
-}
-
-// rootLinks lists the links of the process's (root) network namespace;
-// TestMain runs on an unswitched thread.
-func rootLinks() []string {
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return []string{"error: " + err.Error()}
-	}
-	var names []string
-	for _, i := range ifs {
-		names = append(names, i.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// mainThreadNS is what /proc/self/ns shows: the main thread's namespaces.
-func mainThreadNS() string {
-	var out []string
-	for _, ns := range []string{"net", "mnt", "uts"} {
-		l, _ := os.Readlink("/proc/self/ns/" + ns)
-		out = append(out, l)
-	}
-	return strings.Join(out, " ")
 }
 
 func exists(path string) bool {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minikit/minikit/internal/testutil"
+
 	"github.com/minikit/minikit/internal/netns"
 )
 
@@ -313,7 +315,7 @@ func removeMountPointsUnder(top string) {
 // namespaces and /proc/self/{mountinfo,ns,net} would show them.
 func TestMainThreadNeverLeavesItsNamespaces(t *testing.T) {
 	requireRoot(t)
-	before := mainThreadNS()
+	before := testutil.MainThreadNamespaces()
 	for range 20 {
 		name := testName("m0")
 		if err := netns.CreateNamed(name); err != nil {
@@ -329,7 +331,7 @@ func TestMainThreadNeverLeavesItsNamespaces(t *testing.T) {
 		if err := DeletePodNamespaces(name); err != nil {
 			t.Fatal(err)
 		}
-		if after := mainThreadNS(); after != before {
+		if after := testutil.MainThreadNamespaces(); after != before {
 			t.Fatalf("main thread namespaces changed from %s to %s", before, after)
 		}
 	}

@@ -56,7 +56,7 @@ func TestNamedNamespaceLifecycle(t *testing.T) {
 	if err := CreateNamed(name); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("second CreateNamed(%q) = %v, want fs.ErrExist", name, err)
 	}
-	got, err := ListNamed("mkt-" + runID)
+	got, err := ListNamed("mkn-" + runID)
 	if err != nil || !slices.Contains(got, name) {
 		t.Errorf("ListNamed = %v, %v; want it to contain %q", got, err, name)
 	}

@@ -5,6 +5,10 @@ package testutil
 
 import (
 	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -33,4 +37,33 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() error) {
 // when it fails or runs with -v).
 func Logger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// RootLinks lists the links of the test process's network namespace, sorted:
+// a TestMain compares it before and after a kernel-tier run to prove the
+// tests left the root namespace's links alone. Call it on an unswitched
+// thread (TestMain's).
+func RootLinks() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// MainThreadNamespaces is what /proc/self/ns shows: the network, mount and
+// UTS namespaces of the process's main thread, which namespace work must
+// never leave switched.
+func MainThreadNamespaces() string {
+	var out []string
+	for _, ns := range []string{"net", "mnt", "uts"} {
+		l, _ := os.Readlink("/proc/self/ns/" + ns)
+		out = append(out, l)
+	}
+	return strings.Join(out, " ")
 }
