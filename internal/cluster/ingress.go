@@ -32,7 +32,7 @@ func startIngressNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) e
 	if err != nil {
 		return err
 	}
-	n, err := ingress.NewNode(ingress.NodeConfig{
+	n, err := ingress.NewController(ingress.ControllerConfig{
 		Client:    nc.Client,
 		NodeName:  nc.NodeName,
 		NodeIP:    nc.NodeIP,
@@ -57,7 +57,7 @@ func startIngressNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) e
 // startIngressServer creates the controller's namespace, IngressClass and
 // Service and keeps the Service's endpoints and the Ingresses' status current.
 func startIngressServer(ctx context.Context, wg *sync.WaitGroup, sc serverContext) error {
-	s, err := ingress.NewServer(ingress.ServerConfig{Client: sc.Client, Logger: sc.Logger})
+	s, err := ingress.NewControlPlane(ingress.ControlPlaneConfig{Client: sc.Client, Logger: sc.Logger})
 	if err != nil {
 		return err
 	}

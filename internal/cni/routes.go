@@ -26,7 +26,7 @@ type routeSpec struct {
 // CIDR, a route via the owning node's address (host-gw). It returns what it
 // changed. A VXLAN route of the same CIDR is replaced: switching modes leaves only
 // the new mode's routes.
-func (n *Node) SyncRoutes(want map[netip.Prefix]netip.Addr) (changed []string, err error) {
+func (n *Network) SyncRoutes(want map[netip.Prefix]netip.Addr) (changed []string, err error) {
 	hs, err := n.openHost()
 	if err != nil {
 		return nil, err

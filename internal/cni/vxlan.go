@@ -51,7 +51,7 @@ func (p VXLANPeer) String() string {
 // parameters (another VNI or port, learning on) is replaced. It returns the
 // device's MAC, which the node publishes on its Node object, and whether it
 // created the device (whose MAC is then new).
-func (n *Node) EnsureVXLAN(local netip.Addr, mtu int) (mac net.HardwareAddr, created bool, err error) {
+func (n *Network) EnsureVXLAN(local netip.Addr, mtu int) (mac net.HardwareAddr, created bool, err error) {
 	if err := n.validate(); err != nil {
 		return nil, false, fmt.Errorf("ensuring %s: %w", VXLANDevice, err)
 	}
@@ -113,7 +113,7 @@ func (n *Node) EnsureVXLAN(local netip.Addr, mtu int) (mac net.HardwareAddr, cre
 // DeleteVXLAN removes the node's VXLAN device, and with it every neighbour,
 // FDB entry and route on it (host-gw mode and minikit down); a missing device
 // is not an error.
-func (n *Node) DeleteVXLAN() (bool, error) {
+func (n *Network) DeleteVXLAN() (bool, error) {
 	hs, err := n.openHost()
 	if err != nil {
 		return false, err
@@ -134,7 +134,7 @@ func (n *Node) DeleteVXLAN() (bool, error) {
 
 // UnderlayMTU is the MTU of the node namespace's link that holds addr (the
 // node's public IP): the MTU the VXLAN device's is derived from.
-func (n *Node) UnderlayMTU(addr netip.Addr) (int, error) {
+func (n *Network) UnderlayMTU(addr netip.Addr) (int, error) {
 	hs, err := n.openHost()
 	if err != nil {
 		return 0, err
@@ -153,7 +153,7 @@ func (n *Node) UnderlayMTU(addr netip.Addr) (int, error) {
 // ConnectedPrefixes lists the IPv4 subnets the node namespace reaches directly
 // (the prefixes of its addresses), without the pod bridge's and the VXLAN
 // device's: the segments on which host-gw can use another node as a gateway.
-func (n *Node) ConnectedPrefixes() ([]netip.Prefix, error) {
+func (n *Network) ConnectedPrefixes() ([]netip.Prefix, error) {
 	hs, err := n.openHost()
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func linkWithAddr(h *netlink.Handle, addr netip.Addr) (netlink.Link, error) {
 // and minikit's routes exactly those of peers, in flannel's order for each
 // (neighbour, FDB, route), and removes minikit's routes elsewhere (host-gw's,
 // after a switch). It returns what it changed. The device must exist.
-func (n *Node) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error) {
+func (n *Network) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error) {
 	hs, err := n.openHost()
 	if err != nil {
 		return nil, err
@@ -307,7 +307,7 @@ type VXLANState struct {
 }
 
 // ReadVXLAN reads the VXLAN device's state in the node namespace.
-func (n *Node) ReadVXLAN() (VXLANState, error) {
+func (n *Network) ReadVXLAN() (VXLANState, error) {
 	var st VXLANState
 	hs, err := n.openHost()
 	if err != nil {
@@ -355,7 +355,7 @@ func (n *Node) ReadVXLAN() (VXLANState, error) {
 // the sync they cause finds nothing to do. The subscriptions end when done is
 // closed; a subscription that fails is reported to onErr, and the periodic
 // resync still repairs everything.
-func (n *Node) WatchPodNetwork(done <-chan struct{}, kick func(), onErr func(error)) error {
+func (n *Network) WatchPodNetwork(done <-chan struct{}, kick func(), onErr func(error)) error {
 	hs, err := n.openHost()
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 
 // newVXLANTestNode is a node namespace with an underlay link ("eth1"
 // holding 192.168.56.10/24, MTU 1500) and the cni0 bridge of 10.244.0.0/24.
-func newVXLANTestNode(t *testing.T) *Node {
+func newVXLANTestNode(t *testing.T) *Network {
 	t.Helper()
 	n := newTestNode(t, "10.244.0.0/24")
 	inNode(t, n, func(h *netlink.Handle) {
@@ -42,7 +42,7 @@ func peer(subnet, mac, ip string) VXLANPeer {
 }
 
 // minikitRoutes renders the node's minikit routes as `ip route` would.
-func minikitRoutes(t *testing.T, n *Node) []string {
+func minikitRoutes(t *testing.T, n *Network) []string {
 	t.Helper()
 	var out []string
 	inNode(t, n, func(h *netlink.Handle) {

@@ -49,7 +49,7 @@ func node(name, ip string, ready bool, annotations map[string]string) *corev1.No
 
 func runServer(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	s, err := NewServer(ServerConfig{Client: c, Logger: quiet()})
+	s, err := NewControlPlane(ControlPlaneConfig{Client: c, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestNodeServesAnnouncesAndWritesNginxConf(t *testing.T) {
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
 	sl, _ := net.Listen("tcp", "127.0.0.1:0")
 	dir := t.TempDir()
-	n, err := NewNode(NodeConfig{Client: c, NodeName: "node1", HTTPListener: hl, HTTPSListener: sl, Dir: dir, Logger: quiet()})
+	n, err := NewController(ControllerConfig{Client: c, NodeName: "node1", HTTPListener: hl, HTTPSListener: sl, Dir: dir, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	n := &cni.Node{Bridge: "cni0", Log: log, SysctlRecord: sysctlRecord(dataDir)}
+	n := &cni.Network{Bridge: "cni0", Log: log, SysctlRecord: sysctlRecord(dataDir)}
 	a := &Agent{cfg: Config{DataDir: dataDir}, log: log, procs: hostProcesses{}, prober: netProber{}}
 	a.setClock(clock.RealClock{})
 	var firstErr error

@@ -55,14 +55,14 @@ type Network interface {
 
 // cniNetwork is the kernel's pod network, package cni's: what an agent uses
 // when its Config has no Network.
-type cniNetwork struct{ node *cni.Node }
+type cniNetwork struct{ node *cni.Network }
 
 // newCNINetwork builds the node's cni0 network for podCIDR. As flannel
 // does, the pods' MTU (cni0, veths, eth0) is the underlay's, and with vxlan
 // the VXLAN device's, 50 bytes less for the outer headers; a switch of pod
 // network changes the running pods' MTU in place.
 func (a *Agent) newCNINetwork(podCIDR netip.Prefix) (Network, error) {
-	n := &cni.Node{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: podCIDR, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	n := &cni.Network{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: podCIDR, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	if mtu, err := n.UnderlayMTU(a.cfg.NodeIP); err == nil {
 		n.MTU = mtu
 		if a.cfg.PodNetwork == PodNetworkVXLAN {

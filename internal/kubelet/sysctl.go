@@ -7,7 +7,7 @@ import "github.com/minikit/minikit/internal/cni"
 // iptables mode default), recorded like the agent's own sysctls so that
 // minikit down puts the old value back. It is safe to call before Run.
 func (a *Agent) EnsureRouteLocalnet() error {
-	n := &cni.Node{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	n := &cni.Network{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	return n.EnsureRouteLocalnet()
 }
 
@@ -15,6 +15,6 @@ func (a *Agent) EnsureRouteLocalnet() error {
 // EnsureRouteLocalnet, when the node leaves the iptables proxy mode (whose
 // KUBE-FIREWALL guarded it).
 func (a *Agent) ResetRouteLocalnet() error {
-	n := &cni.Node{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	n := &cni.Network{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	return n.ResetRouteLocalnet()
 }

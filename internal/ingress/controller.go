@@ -63,8 +63,8 @@ const (
 	maxDelay = 200 * time.Millisecond
 )
 
-// NodeConfig configures a node's controller.
-type NodeConfig struct {
+// ControllerConfig configures a node's controller.
+type ControllerConfig struct {
 	Client   kubernetes.Interface
 	NodeName string
 	NodeIP   netip.Addr
@@ -82,9 +82,9 @@ type NodeConfig struct {
 	Proxy httpproxy.Config
 }
 
-// Node is one node's controller.
-type Node struct {
-	cfg   NodeConfig
+// Controller is one node's Ingress controller (ingress-nginx's controller pod).
+type Controller struct {
+	cfg   ControllerConfig
 	log   *slog.Logger
 	proxy *httpproxy.Proxy
 	certs struct{ cert, key []byte }
@@ -101,8 +101,8 @@ type Node struct {
 	lastConf []byte
 }
 
-// NewNode prepares a node's controller; Run starts it.
-func NewNode(cfg NodeConfig) (*Node, error) {
+// NewController prepares a node's controller; Run starts it.
+func NewController(cfg ControllerConfig) (*Controller, error) {
 	if cfg.Client == nil || cfg.NodeName == "" {
 		return nil, errors.New("ingress: a client and a node name are required")
 	}
@@ -122,7 +122,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Class == (config.Class{}) {
 		cfg.Class = config.DefaultClass
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "ingress", "node", cfg.NodeName),
+	n := &Controller{cfg: cfg, log: cfg.Logger.With("component", "ingress", "node", cfg.NodeName),
 		kick: make(chan struct{}, 1), ready: make(chan struct{})}
 	pair, certPEM, keyPEM, err := httpproxy.NewFakeCertificate()
 	if err != nil {
@@ -158,13 +158,13 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 }
 
 // Proxy is the node's data plane (for tests).
-func (n *Node) Proxy() *httpproxy.Proxy { return n.proxy }
+func (n *Controller) Proxy() *httpproxy.Proxy { return n.proxy }
 
 // Ready is closed once the first configuration is served and the listeners
 // are announced.
-func (n *Node) Ready() <-chan struct{} { return n.ready }
+func (n *Controller) Ready() <-chan struct{} { return n.ready }
 
-func (n *Node) trigger() {
+func (n *Controller) trigger() {
 	select {
 	case n.kick <- struct{}{}:
 	default:
@@ -173,7 +173,7 @@ func (n *Node) trigger() {
 
 // Run serves until ctx ends, then withdraws the node's listeners from the API
 // and drains the connections in flight.
-func (n *Node) Run(ctx context.Context) error {
+func (n *Controller) Run(ctx context.Context) error {
 	n.factory.Start(ctx.Done())
 	if err := informer.WaitForSync(ctx, n.factory); err != nil {
 		return fmt.Errorf("ingress: %w", err)
@@ -222,7 +222,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 // listen binds the HTTP and HTTPS ports, retrying while they are taken (another
 // web server on the machine) until ctx ends.
-func (n *Node) listen(ctx context.Context) ([]net.Listener, error) {
+func (n *Controller) listen(ctx context.Context) ([]net.Listener, error) {
 	if n.cfg.HTTPListener != nil && n.cfg.HTTPSListener != nil {
 		return []net.Listener{n.cfg.HTTPListener, n.cfg.HTTPSListener}, nil
 	}
@@ -250,7 +250,7 @@ func (n *Node) listen(ctx context.Context) ([]net.Listener, error) {
 }
 
 // loop syncs after every burst of changes until ctx ends.
-func (n *Node) loop(ctx context.Context) {
+func (n *Controller) loop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,7 +275,7 @@ func (n *Node) loop(ctx context.Context) {
 }
 
 // sync builds the configuration from the caches and serves it.
-func (n *Node) sync() {
+func (n *Controller) sync() {
 	start := time.Now()
 	in := config.Input{Class: n.cfg.Class}
 	var err error
@@ -300,7 +300,7 @@ func (n *Node) sync() {
 
 // logChanges logs what a sync changed for traffic: upstreams whose endpoints
 // changed, and configuration problems that are new.
-func (n *Node) logChanges(prev, cur *config.Config) {
+func (n *Controller) logChanges(prev, cur *config.Config) {
 	before := map[string][]string{}
 	for _, up := range prev.Upstreams {
 		before[up.Name] = up.Endpoints
@@ -323,7 +323,7 @@ func (n *Node) logChanges(prev, cur *config.Config) {
 
 // writeConf renders the nginx.conf of cfg into the node's directory when it
 // changed, so `cat DIR/conf/nginx.conf` shows what the node serves.
-func (n *Node) writeConf(cfg *config.Config) error {
+func (n *Controller) writeConf(cfg *config.Config) error {
 	if n.cfg.Dir == "" {
 		return nil
 	}
@@ -355,7 +355,7 @@ func (n *Node) writeConf(cfg *config.Config) error {
 // keepAnnounced keeps the listeners annotation on the node's Node (which the
 // node agent may register after this starts, or which may be recreated) until
 // ctx ends.
-func (n *Node) keepAnnounced(ctx context.Context) {
+func (n *Controller) keepAnnounced(ctx context.Context) {
 	want := fmt.Sprintf("http=%d,https=%d", n.cfg.HTTPPort, n.cfg.HTTPSPort)
 	for {
 		node, err := n.cfg.Client.CoreV1().Nodes().Get(ctx, n.cfg.NodeName, metav1.GetOptions{})
@@ -378,7 +378,7 @@ func announceEvery(err error) time.Duration {
 }
 
 // announce sets (or removes) the listeners annotation on the node's Node.
-func (n *Node) announce(ctx context.Context, on bool) {
+func (n *Controller) announce(ctx context.Context, on bool) {
 	value := fmt.Sprintf("http=%d,https=%d", n.cfg.HTTPPort, n.cfg.HTTPSPort)
 	patch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ListenersAnnotation, value))
 	if !on {

@@ -39,16 +39,16 @@ const (
 	ManagedBy = "ingress.minikit.io"
 )
 
-// ServerConfig configures the control-plane side.
-type ServerConfig struct {
+// ControlPlaneConfig configures the control-plane side.
+type ControlPlaneConfig struct {
 	Client kubernetes.Interface
 	Class  config.Class
 	Logger *slog.Logger
 }
 
-// Server keeps the controller's Service endpoints and the Ingresses' status.
-type Server struct {
-	cfg ServerConfig
+// ControlPlane keeps the controller's Service endpoints and the Ingresses' status.
+type ControlPlane struct {
+	cfg ControlPlaneConfig
 	log *slog.Logger
 
 	all, ns   informers.SharedInformerFactory
@@ -61,8 +61,8 @@ type Server struct {
 	kick      chan struct{}
 }
 
-// NewServer prepares the control-plane side; Run starts it.
-func NewServer(cfg ServerConfig) (*Server, error) {
+// NewControlPlane prepares the control-plane side; Run starts it.
+func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("ingress: a client is required")
 	}
@@ -72,7 +72,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Class == (config.Class{}) {
 		cfg.Class = config.DefaultClass
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "ingress-server"), kick: make(chan struct{}, 1)}
+	s := &ControlPlane{cfg: cfg, log: cfg.Logger.With("component", "ingress-server"), kick: make(chan struct{}, 1)}
 	s.all = informers.NewSharedInformerFactory(cfg.Client, 0)
 	s.ns = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(Namespace))
 	s.nodes = s.all.Core().V1().Nodes().Lister()
@@ -94,7 +94,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) trigger() {
+func (s *ControlPlane) trigger() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
@@ -103,7 +103,7 @@ func (s *Server) trigger() {
 
 // Run creates the controller's objects, then keeps endpoints and status in
 // step with the nodes and Ingresses until ctx ends.
-func (s *Server) Run(ctx context.Context) error {
+func (s *ControlPlane) Run(ctx context.Context) error {
 	for {
 		err := s.ensureObjects(ctx)
 		if err == nil {
@@ -153,7 +153,7 @@ func (s *Server) Run(ctx context.Context) error {
 // ensureObjects creates the namespace, the default IngressClass and the Service
 // when they are missing; existing ones are left as they are (a user may have
 // changed them on purpose).
-func (s *Server) ensureObjects(ctx context.Context) error {
+func (s *ControlPlane) ensureObjects(ctx context.Context) error {
 	c := s.cfg.Client
 	lbl := map[string]string{"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/part-of": "ingress-nginx"}
 	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace, Labels: lbl}}, metav1.CreateOptions{})
@@ -197,7 +197,7 @@ func withComponent(l map[string]string) map[string]string {
 // ensureService creates ingress-nginx-controller: a NodePort Service for ports
 // http 80 and https 443, without a selector: its endpoints are the nodes'
 // controllers, which this Server writes.
-func (s *Server) ensureService(ctx context.Context) error {
+func (s *ControlPlane) ensureService(ctx context.Context) error {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ServiceName,
 			Labels: withComponent(map[string]string{"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/part-of": "ingress-nginx"})},
@@ -246,7 +246,7 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func (s *Server) listeners() ([]listener, error) {
+func (s *ControlPlane) listeners() ([]listener, error) {
 	nodes, err := s.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func (s *Server) listeners() ([]listener, error) {
 	return ls, nil
 }
 
-func (s *Server) sync(ctx context.Context) error {
+func (s *ControlPlane) sync(ctx context.Context) error {
 	svc, err := s.svcs.Services(Namespace).Get(ServiceName)
 	if apierrors.IsNotFound(err) {
 		return s.ensureService(ctx)
@@ -281,7 +281,7 @@ func (s *Server) sync(ctx context.Context) error {
 
 // syncEndpoints writes the Service's Endpoints: ready nodes' listeners as
 // addresses, the others as notReadyAddresses, grouped by port pair.
-func (s *Server) syncEndpoints(ctx context.Context, svc *corev1.Service, ls []listener) error {
+func (s *ControlPlane) syncEndpoints(ctx context.Context, svc *corev1.Service, ls []listener) error {
 	type ports struct{ http, tls int32 }
 	groups := map[ports]*corev1.EndpointSubset{}
 	var order []ports
@@ -345,7 +345,7 @@ func sliceName(node string) string {
 
 // syncSlices writes one EndpointSlice per node controller, which is what
 // kube-proxy-style proxies read.
-func (s *Server) syncSlices(ctx context.Context, svc *corev1.Service, ls []listener) error {
+func (s *ControlPlane) syncSlices(ctx context.Context, svc *corev1.Service, ls []listener) error {
 	owned, err := s.slices.EndpointSlices(Namespace).List(labels.SelectorFromSet(labels.Set{
 		discoveryv1.LabelServiceName: ServiceName, discoveryv1.LabelManagedBy: ManagedBy}))
 	if err != nil {
@@ -429,7 +429,7 @@ func statusAddresses(svc *corev1.Service, ls []listener) []networkingv1.IngressL
 
 // syncStatus writes status.loadBalancer.ingress on the Ingresses of the class,
 // and clears it on Ingresses that left the class if it still shows ours.
-func (s *Server) syncStatus(ctx context.Context, svc *corev1.Service, ls []listener) error {
+func (s *ControlPlane) syncStatus(ctx context.Context, svc *corev1.Service, ls []listener) error {
 	want := statusAddresses(svc, ls)
 	ings, err := s.ings.List(labels.Everything())
 	if err != nil {

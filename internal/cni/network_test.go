@@ -20,9 +20,9 @@ import (
 
 // newTestNode creates a node netns with its bridge; all pod traffic of the
 // test stays inside it and the pods' namespaces.
-func newTestNode(t *testing.T, cidr string) *Node {
+func newTestNode(t *testing.T, cidr string) *Network {
 	t.Helper()
-	n := &Node{
+	n := &Network{
 		HostNS:  newNamedNS(t, "node"),
 		Bridge:  "cni0",
 		PodCIDR: netip.MustParsePrefix(cidr),
@@ -35,7 +35,7 @@ func newTestNode(t *testing.T, cidr string) *Node {
 }
 
 // newTestPod sets up a pod sandbox owned by the test.
-func newTestPod(t *testing.T, n *Node, ip string) PodNet {
+func newTestPod(t *testing.T, n *Network, ip string) PodNet {
 	t.Helper()
 	p := PodNet{NetNS: testName("pod"), HostVeth: testVeth(), IP: netip.MustParseAddr(ip)}
 	t.Cleanup(func() {
@@ -54,7 +54,7 @@ func newTestPod(t *testing.T, n *Node, ip string) PodNet {
 	return p
 }
 
-func requirePodOK(t *testing.T, n *Node, p PodNet) {
+func requirePodOK(t *testing.T, n *Network, p PodNet) {
 	t.Helper()
 	if ok, why := n.PodOK(p); !ok {
 		t.Fatalf("PodOK(%s) = false, %q", p.NetNS, why)
@@ -62,7 +62,7 @@ func requirePodOK(t *testing.T, n *Node, p PodNet) {
 }
 
 // inNode runs fn with a netlink handle in the test node's namespace.
-func inNode(t *testing.T, n *Node, fn func(h *netlink.Handle)) {
+func inNode(t *testing.T, n *Network, fn func(h *netlink.Handle)) {
 	t.Helper()
 	hs, err := n.openHost()
 	if err != nil {
@@ -319,57 +319,57 @@ func TestSetupPodRepairs(t *testing.T) {
 	requireRoot(t)
 	for _, tc := range []struct {
 		name    string
-		breakIt func(t *testing.T, n *Node, p PodNet)
+		breakIt func(t *testing.T, n *Network, p PodNet)
 		why     string // what PodOK reports after the breakage
 	}{
-		{"netns deleted", func(t *testing.T, n *Node, p PodNet) {
+		{"netns deleted", func(t *testing.T, n *Network, p PodNet) {
 			if err := netns.DeleteNamed(p.NetNS); err != nil {
 				t.Fatal(err)
 			}
 		}, "netns missing"},
-		{"veth deleted", func(t *testing.T, n *Node, p PodNet) {
+		{"veth deleted", func(t *testing.T, n *Network, p PodNet) {
 			inNode(t, n, func(h *netlink.Handle) {
 				if err := h.LinkDel(mustLink(t, h, p.HostVeth)); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}, "veth missing"},
-		{"veth detached", func(t *testing.T, n *Node, p PodNet) {
+		{"veth detached", func(t *testing.T, n *Network, p PodNet) {
 			inNode(t, n, func(h *netlink.Handle) {
 				if err := h.LinkSetNoMaster(mustLink(t, h, p.HostVeth)); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}, "veth not attached to bridge"},
-		{"hairpin off", func(t *testing.T, n *Node, p PodNet) {
+		{"hairpin off", func(t *testing.T, n *Network, p PodNet) {
 			inNode(t, n, func(h *netlink.Handle) {
 				if err := h.LinkSetHairpin(mustLink(t, h, p.HostVeth), false); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}, "hairpin off"},
-		{"veth down", func(t *testing.T, n *Node, p PodNet) {
+		{"veth down", func(t *testing.T, n *Network, p PodNet) {
 			inNode(t, n, func(h *netlink.Handle) {
 				if err := h.LinkSetDown(mustLink(t, h, p.HostVeth)); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}, "veth down"},
-		{"eth0 deleted", func(t *testing.T, n *Node, p PodNet) {
+		{"eth0 deleted", func(t *testing.T, n *Network, p PodNet) {
 			inPod(t, p, func(h *netlink.Handle) {
 				if err := h.LinkDel(mustLink(t, h, "eth0")); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}, "veth missing"}, // the pair goes as a whole
-		{"eth0 down", func(t *testing.T, n *Node, p PodNet) {
+		{"eth0 down", func(t *testing.T, n *Network, p PodNet) {
 			inPod(t, p, func(h *netlink.Handle) {
 				if err := h.LinkSetDown(mustLink(t, h, "eth0")); err != nil {
 					t.Fatal(err)
 				}
 			})
 		}, "eth0 down"},
-		{"address deleted", func(t *testing.T, n *Node, p PodNet) {
+		{"address deleted", func(t *testing.T, n *Network, p PodNet) {
 			inPod(t, p, func(h *netlink.Handle) {
 				addr := &netlink.Addr{IPNet: ipNetOf(netip.PrefixFrom(p.IP, 24))}
 				if err := h.AddrDel(mustLink(t, h, "eth0"), addr); err != nil {
@@ -377,7 +377,7 @@ func TestSetupPodRepairs(t *testing.T) {
 				}
 			})
 		}, "address missing"},
-		{"default route deleted", func(t *testing.T, n *Node, p PodNet) {
+		{"default route deleted", func(t *testing.T, n *Network, p PodNet) {
 			inPod(t, p, func(h *netlink.Handle) {
 				r := &netlink.Route{LinkIndex: mustLink(t, h, "eth0").Attrs().Index, Gw: n.Gateway().AsSlice()}
 				if err := h.RouteDel(r); err != nil {
@@ -385,7 +385,7 @@ func TestSetupPodRepairs(t *testing.T) {
 				}
 			})
 		}, "default route missing"},
-		{"lo down", func(t *testing.T, n *Node, p PodNet) {
+		{"lo down", func(t *testing.T, n *Network, p PodNet) {
 			inPod(t, p, func(h *netlink.Handle) {
 				if err := h.LinkSetDown(mustLink(t, h, "lo")); err != nil {
 					t.Fatal(err)
@@ -501,7 +501,7 @@ func TestTeardownPodWithoutNetns(t *testing.T) {
 }
 
 func TestSetupPodErrors(t *testing.T) {
-	n := &Node{HostNS: "mkt-unused", Bridge: "cni0", PodCIDR: netip.MustParsePrefix("10.244.6.0/24")}
+	n := &Network{HostNS: "mkt-unused", Bridge: "cni0", PodCIDR: netip.MustParsePrefix("10.244.6.0/24")}
 	for _, tc := range []struct {
 		p    PodNet
 		want string

@@ -25,12 +25,12 @@ import (
 // network namespace.
 const PodIfName = "eth0"
 
-// Node is the node side of pod networking: a bridge in the node's network
+// Network is the node side of pod networking: a bridge in the node's network
 // namespace, with one veth port per pod.
 //
 // Methods are safe for concurrent use on different pods; calls for the same
 // pod must be serialised by the caller (the node agent's per-pod worker).
-type Node struct {
+type Network struct {
 	// HostNS is the named network namespace of the node (a lab node); ""
 	// means the namespace of the calling thread (the real root namespace
 	// on a VM).
@@ -64,9 +64,9 @@ type PodNet struct {
 
 // Gateway is the bridge address and the pods' default gateway: the first
 // host address of PodCIDR.
-func (n *Node) Gateway() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
+func (n *Network) Gateway() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
 
-func (n *Node) log() *slog.Logger {
+func (n *Network) log() *slog.Logger {
 	l := n.Log
 	if l == nil {
 		l = slog.New(slog.DiscardHandler)
@@ -74,7 +74,7 @@ func (n *Node) log() *slog.Logger {
 	return l.With("component", "sandbox", "bridge", n.Bridge, "node_netns", n.HostNS)
 }
 
-func (n *Node) validate() error {
+func (n *Network) validate() error {
 	if err := validLinkName(n.Bridge); err != nil {
 		return fmt.Errorf("bridge: %w", err)
 	}
@@ -89,7 +89,7 @@ func (n *Node) validate() error {
 	return nil
 }
 
-func (n *Node) validatePod(p PodNet) error {
+func (n *Network) validatePod(p PodNet) error {
 	if err := n.validate(); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (hs *host) Close() {
 	hs.ns.Close()
 }
 
-func (n *Node) openHost() (*host, error) {
+func (n *Network) openHost() (*host, error) {
 	var ns vnetns.NsHandle
 	var err error
 	if n.HostNS == "" {
@@ -166,7 +166,7 @@ func (n *Node) openHost() (*host, error) {
 // length; other IPv4 addresses are removed), MTU, up; and sets the node
 // namespace's net.ipv4.ip_forward=1 and net.bridge.bridge-nf-call-iptables=1
 // (loading br_netfilter if needed; its absence is logged, not fatal).
-func (n *Node) EnsureBridge() error {
+func (n *Network) EnsureBridge() error {
 	if err := n.validate(); err != nil {
 		return fmt.Errorf("ensuring bridge %q: %w", n.Bridge, err)
 	}
@@ -179,7 +179,7 @@ func (n *Node) EnsureBridge() error {
 	return err
 }
 
-func (n *Node) ensureBridge(hs *host) (netlink.Link, error) {
+func (n *Network) ensureBridge(hs *host) (netlink.Link, error) {
 	wrap := func(what string, err error) error {
 		return fmt.Errorf("%s bridge %q in node netns %q: %w", what, n.Bridge, n.HostNS, err)
 	}
@@ -238,7 +238,7 @@ var sysctlRecordMu sync.Mutex
 // iptables mode does for NodePorts on 127.0.0.1 (its KUBE-FIREWALL chain
 // then drops packets to 127.0.0.0/8 from elsewhere, CVE-2020-8558). Only
 // the service proxy calls it, and only in iptables mode.
-func (n *Node) EnsureRouteLocalnet() error {
+func (n *Network) EnsureRouteLocalnet() error {
 	set := func() error { return n.writeSysctl(sysctlRouteLocalnet, "1") }
 	var err error
 	if n.HostNS == "" {
@@ -254,7 +254,7 @@ func (n *Node) EnsureRouteLocalnet() error {
 
 // ensureSysctls writes the node namespace's sysctls. /proc/sys/net shows
 // the network namespace of the thread that opens it, hence Do.
-func (n *Node) ensureSysctls(ns vnetns.NsHandle) error {
+func (n *Network) ensureSysctls(ns vnetns.NsHandle) error {
 	if err := netns.Do(ns, func() error { return n.writeSysctl(sysctlIPForward, "1") }); err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (n *Node) ensureSysctls(ns vnetns.NsHandle) error {
 // ResetRouteLocalnet puts net.ipv4.conf.all.route_localnet back to the value
 // SysctlRecord holds for it (what it was before EnsureRouteLocalnet) and
 // forgets it; without a record it does nothing.
-func (n *Node) ResetRouteLocalnet() error {
+func (n *Network) ResetRouteLocalnet() error {
 	if n.SysctlRecord == "" {
 		return nil
 	}
@@ -312,7 +312,7 @@ func (n *Node) ResetRouteLocalnet() error {
 
 // writeSysctl sets a sysctl of the calling thread's network namespace,
 // recording its previous value first (SysctlRecord) when it changes it.
-func (n *Node) writeSysctl(name, value string) error {
+func (n *Network) writeSysctl(name, value string) error {
 	path := "/proc/sys/" + name
 	cur, err := os.ReadFile(path)
 	if err != nil {
@@ -362,7 +362,7 @@ func readSysctlRecord(path string) (map[string]string, error) {
 // RestoreSysctls puts back, in the node's namespace, every sysctl value that
 // SysctlRecord holds (what they were before minikit first changed them), then
 // removes the record. A module minikit loaded (br_netfilter) stays loaded.
-func (n *Node) RestoreSysctls() error {
+func (n *Network) RestoreSysctls() error {
 	if n.SysctlRecord == "" {
 		return nil
 	}
@@ -398,7 +398,7 @@ func (n *Node) RestoreSysctls() error {
 // eth0 with PodCIDR's length, lo and eth0 up, and a default route via the
 // gateway. Each call converges whatever is there: a veth pair whose ends no
 // longer match is deleted and recreated.
-func (n *Node) SetupPod(p PodNet) (netip.Addr, error) {
+func (n *Network) SetupPod(p PodNet) (netip.Addr, error) {
 	if err := n.validatePod(p); err != nil {
 		return netip.Addr{}, fmt.Errorf("setting up pod %q: %w", p.NetNS, err)
 	}
@@ -501,7 +501,7 @@ func paired(hs, pod *host, veth, eth0 netlink.Link) bool {
 // createVeth removes any leftover ends and creates the pair with the peer
 // born inside the pod netns as eth0, so there is never a second name to
 // clash with in the node namespace.
-func (n *Node) createVeth(hs, pod *host, br netlink.Link, p PodNet) (veth, eth0 netlink.Link, err error) {
+func (n *Network) createVeth(hs, pod *host, br netlink.Link, p PodNet) (veth, eth0 netlink.Link, err error) {
 	if old, err := hs.h.LinkByName(p.HostVeth); err == nil {
 		if old.Type() != "veth" {
 			return nil, nil, fmt.Errorf("link %q exists and is a %s: %w", p.HostVeth, old.Type(), unix.EEXIST)
@@ -551,7 +551,7 @@ func (n *Node) createVeth(hs, pod *host, br netlink.Link, p PodNet) (veth, eth0 
 	return veth, eth0, nil
 }
 
-func (n *Node) configureHostEnd(hs *host, br, veth netlink.Link, p PodNet) error {
+func (n *Network) configureHostEnd(hs *host, br, veth netlink.Link, p PodNet) error {
 	wrap := func(what string, err error) error {
 		return fmt.Errorf("%s veth %q for pod %q: %w", what, p.HostVeth, p.NetNS, err)
 	}
@@ -597,7 +597,7 @@ func podMAC(ip netip.Addr) net.HardwareAddr {
 	return net.HardwareAddr{0x0a, 0x58, a[0], a[1], a[2], a[3]}
 }
 
-func (n *Node) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error {
+func (n *Network) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error {
 	wrap := func(what string, err error) error {
 		return fmt.Errorf("%s for pod %q: %w", what, p.NetNS, err)
 	}
@@ -634,7 +634,7 @@ func (n *Node) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error {
 
 // PodOK reports whether p's sandbox is intact and, if not, the first thing
 // found wrong: "netns missing", "veth missing", "address missing", ...
-func (n *Node) PodOK(p PodNet) (bool, string) {
+func (n *Network) PodOK(p PodNet) (bool, string) {
 	if err := n.validatePod(p); err != nil {
 		return false, err.Error()
 	}
@@ -698,7 +698,7 @@ func (n *Node) PodOK(p PodNet) (bool, string) {
 // TeardownPod removes the pod's sandbox: its veth pair (found by the node
 // end's alias, or as eth0 in the pod netns) and its named netns. Pieces
 // that are already gone are not errors.
-func (n *Node) TeardownPod(name string) error {
+func (n *Network) TeardownPod(name string) error {
 	if err := netns.ValidName(name); err != nil {
 		return fmt.Errorf("tearing down pod %q: %w", name, err)
 	}
@@ -727,7 +727,7 @@ func (n *Node) TeardownPod(name string) error {
 	return nil
 }
 
-func (n *Node) deleteHostVeths(name string) error {
+func (n *Network) deleteHostVeths(name string) error {
 	hs, err := n.openHost()
 	if err != nil {
 		return fmt.Errorf("tearing down pod %q: %w", name, err)
@@ -750,7 +750,7 @@ func (n *Node) deleteHostVeths(name string) error {
 
 // DeleteBridge removes the node's bridge (used by `minikit down`); a missing
 // bridge is not an error.
-func (n *Node) DeleteBridge() error {
+func (n *Network) DeleteBridge() error {
 	if err := validLinkName(n.Bridge); err != nil {
 		return err
 	}
@@ -780,7 +780,7 @@ func (n *Node) DeleteBridge() error {
 // bridge to 127.0.0.1; without the setting the kernel drops both as martians.
 // The setting belongs to the bridge, which minikit owns, and goes with it, so
 // it is not recorded for RestoreSysctls.
-func (n *Node) EnsureBridgeRouteLocalnet() error {
+func (n *Network) EnsureBridgeRouteLocalnet() error {
 	if err := validLinkName(n.Bridge); err != nil {
 		return err
 	}
@@ -813,7 +813,7 @@ func (n *Node) EnsureBridgeRouteLocalnet() error {
 // left an entry with no NAT, and one sent before the pod went left an entry
 // to the old pod, and either would steer the client's next datagrams (same
 // source port) past the current mapping until it times out.
-func (n *Node) DeleteUDPConntrack(dst netip.Addr, port uint16) error {
+func (n *Network) DeleteUDPConntrack(dst netip.Addr, port uint16) error {
 	hs, err := n.openHost()
 	if err != nil {
 		return err
