@@ -48,14 +48,11 @@ func stmtText(s any) (string, error) {
 	arg, _ := v.(map[string]any)
 	switch kind {
 	case "match":
-		l, err := exprText(arg["left"])
+		t, err := exprTexts(arg["left"], arg["right"])
 		if err != nil {
 			return "", err
 		}
-		r, err := exprText(arg["right"])
-		if err != nil {
-			return "", err
-		}
+		l, r := t[0], t[1]
 		switch op, _ := arg["op"].(string); op {
 		case "==", "in":
 			return l + " " + r, nil
@@ -87,25 +84,17 @@ func stmtText(s any) (string, error) {
 		}
 		return fmt.Sprintf("counter packets %v bytes %v", arg["packets"], arg["bytes"]), nil
 	case "vmap":
-		k, err := exprText(arg["key"])
+		t, err := exprTexts(arg["key"], arg["data"])
 		if err != nil {
 			return "", err
 		}
-		d, err := exprText(arg["data"])
-		if err != nil {
-			return "", err
-		}
-		return k + " vmap " + d, nil
+		return t[0] + " vmap " + t[1], nil
 	case "mangle":
-		k, err := exprText(arg["key"])
+		t, err := exprTexts(arg["key"], arg["value"])
 		if err != nil {
 			return "", err
 		}
-		val, err := exprText(arg["value"])
-		if err != nil {
-			return "", err
-		}
-		return k + " set " + val, nil
+		return t[0] + " set " + t[1], nil
 	case "dnat", "snat":
 		t := kind + " to "
 		if f, ok := arg["family"].(string); ok {
@@ -165,6 +154,19 @@ func str(v any) string {
 	return fmt.Sprint(v)
 }
 
+// exprTexts is exprText of each of es, in order; the first error ends it.
+func exprTexts(es ...any) ([]string, error) {
+	out := make([]string, 0, len(es))
+	for _, e := range es {
+		t, err := exprText(e)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
 func exprText(e any) (string, error) {
 	switch x := e.(type) {
 	case string:
@@ -173,15 +175,8 @@ func exprText(e any) (string, error) {
 		return fmt.Sprint(x), nil
 	case []any:
 		// A list on the right of "in" (ct state { new, established }).
-		var s []string
-		for _, y := range x {
-			t, err := exprText(y)
-			if err != nil {
-				return "", err
-			}
-			s = append(s, t)
-		}
-		return strings.Join(s, ","), nil
+		s, err := exprTexts(x...)
+		return strings.Join(s, ","), err
 	case map[string]any:
 		kind, v, err := one(x)
 		if err != nil {
@@ -219,15 +214,8 @@ func exprText(e any) (string, error) {
 			return a + "-" + b, nil
 		case "concat":
 			parts, _ := v.([]any)
-			var s []string
-			for _, p := range parts {
-				t, err := exprText(p)
-				if err != nil {
-					return "", err
-				}
-				s = append(s, t)
-			}
-			return strings.Join(s, " . "), nil
+			s, err := exprTexts(parts...)
+			return strings.Join(s, " . "), err
 		case "set":
 			elems, ok := v.([]any)
 			if !ok {
@@ -236,15 +224,11 @@ func exprText(e any) (string, error) {
 			var s []string
 			for _, el := range elems {
 				if pair, ok := el.([]any); ok && len(pair) == 2 {
-					k, err := exprText(pair[0])
+					t, err := exprTexts(pair...)
 					if err != nil {
 						return "", err
 					}
-					d, err := exprText(pair[1])
-					if err != nil {
-						return "", err
-					}
-					s = append(s, k+" : "+d)
+					s = append(s, t[0]+" : "+t[1])
 					continue
 				}
 				t, err := exprText(el)
@@ -255,33 +239,25 @@ func exprText(e any) (string, error) {
 			}
 			return "{ " + strings.Join(s, ", ") + " }", nil
 		case "map":
-			k, err := exprText(arg["key"])
+			t, err := exprTexts(arg["key"], arg["data"])
 			if err != nil {
 				return "", err
 			}
-			d, err := exprText(arg["data"])
-			if err != nil {
-				return "", err
-			}
-			return k + " map " + d, nil
+			return t[0] + " map " + t[1], nil
 		case "&", "|", "^":
 			ops, _ := v.([]any)
 			if len(ops) != 2 {
 				return "", fmt.Errorf("bad %s expression %v", kind, v)
 			}
-			a, err := exprText(ops[0])
-			if err != nil {
-				return "", err
-			}
-			b, err := exprText(ops[1])
+			t, err := exprTexts(ops...)
 			if err != nil {
 				return "", err
 			}
 			word := map[string]string{"&": "and", "|": "or", "^": "xor"}[kind]
 			if n, ok := ops[1].(int64); ok {
-				b = fmt.Sprintf("0x%x", n)
+				t[1] = fmt.Sprintf("0x%x", n)
 			}
-			return a + " " + word + " " + b, nil
+			return t[0] + " " + word + " " + t[1], nil
 		case "jump", "goto":
 			return kind + " " + str(arg["target"]), nil
 		case "accept", "drop", "return", "continue":
