@@ -407,32 +407,15 @@ func (w *walker) vmap(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 		return o, nil
 	}
 	if ng, ok := numgen(arg["key"]); ok {
-		var out []ruleOut
-		missed := 0.0
-		for n := ng.offset; n < ng.offset+ng.mod; n++ {
-			b := o
-			b.p = o.p / float64(ng.mod)
-			e, found, err := lookup(elems, uint64(n))
+		return ng.branches(o, elems, func(b ruleOut, n int64, e elem) (ruleOut, error) {
+			b, err := verdictOf(b, e)
 			if err != nil {
-				return nil, err
-			}
-			if !found {
-				missed += b.p
-				continue
-			}
-			if b, err = verdictOf(b, e); err != nil {
-				return nil, err
+				return b, err
 			}
 			d, _ := exprText(e.data)
 			b.note = fmt.Sprintf("   (numgen %d of %d: %s)", n-ng.offset, ng.mod, d)
-			out = append(out, b)
-		}
-		if missed > 0 {
-			m := o
-			m.p, m.matched, m.verdict = missed, false, ""
-			out = append(out, m)
-		}
-		return out, nil
+			return b, nil
+		})
 	}
 	key, err := w.eval(arg["key"], &o.st)
 	if err != nil {
@@ -495,44 +478,26 @@ func (w *walker) dnat(rest []any, arg map[string]any, o ruleOut) ([]ruleOut, err
 		if err != nil {
 			return nil, err
 		}
-		var out []ruleOut
-		missed := 0.0
-		for n := ng.offset; n < ng.offset+ng.mod; n++ {
-			b := o
-			b.p = o.p / float64(ng.mod)
-			e, found, err := lookup(elems, uint64(n))
-			if err != nil {
-				return nil, err
-			}
-			if !found {
-				missed += b.p
-				continue
-			}
+		return ng.branches(o, elems, func(b ruleOut, n int64, e elem) (ruleOut, error) {
 			var addr, port any = e.data, nil
 			if c, ok := e.data.(map[string]any); ok {
 				parts, _ := c["concat"].([]any)
 				if len(parts) != 2 {
-					return nil, fmt.Errorf("dnat map element %v is not addr . port", e.data)
+					return b, fmt.Errorf("dnat map element %v is not addr . port", e.data)
 				}
 				addr, port = parts[0], parts[1]
 			}
-			if b, err = to(b, addr, port); err != nil {
-				return nil, err
+			b, err := to(b, addr, port)
+			if err != nil {
+				return b, err
 			}
 			d, _ := exprText(e.data)
 			b.note = fmt.Sprintf("   (numgen %d of %d: %s)", n-ng.offset, ng.mod, d)
 			if name != "" {
 				b.note = fmt.Sprintf("   (numgen %d of %d: element %d : %s)", n-ng.offset, ng.mod, n, d)
 			}
-			out = append(out, b)
-		}
-		if missed > 0 {
-			// No element: the expression breaks the rule.
-			m := o
-			m.p, m.matched, m.verdict = missed, false, ""
-			out = append(out, m)
-		}
-		return out, nil
+			return b, nil
+		})
 	}
 	o, err := to(o, arg["addr"], arg["port"])
 	if err != nil {
@@ -581,6 +546,37 @@ func (w *walker) numgenMatch(rest []any, arg map[string]any, ng numgenExpr, o ru
 }
 
 type numgenExpr struct{ mod, offset int64 }
+
+// branches splits o into the numgen's mod equally likely branches, each
+// looking its number up in elems and applied by apply; the numbers with no
+// element add up to one branch where the rule did not match (a lookup that
+// finds nothing breaks the rule).
+func (ng numgenExpr) branches(o ruleOut, elems []elem, apply func(b ruleOut, n int64, e elem) (ruleOut, error)) ([]ruleOut, error) {
+	var out []ruleOut
+	missed := 0.0
+	for n := ng.offset; n < ng.offset+ng.mod; n++ {
+		b := o
+		b.p = o.p / float64(ng.mod)
+		e, found, err := lookup(elems, uint64(n))
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			missed += b.p
+			continue
+		}
+		if b, err = apply(b, n, e); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	if missed > 0 {
+		m := o
+		m.p, m.matched, m.verdict = missed, false, ""
+		out = append(out, m)
+	}
+	return out, nil
+}
 
 func numgen(e any) (numgenExpr, bool) {
 	m, ok := e.(map[string]any)
