@@ -286,12 +286,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
   sudo minikit lab stop node2 --remove`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := pickLab(cfg.Name, cfg.Dir)
-			if err != nil {
-				return err
-			}
-			exe, _ := os.Executable()
-			l, err := lab.Open(name, cfg.Dir, exe, newLogger("warn"))
+			l, err := openLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
 			}
@@ -312,12 +307,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
   sudo minikit lab start node2 --pod-network vxlan   # after lab stop node2: switch its pod network`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := pickLab(cfg.Name, cfg.Dir)
-			if err != nil {
-				return err
-			}
-			exe, _ := os.Executable()
-			l, err := lab.Open(name, cfg.Dir, exe, newLogger("warn"))
+			l, err := openLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
 			}
@@ -406,4 +396,14 @@ func newLabHelperCommands() []*cobra.Command {
 	etcd.Flags().StringVar(&etcdDir, "dir", "", "")
 	etcd.Flags().StringVar(&address, "address", "", "")
 	return []*cobra.Command{fwd, ext, etcd}
+}
+
+// openLab opens the lab named (or the only one) to act on one of its hosts.
+func openLab(name, dir string) (*lab.Lab, error) {
+	name, err := pickLab(name, dir)
+	if err != nil {
+		return nil, err
+	}
+	exe, _ := os.Executable()
+	return lab.Open(name, dir, exe, newLogger("warn"))
 }
