@@ -192,18 +192,30 @@ func generateNameSuffix() string {
 	return string(b)
 }
 
-func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request) error {
+// decodeRequest reads the request's object of rq's resource, with the
+// fieldValidation the client asked for; unknown fields it was told to warn
+// about become Warning headers (kubectl prints: Warning: unknown field
+// "spec.x").
+func decodeRequest(w http.ResponseWriter, r *http.Request, rq request) (runtime.Object, error) {
 	body, err := readBody(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	obj := rq.res.newObj()
 	warnings, err := decodeInto(body, obj, rq.res.gvk(), fieldValidation(r))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, wn := range warnings {
-		w.Header().Add("Warning", "299 - "+strconv.Quote(wn)) // kubectl prints: Warning: unknown field "spec.x"
+		w.Header().Add("Warning", "299 - "+strconv.Quote(wn))
+	}
+	return obj, nil
+}
+
+func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request) error {
+	obj, err := decodeRequest(w, r, rq)
+	if err != nil {
+		return err
 	}
 	if r.URL.Query().Get("dryRun") == "All" {
 		return apierrors.NewBadRequest("dryRun is not supported by minikit")
@@ -349,17 +361,9 @@ func prepareForCreate(res *resource, obj runtime.Object) {
 }
 
 func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) error {
-	body, err := readBody(r)
+	obj, err := decodeRequest(w, r, rq)
 	if err != nil {
 		return err
-	}
-	obj := rq.res.newObj()
-	warnings, err := decodeInto(body, obj, rq.res.gvk(), fieldValidation(r))
-	if err != nil {
-		return err
-	}
-	for _, wn := range warnings {
-		w.Header().Add("Warning", "299 - "+strconv.Quote(wn)) // kubectl prints: Warning: unknown field "spec.x"
 	}
 	m := metaOf(obj)
 	if m.GetName() != rq.name {
