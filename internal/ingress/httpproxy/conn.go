@@ -672,7 +672,7 @@ func (cc *clientConn) proxy(req *request, loc *config.Location, path string, b *
 		var gotBytes bool
 		sent, err = cc.send(uc, bodyLeft, loc.MaxBodySize)
 		if err == nil {
-			resp, gotBytes, err = cc.readResponseHead(uc, isHead)
+			resp, gotBytes, err = cc.p.readResponseHead(uc, isHead, true)
 		}
 		if err == nil {
 			break
@@ -851,10 +851,12 @@ func (cc *clientConn) copyChunked(uc *upConn, maxBody int64) error {
 }
 
 // readResponseHead reads the upstream's answer head, skipping 1xx interim
-// answers (except 101). gotBytes says whether any answer arrived at all.
-func (cc *clientConn) readResponseHead(uc *upConn, isHead bool) (response, bool, error) {
+// answers. A 101 (protocol switch) is the answer when the client's
+// connection can switch (HTTP/1.1), an error when it cannot (HTTP/2).
+// gotBytes says whether any answer arrived at all.
+func (p *Proxy) readResponseHead(uc *upConn, isHead, canSwitch bool) (response, bool, error) {
 	rd := &uc.rd
-	uc.dl.setRead(uc.nc, time.Now(), cc.p.opts.ReadTimeout)
+	uc.dl.setRead(uc.nc, time.Now(), p.opts.ReadTimeout)
 	got := false
 	for {
 		if rd.buffered() > 0 {
@@ -863,6 +865,9 @@ func (cc *clientConn) readResponseHead(uc *upConn, isHead bool) (response, bool,
 				resp, err := parseResponse(rd.buf[rd.r:rd.r+n], uc, isHead)
 				if err != nil {
 					return resp, true, &upstreamError{op: "reading from", addr: uc.pool.key.addr, err: err}
+				}
+				if resp.status == 101 && !canSwitch {
+					return resp, true, &upstreamError{op: "reading from", addr: uc.pool.key.addr, err: errors.New("protocol switch over HTTP/2")}
 				}
 				if resp.status >= 100 && resp.status < 200 && resp.status != 101 {
 					rd.r += n

@@ -123,7 +123,7 @@ func (p *Proxy) exchangeH2(w http.ResponseWriter, r *http.Request, loc *config.L
 		var resp response
 		got := false
 		if err == nil {
-			resp, got, err = p.h2ResponseHead(uc, r.Method == "HEAD")
+			resp, got, err = p.readResponseHead(uc, r.Method == "HEAD", false)
 		}
 		if err != nil {
 			uc.nc.Close()
@@ -258,35 +258,6 @@ func (p *Proxy) h2Body(uc *upConn, r *http.Request) error {
 		}
 		if rerr != nil {
 			return rerr
-		}
-	}
-}
-
-func (p *Proxy) h2ResponseHead(uc *upConn, isHead bool) (response, bool, error) {
-	rd := &uc.rd
-	uc.dl.setRead(uc.nc, time.Now(), p.opts.ReadTimeout)
-	got := false
-	for {
-		if rd.buffered() > 0 {
-			got = true
-			if n := headEnd(rd.buf[rd.r:rd.w]); n >= 0 {
-				resp, err := parseResponse(rd.buf[rd.r:rd.r+n], uc, isHead)
-				if err != nil {
-					return resp, true, &upstreamError{op: "reading from", addr: uc.pool.key.addr, err: err}
-				}
-				if resp.status >= 100 && resp.status < 200 {
-					if resp.status == 101 {
-						return resp, true, &upstreamError{op: "reading from", addr: uc.pool.key.addr, err: errors.New("protocol switch over HTTP/2")}
-					}
-					rd.r += n
-					continue
-				}
-				uc.headLen = n
-				return resp, true, nil
-			}
-		}
-		if err := rd.fill(uc.nc, 64<<10); err != nil {
-			return response{}, got, &upstreamError{op: "reading from", addr: uc.pool.key.addr, err: err}
 		}
 	}
 }
