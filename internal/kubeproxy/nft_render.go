@@ -356,16 +356,7 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 	port := strconv.Itoa(sp.port)
 	comment := nftComment(sp.name)
 	cluster, local, reachable, hasEndpoints := categorize(sp, eps)
-	for _, e := range local {
-		if e.ready {
-			out.localEndpoints++
-		}
-	}
-	for _, e := range eps {
-		if e.serving {
-			out.serving = append(out.serving, e.ip)
-		}
-	}
+	out.localEndpoints, out.serving = readyAndServing(local, eps)
 	base := nftChainBase(sp)
 	clusterChain, localChain := nftPrefixService+base, nftPrefixLocal+base
 	extChain, fwChain := nftPrefixExternal+base, nftPrefixFirewall+base

@@ -120,21 +120,29 @@ func commentWord(s string) string {
 	return s
 }
 
+// readyAndServing are what the health check and the UDP conntrack cleanup
+// keep of a service port's endpoints: how many of this node's are ready, and
+// the addresses of all that are serving.
+func readyAndServing(local, eps []*endpoint) (localReady int, serving []string) {
+	for _, e := range local {
+		if e.ready {
+			localReady++
+		}
+	}
+	for _, e := range eps {
+		if e.serving {
+			serving = append(serving, e.ip)
+		}
+	}
+	return localReady, serving
+}
+
 // renderService is the per-service part of syncProxyRules.
 func renderService(cfg *renderConfig, sp *servicePort, eps []*endpoint) *serviceRules {
 	out := &serviceRules{sp: sp}
 	proto := sp.protocol
 	cluster, local, reachable, hasEndpoints := categorize(sp, eps)
-	for _, e := range local {
-		if e.ready {
-			out.localEndpoints++
-		}
-	}
-	for _, e := range eps {
-		if e.serving {
-			out.serving = append(out.serving, e.ip)
-		}
-	}
+	out.localEndpoints, out.serving = readyAndServing(local, eps)
 
 	usesClusterChain := len(cluster) > 0 && sp.usesClusterEndpoints()
 	usesLocalChain := len(local) > 0 && sp.usesLocalEndpoints()
