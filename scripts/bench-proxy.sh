@@ -45,7 +45,13 @@ if [ "${1:-}" = --nft-vs ]; then
   refpkg=internal/kubeproxy   # the proxy's package in REF: proxy/ before the layout of issue 23
   [ -d "$TMP/ref/$refpkg" ] || refpkg=proxy
   cp internal/kubeproxy/nft_bench_test.go "$TMP/ref/$refpkg/nft_bench_test.go"
-  sed -i "s/^package kubeproxy\$/package $(basename $refpkg)/" "$TMP/ref/$refpkg/nft_bench_test.go"
+  if [ "$refpkg" = proxy ]; then
+    # REF's packages still had their old paths and names (docs/architecture.md, Layout).
+    sed -i -e "s/^package kubeproxy\$/package proxy/" \
+      -e 's#"github.com/minikit/minikit/internal/netns"#netns "github.com/minikit/minikit/sandbox"#' \
+      -e 's#"github.com/minikit/minikit/internal/nft"#"github.com/minikit/minikit/proxy/nft"#' \
+      "$TMP/ref/$refpkg/nft_bench_test.go"
+  fi
   (cd "$TMP/ref" && go test -c -o "$TMP/ref.test" "./$refpkg")
   go test -c -o "$TMP/this.test" ./internal/kubeproxy
   BENCH=${NFT_BENCH:-BenchmarkNFTSync/netlink/services=10000/}

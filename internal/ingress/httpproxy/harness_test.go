@@ -12,17 +12,17 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	"github.com/minikit/minikit/internal/ingress/config"
 
@@ -183,17 +183,10 @@ type running struct {
 	httpClient *http.Client
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 func startProxy(t testing.TB, cfg *config.Config, opts Config) *running {
 	t.Helper()
 	if opts.Logger == nil {
-		opts.Logger = testLogger(t)
+		opts.Logger = testutil.Logger(t)
 	}
 	opts.HSTS = true
 	p, err := New(opts)
