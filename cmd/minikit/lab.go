@@ -179,11 +179,7 @@ if anything is; the lab then stays registered, and down can be run again.`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := pickLab(cfg.Name, cfg.Dir)
-			if err != nil {
-				return err
-			}
-			st, err := lab.Load(name, cfg.Dir)
+			st, err := pickAndLoadLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
 			}
@@ -233,17 +229,13 @@ if anything is; the lab then stays registered, and down can be run again.`,
   sudo minikit lab kubeconfig --name np > np.kubeconfig`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			name, err := pickLab(cfg.Name, cfg.Dir)
-			if err != nil {
-				return err
-			}
-			st, err := lab.Load(name, cfg.Dir)
+			st, err := pickAndLoadLab(cfg.Name, cfg.Dir)
 			if err != nil {
 				return err
 			}
 			b, err := os.ReadFile(filepath.Join(st.Dir, "kubeconfig"))
 			if err != nil {
-				return fmt.Errorf("reading the kubeconfig of lab %q: %w", name, err)
+				return fmt.Errorf("reading the kubeconfig of lab %q: %w", st.Name, err)
 			}
 			_, err = cmd.OutOrStdout().Write(b)
 			return err
@@ -406,4 +398,13 @@ func openLab(name, dir string) (*lab.Lab, error) {
 	}
 	exe, _ := os.Executable()
 	return lab.Open(name, dir, exe, newLogger("warn"))
+}
+
+// pickAndLoadLab reads the state of the lab named (or the only one).
+func pickAndLoadLab(name, dir string) (lab.State, error) {
+	name, err := pickLab(name, dir)
+	if err != nil {
+		return lab.State{}, err
+	}
+	return lab.Load(name, dir)
 }
