@@ -132,37 +132,6 @@ func (c *container) watchAdopted() {
 	}
 }
 
-// procStat reads the fields of /proc/PID/stat that follow the command name
-// (state, ppid, pgrp, ...; proc(5) numbers them from 3), or nil when the process
-// is gone or a zombie.
-func procStat(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) == 0 || f[0] == "Z" {
-		return nil
-	}
-	return f
-}
-
-// ProcStartTime reads a process's start time in clock ticks since boot (0 if it
-// is gone or a zombie): with its PID, it names one process for good.
-func ProcStartTime(pid int) uint64 {
-	f := procStat(pid)
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
-
 func (w *podWorker) logPath(name string) string {
 	return filepath.Join(w.dir(), "logs", name+".log")
 }

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minikit/minikit/internal/proc"
+
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/netns"
@@ -46,10 +48,9 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 			continue
 		}
 		for _, cs := range w.state.Containers {
-			if cs.PID > 0 && cs.ProcStart != 0 && ProcStartTime(cs.PID) == cs.ProcStart {
-				syscall.Kill(-cs.PID, syscall.SIGKILL)
-				syscall.Kill(cs.PID, syscall.SIGKILL)
-				for i := 0; i < 50 && ProcStartTime(cs.PID) == cs.ProcStart; i++ {
+			if cs.PID > 0 && cs.ProcStart != 0 && proc.StartTime(cs.PID) == cs.ProcStart {
+				proc.SignalGroup(cs.PID, syscall.SIGKILL)
+				for i := 0; i < 50 && proc.StartTime(cs.PID) == cs.ProcStart; i++ {
 					time.Sleep(20 * time.Millisecond)
 				}
 			}
@@ -167,7 +168,7 @@ func killInPod(name string, keep func(pid, pgid, ppid int) bool) []int {
 		if !inPod {
 			continue
 		}
-		f := procStat(pid)
+		f := proc.Stat(pid)
 		if len(f) < 4 {
 			continue
 		}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minikit/minikit/internal/proc"
+
 	"github.com/minikit/minikit/internal/cni"
 	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/netns"
@@ -67,7 +69,7 @@ type procID struct {
 	start uint64
 }
 
-func (p procID) running() bool { return alive(p.pid) && kubelet.ProcStartTime(p.pid) == p.start }
+func (p procID) running() bool { return proc.Alive(p.pid) && proc.StartTime(p.pid) == p.start }
 
 // names are the names of the lab's own network namespaces: those its state
 // records, newest first. (Only those: a namespace with a lab host's name that
@@ -140,8 +142,8 @@ func processesIn(ns string) []procID {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err == nil && ns == want && alive(pid) {
-			out = append(out, procID{pid, kubelet.ProcStartTime(pid)})
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err == nil && ns == want && proc.Alive(pid) {
+			out = append(out, procID{pid, proc.StartTime(pid)})
 		}
 	}
 	return out
@@ -152,8 +154,7 @@ func processesIn(ns string) []procID {
 func kill(procs []procID) {
 	for _, p := range procs {
 		if p.running() {
-			syscall.Kill(-p.pid, syscall.SIGKILL)
-			syscall.Kill(p.pid, syscall.SIGKILL)
+			proc.SignalGroup(p.pid, syscall.SIGKILL)
 		}
 	}
 	for _, p := range procs {
@@ -170,7 +171,7 @@ func down(st State, binary string, log *slog.Logger) error {
 	procs := map[procID]string{}
 	for host, pid := range st.PIDs {
 		if pid > 0 && st.owns(host, pid) {
-			procs[procID{pid, kubelet.ProcStartTime(pid)}] = host
+			procs[procID{pid, proc.StartTime(pid)}] = host
 		}
 	}
 	for _, ns := range append(st.namespaces(), podSandboxes(prefixes)...) {
@@ -181,11 +182,9 @@ func down(st State, binary string, log *slog.Logger) error {
 	// Stop the node processes (and the forwarder) first so nothing recreates pods.
 	for host, pid := range st.PIDs {
 		if pid > 0 && st.owns(host, pid) {
-			syscall.Kill(-pid, syscall.SIGTERM)
-			syscall.Kill(pid, syscall.SIGTERM)
+			proc.SignalGroup(pid, syscall.SIGTERM)
 			if !waitGone(pid, 5*time.Second) {
-				syscall.Kill(-pid, syscall.SIGKILL)
-				syscall.Kill(pid, syscall.SIGKILL)
+				proc.SignalGroup(pid, syscall.SIGKILL)
 				waitGone(pid, 2*time.Second)
 			}
 			log.Debug("stopped", "host", host, "pid", pid)

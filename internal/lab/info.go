@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minikit/minikit/internal/proc"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -118,7 +120,7 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 		}
 		if pid, ok := st.PIDs[h]; ok {
 			hi.PID = pid
-			hi.Running = pid > 0 && alive(pid) && st.owns(h, pid)
+			hi.Running = pid > 0 && proc.Alive(pid) && st.owns(h, pid)
 			in.Running = in.Running && hi.Running
 		} else if h == "forwarder" || h == EtcdHost {
 			continue

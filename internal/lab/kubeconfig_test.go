@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/minikit/minikit/internal/kubelet"
+	"github.com/minikit/minikit/internal/proc"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -224,7 +224,7 @@ func TestRegistry(t *testing.T) {
 func TestLeftovers(t *testing.T) {
 	dir := t.TempDir()
 	st := State{Name: "mkleft", Nodes: 1, Dir: dir}
-	self := procID{os.Getpid(), kubelet.ProcStartTime(os.Getpid())}
+	self := procID{os.Getpid(), proc.StartTime(os.Getpid())}
 	left := st.leftovers(map[procID]string{self: "host node1", {pid: os.Getpid(), start: self.start + 1}: "host gone"}, st.podPrefixes())
 	want := []string{"directory " + dir, "process"}
 	if len(left) != 2 || left[0] != want[0] || !strings.HasPrefix(left[1], "process ") || !strings.Contains(left[1], "of host node1") {

@@ -24,8 +24,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minikit/minikit/internal/proc"
+
 	"github.com/minikit/minikit/internal/fsutil"
-	"github.com/minikit/minikit/internal/kubelet"
 	"github.com/minikit/minikit/internal/netns"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -96,7 +97,7 @@ type State struct {
 	Subnet     string         `json:"subnet"`
 	Namespaces []string       `json:"namespaces"`
 	PIDs       map[string]int `json:"pids"`
-	// Starts holds each PID's start time (kubelet.ProcStartTime), so that down
+	// Starts holds each PID's start time (proc.StartTime), so that down
 	// stops the process the lab started and never one that reused its PID.
 	Starts map[string]uint64   `json:"starts,omitempty"`
 	Args   map[string][]string `json:"args"`
@@ -573,7 +574,7 @@ func (l *Lab) recordPID(host string, pid int) {
 		l.state.Starts = map[string]uint64{}
 	}
 	l.state.PIDs[host] = pid
-	l.state.Starts[host] = kubelet.ProcStartTime(pid)
+	l.state.Starts[host] = proc.StartTime(pid)
 }
 
 // PID is the process running on a lab host (0 if none).
@@ -583,7 +584,7 @@ func (l *Lab) PID(host string) int { return l.state.PIDs[host] }
 // waits for it to exit. Its pods keep running.
 func (l *Lab) Stop(host string, sig syscall.Signal) error {
 	pid := l.state.PIDs[host]
-	if pid == 0 || !alive(pid) {
+	if pid == 0 || !proc.Alive(pid) {
 		return fmt.Errorf("%s runs no process", host)
 	}
 	syscall.Kill(pid, sig)
@@ -600,7 +601,7 @@ func (l *Lab) Start(host string) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("%s has no process to start", host)
 	}
-	if pid := l.state.PIDs[host]; pid != 0 && alive(pid) {
+	if pid := l.state.PIDs[host]; pid != 0 && proc.Alive(pid) {
 		return fmt.Errorf("%s already runs process %d", host, pid)
 	}
 	if host == EtcdHost {
@@ -682,7 +683,7 @@ func (l *Lab) RemoveNode(ctx context.Context, host string) error {
 			return fmt.Errorf("%s is a server of the lab's HA control plane (an etcd member) and cannot be removed; stop it with lab stop %s", host, host)
 		}
 	}
-	if pid := l.state.PIDs[host]; pid != 0 && alive(pid) {
+	if pid := l.state.PIDs[host]; pid != 0 && proc.Alive(pid) {
 		if err := l.Stop(host, syscall.SIGTERM); err != nil {
 			return err
 		}
@@ -708,15 +709,12 @@ func (l *Lab) RemoveNode(ctx context.Context, host string) error {
 // start times were recorded falls back to the command line naming minikit.
 func (st State) owns(host string, pid int) bool {
 	if start := st.Starts[host]; start != 0 {
-		return kubelet.ProcStartTime(pid) == start
+		return proc.StartTime(pid) == start
 	}
 	return isMinikit(pid)
 }
 
-func isMinikit(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	return err == nil && strings.Contains(string(b), "minikit")
-}
+func isMinikit(pid int) bool { return strings.Contains(proc.Cmdline(pid), "minikit") }
 
 // waitGone waits for a process to exit. A zombie counts as gone: lab processes
 // outlive the `lab up` that started them, and their new parent may reap late.
@@ -725,7 +723,7 @@ func waitGone(pid int, d time.Duration) bool {
 	for {
 		var ws syscall.WaitStatus
 		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil) // reap it if it is our child
-		if !alive(pid) {
+		if !proc.Alive(pid) {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -733,16 +731,6 @@ func waitGone(pid int, d time.Duration) bool {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
 }
 
 // DialContext dials addr from inside a lab host's network namespace; the socket
