@@ -24,6 +24,12 @@ the 0x4000 mark and the masquerade, the route out and the pod reached, or the
 DROP/REJECT and why. Both modes print the same way; in nftables mode a rule is
 "kube-proxy CHAIN #N: RULE" and a map lookup names the element it found.
 
+The paths come most probable first (probabilities equal to one part in a
+million are equal) and, among equal ones, in the order the kernel's rules give
+them: the KUBE-SEP rules' order in iptables mode, the numgen map's elements in
+nftables mode. The same rules give the same order in every output (tree, json,
+yaml, dot) and in minikit ui, every time.
+
 FROM: pod/NAME (or NAME), node/NAME, client or external (the lab's hosts), or an IP.
 TO:   svc/NAME[:PORT] (the cluster IP), or ADDRESS:PORT where ADDRESS is a
       cluster IP, external IP, LoadBalancer IP, node IP or node name (NodePort).

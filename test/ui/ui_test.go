@@ -234,14 +234,30 @@ func TestUIInChromium(t *testing.T) {
 		}
 		return nil
 	})
+	// The API's 5 ready endpoints are not yet the proxy's: trace until node1's
+	// rules have all 5 (the proxy has synced the scale), so that the CLI's
+	// trace and the page's read the same rules.
 	to := fmt.Sprintf("node1:%d", svc.Spec.Ports[0].NodePort)
-	out, err := exec.Command(testenv.Minikit(t), "trace", "--lab", l.Name(), "client", to, "-o", "json").CombinedOutput()
-	if err != nil {
-		t.Fatalf("minikit trace client %s: %v\n%s", to, err, out)
-	}
 	var res trace.Result
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("minikit trace -o json: %v\n%s", err, out)
+	var out []byte
+	testutil.Eventually(t, 60*time.Second, "node1's rules DNAT to all 5 endpoints", func() error {
+		var err error
+		out, err = exec.Command(testenv.Minikit(t), "trace", "--lab", l.Name(), "client", to, "-o", "json").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("minikit trace client %s: %v\n%s", to, err, out)
+		}
+		res = trace.Result{}
+		if err := json.Unmarshal(out, &res); err != nil {
+			return fmt.Errorf("minikit trace -o json: %v\n%s", err, out)
+		}
+		if eps := res.Endpoints(); len(eps) != 5 {
+			return fmt.Errorf("the trace reaches %d endpoints: %v", len(eps), eps)
+		}
+		return nil
+	})
+	var cliPaths []string
+	for _, p := range res.Paths {
+		cliPaths = append(cliPaths, p.Verdict+" "+p.Dst)
 	}
 	hops := topology.PathOf(graphOf(t, url), &res, 0)
 	if len(hops) == 0 {
@@ -261,7 +277,17 @@ func TestUIInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 30*time.Second, "the trace's hops highlighted", func() error {
+	// The page lists every branch of the probability hop in the CLI's order
+	// (most probable first, then the KUBE-SEP rules' order) and highlights
+	// the first, as the CLI prints it.
+	testutil.Eventually(t, 30*time.Second, "the trace's paths listed and hops highlighted", func() error {
+		paths, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#trace-result .path")].map(e => e.dataset.verdict + " " + e.dataset.dst)`))
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(paths, cliPaths) {
+			return fmt.Errorf("paths on the page:\n  %s\nwant (minikit trace -o json):\n  %s", strings.Join(paths, "\n  "), strings.Join(cliPaths, "\n  "))
+		}
 		got, err := pageHops(ctx)
 		if err != nil {
 			return err

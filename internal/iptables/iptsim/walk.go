@@ -18,6 +18,7 @@ package iptsim
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -267,7 +268,7 @@ func (r *Rules) Trace(node Node, pkt Packet) ([]Outcome, error) {
 			}
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Probability > out[j].Probability })
+	SortOutcomes(out)
 	return out, nil
 }
 
@@ -284,8 +285,21 @@ func (r *Rules) Forward(node Node, pkt Packet) ([]Outcome, error) {
 	for _, f := range res {
 		out = append(out, outcome(f, false))
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Probability > out[j].Probability })
+	SortOutcomes(out)
 	return out, nil
+}
+
+// SortOutcomes orders outcomes most probable first and, among equally
+// probable ones, in the order the kernel's rules give them (the order the
+// walk met them: the KUBE-SEP rules' order, the numgen map's elements). The
+// probabilities are products of the rules' --probability values, which
+// kube-proxy prints with ten decimals, so paths of one Service differ in
+// their last bits (0.2 against 0.19999999999); they compare equal when they
+// agree to one part in a million, so that floating-point noise never decides
+// which path comes first. The same rules give the same order every time.
+func SortOutcomes(out []Outcome) {
+	key := func(p float64) float64 { return math.Round(p * 1e6) }
+	sort.SliceStable(out, func(i, j int) bool { return key(out[i].Probability) > key(out[j].Probability) })
 }
 
 func outcome(r result, local bool) Outcome {
@@ -363,7 +377,9 @@ func (w *walker) rules(table, chain string, rules []savedRule, i int, st state, 
 		if err != nil {
 			return nil, err
 		}
-		return append(out, hit...), nil
+		// The rule's own branch before the rest of the chain: outcomes come
+		// in the rules' order (SortOutcomes keeps it among equals).
+		return append(hit, out...), nil
 	}
 	end := Step{Table: table, Chain: chain, Text: "end of chain", Target: "RETURN", Probability: 1}
 	if iptables.IsBuiltin(table, chain) {

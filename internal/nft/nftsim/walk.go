@@ -3,7 +3,6 @@ package nftsim
 import (
 	"fmt"
 	"net/netip"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -92,7 +91,7 @@ func (r *Ruleset) Trace(node iptsim.Node, pkt iptsim.Packet) ([]iptsim.Outcome, 
 			out = append(out, outcome(x, local))
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Probability > out[j].Probability })
+	iptsim.SortOutcomes(out)
 	return out, nil
 }
 

@@ -438,7 +438,7 @@ function showPath(i) {
   state.hops = (t.hops && t.hops[i]) || [];
   markHops();
   const paths = (r.paths || []).map((p, j) =>
-    `<label class="path"><input type="radio" name="path" value="${j}" ${j === i ? "checked" : ""}> ` +
+    `<label class="path" data-verdict="${esc(p.verdict)}" data-dst="${esc(p.dst)}"><input type="radio" name="path" value="${j}" ${j === i ? "checked" : ""}> ` +
     `${esc(p.verdict)} ${(p.probability * 100).toFixed(1)}% → ${esc(p.dst)}${p.endpoint ? " (" + esc(p.endpoint.namespace + "/" + p.endpoint.name) + ")" : ""}</label>`).join("");
   const p = (r.paths || [])[i];
   let steps = "";
