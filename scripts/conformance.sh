@@ -6,11 +6,14 @@
 #   sudo ./scripts/conformance.sh --focus 'Netpol'      # the upstream NetworkPolicy specs
 #   sudo ./scripts/conformance.sh --lab NAME            # use a running lab instead of making one
 #   sudo ./scripts/conformance.sh --proxy-mode nftables # the lab's kube-proxy in nftables mode
+#   sudo ./scripts/conformance.sh --procs 1             # one Ginkgo process (default 4, as upstream's jobs run in parallel)
 #
 # It builds upstream e2e.test v1.37.2 once (scripts/build-e2e.sh, cached under
 # /var/cache/minikit/e2e; about 30 minutes cold on 2 cores), builds minikit, brings
 # up a two-node lab, and runs e2e.test --provider=local INSIDE node1's network
-# namespace with a kubeconfig for the API's lab address: every packet the suite
+# namespace with a kubeconfig for the API's lab address, in parallel Ginkgo
+# processes (the ginkgo CLI build-e2e.sh builds beside it; specs marked
+# [Serial] run alone at the end, as Ginkgo does for upstream): every packet the suite
 # sends (to pods, Services, node ports) stays in the lab. It writes the JUnit
 # report (--report-dir, default /tmp/minikit-conformance), prints one line per
 # spec (PASS/FAIL/SKIP, seconds, the failure's first line) and the totals, and
@@ -23,7 +26,7 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 FOCUS='\[sig-network\].*\[Conformance\]'
 SKIP=''
-LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables
+LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables PROCS=${CONFORMANCE_PROCS:-4}
 while [ $# -gt 0 ]; do
   case $1 in
     --focus) FOCUS=$2; shift 2 ;;
@@ -33,11 +36,12 @@ while [ $# -gt 0 ]; do
     --proxy-mode) PROXY_MODE=$2; shift 2 ;;
     --report-dir) REPORT=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --procs) PROCS=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ "${MINIKIT_SKIP_DEPS:-}" = 1 ] || ./scripts/deps.sh
+[ "${MINIKIT_SKIP_DEPS:-}" = 1 ] || ./scripts/deps.sh conformance
 
 START=$SECONDS
 E2E=$(./scripts/build-e2e.sh)
@@ -75,13 +79,15 @@ sed -E "s#^(\s*server:).*#\1 $internal#" "$kubeconfig" >"$TMP/kubeconfig"
 
 mkdir -p "$REPORT"
 rm -f "$REPORT"/junit_*.xml
-echo "== e2e.test in netns $netns against $internal, focus: $FOCUS"
-args=(--provider=local --kubeconfig="$TMP/kubeconfig" --report-dir="$REPORT"
-  --ginkgo.focus="$FOCUS" --ginkgo.timeout="$TIMEOUT" --ginkgo.no-color
-  --ginkgo.poll-progress-after=5m)
-[ -z "$SKIP" ] || args+=(--ginkgo.skip="$SKIP")
+echo "== e2e.test in netns $netns against $internal, $PROCS Ginkgo processes, focus: $FOCUS"
+GINKGO=$(dirname "$E2E")/ginkgo
+gargs=(--procs="$PROCS" --focus="$FOCUS" --timeout="$TIMEOUT" --no-color --poll-progress-after=5m)
+[ -z "$SKIP" ] || gargs+=(--skip="$SKIP")
 rc=0
-ip netns exec "$netns" "$E2E" "${args[@]}" >"$REPORT/e2e.log" 2>&1 || rc=$?
+t0=$SECONDS
+ip netns exec "$netns" "$GINKGO" "${gargs[@]}" "$E2E" -- --provider=local --kubeconfig="$TMP/kubeconfig" \
+  --report-dir="$REPORT" >"$REPORT/e2e.log" 2>&1 || rc=$?
+echo "e2e.test ran ${PROCS} processes for $((SECONDS - t0))s"
 [ "${VERBOSE:-}" != 1 ] || cat "$REPORT/e2e.log"
 
 # One line per spec that ran (or was skipped), from the JUnit report.

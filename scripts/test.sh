@@ -9,7 +9,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root: sudo $0" >&2; exit 1; }
-./scripts/deps.sh
+# Each phase's time, printed at the end (phase NAME starts NAME and ends the one before).
+phases=() phase_name='' phase_start=$SECONDS
+phase() {
+  [ -z "$phase_name" ] || phases+=("$(printf '%-34s %5ds' "$phase_name" $((SECONDS - phase_start)))")
+  phase_name=$1 phase_start=$SECONDS
+}
+print_phases() {
+  phase ''
+  echo "== time per phase (total ${SECONDS}s)"
+  printf '  %s\n' "${phases[@]}"
+}
+phase "deps (scripts/deps.sh test)"
+./scripts/deps.sh test
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 export CI=${CI:-true}
 # The kubectl tests also drive Debian's kubectl 1.20 (deps.sh unpacks it there).
@@ -18,13 +30,17 @@ k120=/var/cache/minikit/kubectl-1.20/usr/bin/kubectl
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
+phase "go vet"
 go vet ./...
 # The upstream binaries, built before the tests (cached in /var/cache/minikit/e2e; cold,
 # about 20-30 minutes on 2 cores for e2e.test, then about 3 for kube-proxy in the same
 # tree): test/upstreamproxy runs upstream kube-proxy next to minikit's proxy, the
 # conformance runs below run e2e.test.
+phase "build e2e.test and ginkgo"
 ./scripts/build-e2e.sh >/dev/null
+phase "build upstream kube-proxy"
 ./scripts/build-upstream-proxy.sh >/dev/null
+phase "go test (unit, kernel, lab tiers)"
 go test -race -count=1 -timeout 40m -v ./... 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 status=${PIPESTATUS[0]}
 passed=$(grep -cE '^\s*--- PASS' "$log" || true)
@@ -58,6 +74,7 @@ conf_summary=""
 if [ "${CONFORMANCE:-1}" != 0 ]; then
   conf_focus=${CONFORMANCE_FOCUS:-'\[sig-network\].*\[Conformance\]|\[sig-network\] Netpol '}
   conf_skip=${CONFORMANCE_SKIP-'SCTPConnectivity'}
+  phase "upstream: conformance + netpol (iptables)"
   if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --focus "$conf_focus" --skip "$conf_skip" --report-dir "$log.conformance" > "$log.conf" 2>&1; then
     cat "$log.conf"
     status=1
@@ -68,6 +85,7 @@ if [ "${CONFORMANCE:-1}" != 0 ]; then
   rm -rf "$log.conf" "$log.conformance"
   # The 47 conformance specs again, with the lab's kube-proxy in nftables mode
   # (about 6 minutes): the Services the suite checks are the same in both modes.
+  phase "upstream: conformance (nftables)"
   if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --proxy-mode nftables --report-dir "$log.conformance" > "$log.conf" 2>&1; then
     cat "$log.conf"
     status=1
@@ -81,11 +99,13 @@ fi
 # fixed number of executions (scripts/fuzz.sh --time 5m for a long run).
 fuzz=(--ci)
 [ -n "${FUZZ_TIME:-}" ] && fuzz=(--time "$FUZZ_TIME")
+phase "fuzz"
 if ! ./scripts/fuzz.sh "${fuzz[@]}" > "$log.fuzz" 2>&1; then
   cat "$log.fuzz"
   status=1
 fi
 sed -n '/== fuzz summary/,$p' "$log.fuzz"
 rm -f "$log.fuzz"
+print_phases
 echo "${passed} passed, ${failed} failed, ${skipped} skipped${conf_summary}"
 exit "$status"
