@@ -91,6 +91,16 @@ trap 'exit 130' INT TERM
 bold "== building minikit"
 go build -o "$MINIKIT" ./cmd/minikit
 
+# The doctor's lines say what this machine lacks and how to get it, before a
+# lab up would fail with a netlink error; its warnings are worth a look too.
+bold "== minikit doctor"
+if ! doctor=$("$MINIKIT" doctor 2>&1); then
+  printf '%s\n' "$doctor" >&2
+  echo "the tour stops here: install or enable what the missing lines name, then run it again" >&2
+  exit 1
+fi
+printf '%s\n' "$doctor" | grep -v '^ok ' || true
+
 bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --datastore $DATASTORE --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
 "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --datastore "$DATASTORE" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
 

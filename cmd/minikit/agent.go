@@ -59,6 +59,9 @@ func newAgentCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := preflight(cmd); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			a, err := cluster.StartAgent(cfg)

@@ -43,6 +43,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(newServerCommand(), newVersionCommand(), newImageRunCommand(), execCmd, newDownCommand(),
 		newAgentCommand(), newLabCommand(), newIngressCommand(), newTraceCommand(), newProxyCommand(), newDocsCommand())
 	root.AddCommand(newUICommand())
+	root.AddCommand(newDoctorCommand())
 	root.AddCommand(newStoreCommand())
 	root.AddCommand(newLabHelperCommands()...)
 	root.AddCommand(newKubectlCommands()...)
@@ -305,6 +306,11 @@ func newServerCommand() *cobra.Command {
 			}
 			if cfg.NodePortMin, cfg.NodePortMax, err = parsePortRange(nodePorts); err != nil {
 				return fmt.Errorf("parsing --service-node-port-range: %w", err)
+			}
+			if !disableAgent {
+				if err := preflight(cmd); err != nil {
+					return err
+				}
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -98,6 +98,9 @@ lab down removes them again and makes the previous context current again.
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := preflight(cmd); err != nil {
+				return err
+			}
 			if cfg.Name == "" {
 				cfg.Name = "lab"
 			}
