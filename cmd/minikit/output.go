@@ -64,7 +64,7 @@ type versionInfo struct {
 }
 
 func buildVersion(bi *debug.BuildInfo, ok bool) versionInfo {
-	v := versionInfo{Version: version, KubeAPI: "v1.32"}
+	v := versionInfo{Version: version, KubeAPI: "v1.37"}
 	if !ok || bi == nil {
 		return v
 	}

@@ -52,7 +52,7 @@ func TestVersionOutput(t *testing.T) {
 		})
 	}
 	out, err := run(t, "version")
-	if err != nil || !strings.HasPrefix(out, "minikit "+version+" (Kubernetes API v1.32") {
+	if err != nil || !strings.HasPrefix(out, "minikit "+version+" (Kubernetes API v1.37") {
 		t.Errorf("version = %q, %v", out, err)
 	}
 }
@@ -68,11 +68,11 @@ func TestBuildVersion(t *testing.T) {
 		ok   bool
 		want map[string]any
 	}{
-		{"git checkout", bi, true, map[string]any{"version": version, "kubernetesAPI": "v1.32", "goVersion": "go1.99",
+		{"git checkout", bi, true, map[string]any{"version": version, "kubernetesAPI": "v1.37", "goVersion": "go1.99",
 			"module": "github.com/minikit/minikit", "moduleVersion": "(devel)", "gitCommit": "0123456789abcdef",
 			"gitCommitTime": "2026-12-04T14:00:00Z", "gitModified": true}},
-		{"no vcs", &debug.BuildInfo{GoVersion: "go1.99"}, true, map[string]any{"version": version, "kubernetesAPI": "v1.32", "goVersion": "go1.99"}},
-		{"no build info", nil, false, map[string]any{"version": version, "kubernetesAPI": "v1.32", "goVersion": ""}},
+		{"no vcs", &debug.BuildInfo{GoVersion: "go1.99"}, true, map[string]any{"version": version, "kubernetesAPI": "v1.37", "goVersion": "go1.99"}},
+		{"no build info", nil, false, map[string]any{"version": version, "kubernetesAPI": "v1.37", "goVersion": ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,12 +9,17 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 )
 
-// KubernetesVersion is the Kubernetes API level minikit speaks.
-const KubernetesVersion = "v1.32.0"
+// KubernetesVersion is the Kubernetes release whose API, client libraries
+// (k8s.io/* v0.37.2) and upstream suites (e2e.test v1.37.2) minikit follows;
+// /version reports it with "+minikit-" and minikit's own version.
+const KubernetesVersion = "v1.37.2"
+
+// kubernetesMinor is KubernetesVersion's minor version.
+const kubernetesMinor = "37"
 
 func (s *Server) versionInfo() version.Info {
 	return version.Info{
-		Major: "1", Minor: "32", GitVersion: KubernetesVersion + "+minikit-" + s.cfg.Version,
+		Major: "1", Minor: kubernetesMinor, GitVersion: KubernetesVersion + "+minikit-" + s.cfg.Version,
 		GitCommit: s.cfg.Version, GitTreeState: "clean", BuildDate: "",
 		GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH,
 	}

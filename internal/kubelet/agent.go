@@ -53,7 +53,7 @@ import (
 )
 
 // KubeletVersion is what the Node reports as its kubelet version.
-const KubeletVersion = "v1.32.0-minikit"
+const KubeletVersion = "v1.37.2-minikit"
 
 // heartbeatPeriod is how often the Ready condition's heartbeat is refreshed.
 const heartbeatPeriod = 10 * time.Second

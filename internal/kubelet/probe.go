@@ -186,7 +186,7 @@ func (netProber) probe(ctx context.Context, p *corev1.Probe, t probeTarget) erro
 		if err != nil {
 			return err
 		}
-		req.Header.Set("User-Agent", "kube-probe/1.32")
+		req.Header.Set("User-Agent", "kube-probe/1.37")
 		for _, h := range g.HTTPHeaders {
 			if strings.EqualFold(h.Name, "Host") {
 				req.Host = h.Value

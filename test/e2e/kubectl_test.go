@@ -478,8 +478,8 @@ func TestKubectl(t *testing.T) {
 	t.Run("discovery", func(t *testing.T) {
 		var v struct{ Major, Minor, GitVersion string }
 		out := k.ok(t, "get", "--raw", "/version")
-		if err := json.Unmarshal([]byte(out), &v); err != nil || v.Major != "1" || v.Minor != "32" || !strings.HasPrefix(v.GitVersion, "v1.32.") {
-			t.Errorf("get --raw /version = %s (err %v), want major 1 minor 32", out, err)
+		if err := json.Unmarshal([]byte(out), &v); err != nil || v.Major != "1" || v.Minor != "37" || !strings.HasPrefix(v.GitVersion, "v1.37.2+minikit-") {
+			t.Errorf("get --raw /version = %s (err %v), want major 1 minor 37, v1.37.2+minikit-VERSION", out, err)
 		}
 		tb := parseTable(k.ok(t, "api-resources"))
 		if want := []string{"NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"}; !slices.Equal(tb.header, want) {
