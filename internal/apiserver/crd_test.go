@@ -375,14 +375,14 @@ func TestCustomResourceCRUD(t *testing.T) {
 		wantStatus(t, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, "application/merge-patch+json")
 
 	// Update with a stale resourceVersion conflicts; with the current one it works.
-	cur := a.get(widgetsPath + "/w1").obj(t, http.StatusOK)
+	cur := a.get(widgetsPath+"/w1").obj(t, http.StatusOK)
 	cur.at("spec").(map[string]any)["color"] = "black"
 	a.put(widgetsPath+"/w1", cur).obj(t, http.StatusOK)
 	a.put(widgetsPath+"/w1", cur).wantStatus(t, http.StatusConflict, metav1.StatusReasonConflict, "")
 
 	// Finalizers hold a delete; removing them completes it.
 	a.patch(widgetsPath+"/w1", "application/merge-patch+json", `{"metadata":{"finalizers":["example.com/hold"]}}`).obj(t, http.StatusOK)
-	d := a.delete(widgetsPath + "/w1").obj(t, http.StatusOK)
+	d := a.delete(widgetsPath+"/w1").obj(t, http.StatusOK)
 	if d.at("metadata.deletionTimestamp") == nil {
 		t.Errorf("deleted with a finalizer: %v", d)
 	}
@@ -484,8 +484,8 @@ func TestCustomResourceStatusScaleGeneration(t *testing.T) {
 	}
 	// Scale: read from the CRD's paths, written to spec.replicas.
 	var sc struct {
-		Kind string
-		Spec struct{ Replicas int32 }
+		Kind   string
+		Spec   struct{ Replicas int32 }
 		Status struct {
 			Replicas int32
 			Selector string
@@ -499,7 +499,7 @@ func TestCustomResourceStatusScaleGeneration(t *testing.T) {
 	if sc.Spec.Replicas != 5 {
 		t.Errorf("scaled %+v", sc)
 	}
-	g := a.get(widgetsPath + "/w").obj(t, http.StatusOK)
+	g := a.get(widgetsPath+"/w").obj(t, http.StatusOK)
 	if g.at("spec.replicas") != 5.0 || g.at("metadata.generation") != 2.0 {
 		t.Errorf("after scale: %v", g)
 	}
@@ -538,7 +538,7 @@ func TestCustomResourceWatch(t *testing.T) {
 	c := a.post(widgetsPath, widget("w", map[string]any{})).obj(t, http.StatusCreated)
 	rv := c.at("metadata.resourceVersion").(string)
 	a.patch(widgetsPath+"/w", "application/merge-patch+json", `{"spec":{"color":"red"}}`).obj(t, http.StatusOK)
-	a.delete(widgetsPath + "/w").obj(t, http.StatusOK)
+	a.delete(widgetsPath+"/w").obj(t, http.StatusOK)
 	r := a.get(widgetsPath + "?watch=true&timeoutSeconds=1&resourceVersion=" + rv)
 	var types []string
 	for _, line := range strings.Split(strings.TrimSpace(string(r.body)), "\n") {
@@ -572,7 +572,7 @@ func TestCRDDeletionDeletesCustomResources(t *testing.T) {
 	testutil.Eventually(t, waitTimeout, "widget a deleted", a.gone(widgetsPath+"/a"))
 	// The held one is marked, and keeps the CRD.
 	testutil.Eventually(t, waitTimeout, "held widget marked", func() error {
-		if o := a.get(widgetsPath + "/held").obj(t, http.StatusOK); o.at("metadata.deletionTimestamp") == nil {
+		if o := a.get(widgetsPath+"/held").obj(t, http.StatusOK); o.at("metadata.deletionTimestamp") == nil {
 			return fmt.Errorf("not marked")
 		}
 		return nil
@@ -608,7 +608,7 @@ func TestCRDSurvivesRestart(t *testing.T) {
 
 	b := newTestAPIWith(t, apiOptions{dbPath: path})
 	// Served from the first request: New serves the stored CRDs.
-	o := b.get(widgetsPath + "/w").obj(t, http.StatusOK)
+	o := b.get(widgetsPath+"/w").obj(t, http.StatusOK)
 	if o.at("spec.color") != "red" || o.at("spec.replicas") != 1.0 {
 		t.Errorf("after restart %v", o)
 	}
@@ -634,7 +634,7 @@ func TestCRDServedByEveryServer(t *testing.T) {
 		}
 		return nil
 	})
-	apis[1].delete(crdsPath + "/widgets.example.com").mustCode(t, http.StatusOK, nil)
+	apis[1].delete(crdsPath+"/widgets.example.com").mustCode(t, http.StatusOK, nil)
 	for _, a := range apis {
 		testutil.Eventually(t, waitTimeout, "widgets gone", func() error {
 			if r := a.get(widgetsPath); r.code != http.StatusNotFound {

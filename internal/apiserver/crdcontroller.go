@@ -69,7 +69,7 @@ func (s *Server) syncAllCRDs(ctx context.Context) (int64, error) {
 	}
 	for _, name := range s.crds.names() {
 		if !present[name] {
-			s.crds.set(name, "", nil)
+			s.crds.set(name, "", nil, nil)
 		}
 	}
 	return rev, nil
@@ -98,7 +98,7 @@ func (s *Server) runCRDController(ctx context.Context, rev int64) {
 		for e := range events {
 			rev = e.Rev
 			if e.Type == store.Deleted {
-				s.crds.set(strings.TrimPrefix(e.Key, prefix), "", nil)
+				s.crds.set(strings.TrimPrefix(e.Key, prefix), "", nil, nil)
 				continue
 			}
 			crd := &apiextensionsv1.CustomResourceDefinition{}
@@ -136,14 +136,18 @@ func (s *Server) syncCRD(ctx context.Context, crd *apiextensionsv1.CustomResourc
 	established := crdConditionTrue(crd, apiextensionsv1.Established)
 	switch {
 	case !established:
-		s.crds.set(crd.Name, "", nil)
+		s.crds.set(crd.Name, "", nil, nil)
 	case s.crds.builtFrom(crd.Name) != servingKey(crd):
 		res, err := crdResources(crd)
 		if err != nil {
 			s.log.Error("serving CustomResourceDefinition", "name", crd.Name, "err", err)
-			s.crds.set(crd.Name, "", nil)
+			s.crds.set(crd.Name, "", nil, nil)
 		} else {
-			s.crds.set(crd.Name, servingKey(crd), res)
+			docs, err := buildCRDOpenAPI(crd)
+			if err != nil {
+				s.log.Error("building the OpenAPI of a CustomResourceDefinition", "name", crd.Name, "err", err)
+			}
+			s.crds.set(crd.Name, servingKey(crd), res, docs)
 		}
 	}
 	if crd.DeletionTimestamp != nil {

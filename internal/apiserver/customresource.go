@@ -375,11 +375,37 @@ type crdRegistry struct {
 	mu    sync.RWMutex
 	byCRD map[string]crdServing
 	byGVR map[schema.GroupVersionResource]*resource
+	gen   int64 // counts changes, for the OpenAPI documents (openapi.go)
 }
 
 type crdServing struct {
-	built string // what the entries were built from (crdServingKey)
+	built string // what the entries were built from (servingKey)
 	res   []*resource
+	docs  *crdDocs // nil when they could not be built
+}
+
+func (c *crdRegistry) generation() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.gen
+}
+
+// docs lists the OpenAPI documents of the served CRDs, by CRD name.
+func (c *crdRegistry) docs() []*crdDocs {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	names := make([]string, 0, len(c.byCRD))
+	for n := range c.byCRD {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []*crdDocs
+	for _, n := range names {
+		if d := c.byCRD[n].docs; d != nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (c *crdRegistry) lookup(group, version, name string) *resource {
@@ -433,16 +459,20 @@ func (c *crdRegistry) builtFrom(name string) string {
 }
 
 // set replaces what CRD name serves; res empty removes it.
-func (c *crdRegistry) set(name, built string, res []*resource) {
+func (c *crdRegistry) set(name, built string, res []*resource, docs *crdDocs) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byCRD == nil {
 		c.byCRD = map[string]crdServing{}
 	}
+	if _, ok := c.byCRD[name]; !ok && len(res) == 0 {
+		return
+	}
+	c.gen++
 	if len(res) == 0 {
 		delete(c.byCRD, name)
 	} else {
-		c.byCRD[name] = crdServing{built: built, res: res}
+		c.byCRD[name] = crdServing{built: built, res: res, docs: docs}
 	}
 	c.byGVR = map[schema.GroupVersionResource]*resource{}
 	for _, sv := range c.byCRD {

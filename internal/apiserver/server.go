@@ -76,6 +76,7 @@ type Server struct {
 	crds        crdRegistry
 	crdCleanups sync.Map // CRD UID -> true, cleanups running (crdcontroller.go)
 	stop        context.CancelFunc
+	openapi     openAPIDocs
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
