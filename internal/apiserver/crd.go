@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/minikit/minikit/internal/store"
 
@@ -127,7 +128,7 @@ func (s *Server) markCRDForDeletion(tx store.Tx, key string, crd *apiextensionsv
 	if crd.DeletionTimestamp != nil {
 		return nil
 	}
-	now := metav1.NewTime(s.now().Truncate(1e9))
+	now := metav1.NewTime(s.now().Truncate(time.Second))
 	crd.DeletionTimestamp = &now
 	hasFinalizer := false
 	for _, f := range crd.Finalizers {

@@ -81,7 +81,7 @@ func TestGatewayAPIBundle(t *testing.T) {
 	route := `{"apiVersion":"gateway.networking.k8s.io/v1","kind":"HTTPRoute","metadata":{"name":"web"},
 		"spec":{"parentRefs":[{"name":"gw"}],"rules":[{"backendRefs":[{"name":"web","port":80}]}]}}`
 	a.post(routes, route).obj(t, http.StatusCreated)
-	got := a.get(routes + "/web").obj(t, http.StatusOK)
+	got := a.get(routes+"/web").obj(t, http.StatusOK)
 	rule := got.at("spec.rules").([]any)[0].(map[string]any)
 	match := obj(rule["matches"].([]any)[0].(map[string]any))
 	if match.at("path.type") != "PathPrefix" || match.at("path.value") != "/" {

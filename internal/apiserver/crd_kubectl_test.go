@@ -110,6 +110,10 @@ func TestCRDWithKubectl(t *testing.T) {
 	if err != nil || !strings.Contains(out, "color") || !strings.Contains(out, "replicas") {
 		t.Errorf("kubectl explain widget.spec: %v\n%s%s", err, out, errOut)
 	}
+	out, errOut, err = k.run(t, "explain", "crd.spec.versions.schema")
+	if err != nil || !strings.Contains(out, "openAPIV3Schema") {
+		t.Errorf("kubectl explain crd.spec.versions.schema: %v\n%s%s", err, out, errOut)
+	}
 	// A CEL rule's message, through kubectl.
 	_, errOut, err = apply(strings.Replace(w, "color: red", "replicas: 11", 1))
 	if err == nil || !strings.Contains(errOut, "at most 10 replicas") {

@@ -1,12 +1,15 @@
 package apiserver
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/minikit/minikit/internal/store"
+	"github.com/minikit/minikit/internal/store/etcdtest"
 	"github.com/minikit/minikit/internal/testutil"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -614,33 +617,81 @@ func TestCRDSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestCRDServedByEveryServer: with two servers on one store (bbolt shared
+// in-process, or etcd with a client each), a CRD created on one is served by
+// both, and its deletion through the other removes it from both.
 func TestCRDServedByEveryServer(t *testing.T) {
-	st := openShared(t)
-	var apis []*testAPI
-	for range 2 {
-		srv, err := New(Config{Store: st, Logger: quietLog, Version: "test"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { srv.Shutdown(t.Context()) })
-		apis = append(apis, sharedAPI(t, st, srv))
+	for _, backend := range []string{"bbolt", "etcd"} {
+		t.Run(backend, func(t *testing.T) {
+			var stores [2]store.Interface
+			switch backend {
+			case "bbolt":
+				st := openShared(t)
+				stores = [2]store.Interface{st, st}
+			case "etcd":
+				ep := etcdtest.Start(t)
+				for i := range stores {
+					st, err := store.OpenEtcd(context.Background(), store.EtcdConfig{Endpoints: []string{ep}, CompactInterval: -1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { st.Close() })
+					stores[i] = st
+				}
+			}
+			var apis []*testAPI
+			for _, st := range stores {
+				srv, err := New(Config{Store: st, Logger: quietLog, Version: "test"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { srv.Shutdown(t.Context()) })
+				apis = append(apis, sharedAPI(t, st, srv))
+			}
+			apis[0].with(t).establish(widgetCRD(), widgetsPath)
+			apis[0].with(t).post(widgetsPath, widget("w", map[string]any{})).obj(t, http.StatusCreated)
+			testutil.Eventually(t, waitTimeout, "second server serves widgets", func() error {
+				if r := apis[1].with(t).get(widgetsPath + "/w"); r.code != http.StatusOK {
+					return fmt.Errorf("HTTP %d", r.code)
+				}
+				return nil
+			})
+			apis[1].with(t).delete(crdsPath+"/widgets.example.com").mustCode(t, http.StatusOK, nil)
+			for _, a := range apis {
+				a.with(t).waitGone(widgetsPath)
+			}
+			if apis[0].with(t).exists(crdsPath + "/widgets.example.com") {
+				t.Error("the CRD remains")
+			}
+		})
 	}
-	apis[0].establish(widgetCRD(), widgetsPath)
-	// The other server serves it (it follows the store's CRDs) and sees the object.
-	apis[0].post(widgetsPath, widget("w", map[string]any{})).obj(t, http.StatusCreated)
-	testutil.Eventually(t, waitTimeout, "second server serves widgets", func() error {
-		if r := apis[1].get(widgetsPath + "/w"); r.code != http.StatusOK {
-			return fmt.Errorf("HTTP %d", r.code)
+}
+
+// TestCRDDefaultsOnRead: a default added to the schema later shows in
+// objects stored before, as they are read.
+func TestCRDDefaultsOnRead(t *testing.T) {
+	a := newTestAPI(t)
+	crd := a.establish(widgetCRD(), widgetsPath)
+	a.post(widgetsPath, widget("old", map[string]any{})).obj(t, http.StatusCreated)
+	for i := range crd.Spec.Versions {
+		spec := crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"]
+		spec.Properties["size"] = apiextensionsv1.JSONSchemaProps{Type: "string", Default: &apiextensionsv1.JSON{Raw: []byte(`"M"`)}}
+		crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	}
+	var updated apiextensionsv1.CustomResourceDefinition
+	a.put(crdsPath+"/widgets.example.com", crd).mustCode(t, http.StatusOK, &updated)
+	if updated.Generation != 2 {
+		t.Errorf("generation %d after a spec change, want 2", updated.Generation)
+	}
+	testutil.Eventually(t, waitTimeout, "the new default on read", func() error {
+		if o := a.get(widgetsPath+"/old").obj(t, http.StatusOK); o.at("spec.size") != "M" {
+			return fmt.Errorf("spec %v", o.at("spec"))
 		}
 		return nil
 	})
-	apis[1].delete(crdsPath+"/widgets.example.com").mustCode(t, http.StatusOK, nil)
-	for _, a := range apis {
-		testutil.Eventually(t, waitTimeout, "widgets gone", func() error {
-			if r := a.get(widgetsPath); r.code != http.StatusNotFound {
-				return fmt.Errorf("HTTP %d", r.code)
-			}
-			return nil
-		})
+	var list struct{ Items []obj }
+	a.read(widgetsPath, &list)
+	if len(list.Items) != 1 || list.Items[0].at("spec.size") != "M" {
+		t.Errorf("list %v", list.Items)
 	}
 }

@@ -161,8 +161,11 @@ func (s *Server) syncCRD(ctx context.Context, crd *apiextensionsv1.CustomResourc
 		}
 		return
 	}
+	// The names other CRDs hold, read once, outside the write transaction
+	// (which the store may run more than once).
+	usedNames, usedKinds := s.namesTaken(crd)
 	want := crd.DeepCopy()
-	s.acceptNames(want)
+	acceptNames(want, usedNames, usedKinds)
 	if reflect.DeepEqual(want.Status.AcceptedNames, crd.Status.AcceptedNames) && conditionsEqual(want, crd) {
 		return
 	}
@@ -171,7 +174,7 @@ func (s *Server) syncCRD(ctx context.Context, crd *apiextensionsv1.CustomResourc
 		if c.UID != crd.UID || c.DeletionTimestamp != nil {
 			return c, nil
 		}
-		s.acceptNames(c)
+		acceptNames(c, usedNames, usedKinds)
 		return c, nil
 	})
 	if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
@@ -204,8 +207,7 @@ func conditionsEqual(a, b *apiextensionsv1.CustomResourceDefinition) bool {
 // uses) are accepted; a conflict leaves the old accepted name and sets
 // NamesAccepted False with upstream's reason and message. Established turns
 // True once the names are accepted, and stays so.
-func (s *Server) acceptNames(crd *apiextensionsv1.CustomResourceDefinition) {
-	usedNames, usedKinds := s.namesTaken(crd)
+func acceptNames(crd *apiextensionsv1.CustomResourceDefinition, usedNames, usedKinds sets.Set[string]) {
 	requested, accepted := crd.Spec.Names, crd.Status.AcceptedNames
 	names := accepted
 	cond := apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionUnknown}

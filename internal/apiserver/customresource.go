@@ -70,11 +70,10 @@ type crVersion struct {
 	status      crStrategy // nil without the status subresource
 	scale       *apiextensionsv1.CustomResourceSubresourceScale
 	table       rest.TableConvertor
-	warning     string   // deprecation warning, for deprecated versions
-	selectable  []string // the CRD's selectableFields, as field selector names
-	terminating bool     // the CRD is being deleted: no new objects
-	// openAPI is the CRD version's OpenAPI v2 and v3 documents (crdopenapi.go).
-	crd *apiextensionsv1.CustomResourceDefinition
+	warning     string                                    // deprecation warning, for deprecated versions
+	selectable  []string                                  // the CRD's selectableFields, as field selector names
+	terminating bool                                      // the CRD is being deleted: no new objects
+	crd         *apiextensionsv1.CustomResourceDefinition // as served; never modified
 }
 
 // crdResources builds the resource entries of every served version of crd,
@@ -299,7 +298,7 @@ func (cv *crVersion) objectFields(obj runtime.Object) fields.Set {
 	return set
 }
 
-// table is the Table of custom resources with the CRD version's
+// tableOf is the Table of custom resources with the CRD version's
 // additionalPrinterColumns, built by upstream's table convertor.
 func (cv *crVersion) tableOf(objs []runtime.Object, includeObject string) (*metav1.Table, error) {
 	policy := metav1.IncludeObjectPolicy(includeObject)
@@ -368,7 +367,7 @@ func (s *Server) serveCustom(w http.ResponseWriter, r *http.Request, rq request)
 	return s.serveResource(w, r, rq)
 }
 
-// crds is the registry of served custom resources, per CRD. The built-in
+// crdRegistry is the table of served custom resources, per CRD. The built-in
 // resources table stays static; this one changes as CRDs are established,
 // updated and deleted (crdcontroller.go), and request handling reads it.
 type crdRegistry struct {

@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/minikit/minikit/internal/apiserver/openapi"
 
+	apiextopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-openapi/pkg/builder3"
@@ -44,12 +47,31 @@ import (
 // operation is for.
 const gvkExtension = "x-kubernetes-group-version-kind"
 
-// servedGroupVersions lists every group version of the resources table, in
+// openAPIResources is the resources the built-in documents describe: the
+// resources table and the CRDs themselves (custom resources are added per
+// server, crdopenapi.go).
+func openAPIResources() []*resource {
+	return append(slices.Clone(resources), crdResource)
+}
+
+// openAPIDefinitions is the generated models of the k8s.io/api types and of
+// the apiextensions.k8s.io types.
+func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	defs := openapi.GetOpenAPIDefinitions(ref)
+	for name, def := range apiextopenapi.GetOpenAPIDefinitions(ref) {
+		if _, ok := defs[name]; !ok {
+			defs[name] = def
+		}
+	}
+	return defs
+}
+
+// servedGroupVersions lists every group version of openAPIResources, in
 // table order.
 func servedGroupVersions() []schema.GroupVersion {
 	var out []schema.GroupVersion
 	seen := map[schema.GroupVersion]bool{}
-	for _, r := range resources {
+	for _, r := range openAPIResources() {
 		if !seen[r.gv] {
 			seen[r.gv] = true
 			out = append(out, r.gv)
@@ -70,12 +92,16 @@ func openAPIDefinitionNamer() func(name string) (string, spec.Extensions) {
 		served[gv] = true
 	}
 	kinds := map[string][]schema.GroupVersionKind{}
-	for gvk, t := range clientscheme.Scheme.AllKnownTypes() {
-		if !served[gvk.GroupVersion()] {
-			continue
+	for _, scheme := range []*runtime.Scheme{clientscheme.Scheme, crdScheme} {
+		for gvk, t := range scheme.AllKnownTypes() {
+			if !served[gvk.GroupVersion()] {
+				continue
+			}
+			name := util.GetCanonicalTypeName(reflect.New(t).Interface())
+			if !slices.Contains(kinds[name], gvk) {
+				kinds[name] = append(kinds[name], gvk)
+			}
 		}
-		name := util.GetCanonicalTypeName(reflect.New(t).Interface())
-		kinds[name] = append(kinds[name], gvk)
 	}
 	exts := map[string]spec.Extensions{}
 	for name, gvks := range kinds {
@@ -110,7 +136,7 @@ func openAPIRouteContainer(gv schema.GroupVersion) common.RouteContainer {
 func buildOpenAPIV3(gv schema.GroupVersion, namer func(string) (string, spec.Extensions)) (*spec3.OpenAPI, error) {
 	return builder3.BuildOpenAPISpecFromRoutes([]common.RouteContainer{openAPIRouteContainer(gv)}, &common.OpenAPIV3Config{
 		Info:              openAPIInfo(),
-		GetDefinitions:    openapi.GetOpenAPIDefinitions,
+		GetDefinitions:    openAPIDefinitions,
 		GetDefinitionName: namer,
 	})
 }
