@@ -86,17 +86,17 @@ func decodeInto(body []byte, obj runtime.Object, want schema.GroupVersionKind, m
 	if tm.APIVersion != "" && tm.APIVersion != want.GroupVersion().String() {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, want.GroupVersion().String()))
 	}
+	var strict []error
 	if u, ok := obj.(*unstructured.Unstructured); ok {
-		// A custom resource: unknown fields are the schema's to report
-		// (crVersion.normalize).
-		if err := decodeUnstructured(body, u); err != nil {
+		// A custom resource: duplicate fields are found here, unknown ones
+		// are the schema's to report (crVersion.normalize).
+		var m map[string]any
+		if strict, err = sigsjson.UnmarshalStrict(body, &m, sigsjson.DisallowDuplicateFields); err != nil || m == nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding request body as %s: %v", want.Kind, err))
 		}
+		u.Object = m
 		u.SetGroupVersionKind(want)
-		return nil, nil
-	}
-	strict, err := sigsjson.UnmarshalStrict(body, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
-	if err != nil {
+	} else if strict, err = sigsjson.UnmarshalStrict(body, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields); err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding request body as %s: %v", want.Kind, err))
 	}
 	if len(strict) == 0 || mode == "Ignore" {

@@ -319,6 +319,16 @@ func TestCustomResourceCRUD(t *testing.T) {
 	a.post(widgetsPath+"?fieldValidation=Strict", widget("w2", map[string]any{"unknown": 1})).
 		wantStatus(t, http.StatusBadRequest, metav1.StatusReasonBadRequest, `strict decoding error: unknown field "spec.unknown"`)
 
+	// Duplicate fields: a warning, or refused when strict.
+	dup := `{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"dup"},"spec":{"color":"red","color":"tan"}}`
+	r = a.post(widgetsPath, dup)
+	if d := r.obj(t, http.StatusCreated); d.at("spec.color") != "tan" || !strings.Contains(r.header.Get("Warning"), `duplicate field \"spec.color\"`) {
+		t.Errorf("duplicate field: %v, Warning %q", d.at("spec"), r.header.Get("Warning"))
+	}
+	a.delete(widgetsPath+"/dup").mustCode(t, http.StatusOK, nil)
+	a.post(widgetsPath+"?fieldValidation=Strict", strings.Replace(dup, `"dup"`, `"dup2"`, 1)).
+		wantStatus(t, http.StatusBadRequest, metav1.StatusReasonBadRequest, `strict decoding error: duplicate field "spec.color"`)
+
 	// generateName, and a second object for selectors.
 	gen := widget("", map[string]any{"color": "red"})
 	gen["metadata"] = map[string]any{"generateName": "w-", "labels": map[string]any{"tier": "front"}}

@@ -250,9 +250,11 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, rq request) (runtime.
 		return nil, err
 	}
 	if rq.res.cr != nil {
-		if warnings, err = rq.res.cr.normalize(obj.(*unstructured.Unstructured), fieldValidation(r)); err != nil {
+		unknown, err := rq.res.cr.normalize(obj.(*unstructured.Unstructured), fieldValidation(r))
+		if err != nil {
 			return nil, err
 		}
+		warnings = append(warnings, unknown...)
 	}
 	for _, wn := range warnings {
 		w.Header().Add("Warning", "299 - "+strconv.Quote(wn))
