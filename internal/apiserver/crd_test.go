@@ -543,6 +543,20 @@ func TestCustomResourceTableAndDeprecation(t *testing.T) {
 	if h := r.header.Get("Warning"); !strings.Contains(h, "example.com/v1beta1 Widget is deprecated; use example.com/v1 Widget") {
 		t.Errorf("Warning %q", h)
 	}
+	// Written through one version, listed through the other: the list
+	// carries the version asked for.
+	old := widget("old", map[string]any{})
+	old["apiVersion"] = "example.com/v1beta1"
+	a.post("/apis/example.com/v1beta1/namespaces/default/widgets", old).obj(t, http.StatusCreated)
+	for _, v := range []string{"v1", "v1beta1"} {
+		var list struct{ Items []obj }
+		a.read("/apis/example.com/"+v+"/namespaces/default/widgets", &list)
+		for _, it := range list.Items {
+			if it.at("apiVersion") != "example.com/"+v || it.at("spec.replicas") != 1.0 {
+				t.Errorf("listed through %s: %v", v, it)
+			}
+		}
+	}
 }
 
 func TestCustomResourceWatch(t *testing.T) {

@@ -1,15 +1,19 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/minikit/minikit/internal/store"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -74,6 +78,21 @@ type crVersion struct {
 	selectable  []string                                  // the CRD's selectableFields, as field selector names
 	terminating bool                                      // the CRD is being deleted: no new objects
 	crd         *apiextensionsv1.CustomResourceDefinition // as served; never modified
+	// schemaRev is the revision of the CRD these entries were built from;
+	// storedPrefix is how an object stored in this version begins.
+	schemaRev    int64
+	storedPrefix []byte
+}
+
+// servedAsStored reports whether a stored object can be served as its
+// stored bytes: it was written in this version (encodeObject writes
+// apiVersion first) after the CRD's schema took its current form, so it was
+// pruned and defaulted by this schema and reading it adds nothing. Older
+// objects, and those of another version, are decoded and defaulted. (With
+// several servers, one may write with the former schema for the moment it
+// takes to see a CRD change: such an object is served as written.)
+func (cv *crVersion) servedAsStored(kv store.KV) bool {
+	return kv.ModRev > cv.schemaRev && bytes.HasPrefix(kv.Value, cv.storedPrefix)
 }
 
 // crdResources builds the resource entries of every served version of crd,
@@ -88,7 +107,12 @@ func crdResources(crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, e
 		}
 		gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: names.Kind}
 		cv := &crVersion{crdName: crd.Name, gvk: gvk, listKind: names.ListKind, namespaced: namespaced,
-			preserve: crd.Spec.PreserveUnknownFields, terminating: crd.DeletionTimestamp != nil, crd: crd}
+			preserve: crd.Spec.PreserveUnknownFields, terminating: crd.DeletionTimestamp != nil, crd: crd,
+			storedPrefix: []byte(`{"apiVersion":"` + gvk.GroupVersion().String() + `",`)}
+		var err error
+		if cv.schemaRev, err = strconv.ParseInt(crd.ResourceVersion, 10, 64); err != nil {
+			cv.schemaRev = math.MaxInt64 // never served as stored
+		}
 		val, err := apihelpers.GetSchemaForVersion(crd, v.Name)
 		if err != nil {
 			return nil, err

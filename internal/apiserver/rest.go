@@ -172,14 +172,15 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, rq request) e
 	if err != nil {
 		return err
 	}
-	// Custom resources are decoded to be defaulted and to take the
-	// apiVersion asked for.
-	filter := !ls.Empty() || !fs.Empty() || rq.res.cr != nil
+	filter := !ls.Empty() || !fs.Empty()
 	table := wantsTable(r)
 	var raw [][]byte
 	var objs []runtime.Object
 	for _, kv := range kvs {
-		if !filter && !table {
+		// Custom resources are decoded to be defaulted and to take the
+		// apiVersion asked for, unless they are stored as they would be
+		// served (crVersion.servedAsStored).
+		if !filter && !table && (rq.res.cr == nil || rq.res.cr.servedAsStored(kv)) {
 			raw = append(raw, kv.Value)
 			continue
 		}
