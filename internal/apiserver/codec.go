@@ -12,6 +12,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -85,8 +86,17 @@ func decodeInto(body []byte, obj runtime.Object, want schema.GroupVersionKind, m
 	if tm.APIVersion != "" && tm.APIVersion != want.GroupVersion().String() {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", tm.APIVersion, want.GroupVersion().String()))
 	}
-	strict, err := sigsjson.UnmarshalStrict(body, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
-	if err != nil {
+	var strict []error
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		// A custom resource: duplicate fields are found here, unknown ones
+		// are the schema's to report (crVersion.normalize).
+		var m map[string]any
+		if strict, err = sigsjson.UnmarshalStrict(body, &m, sigsjson.DisallowDuplicateFields); err != nil || m == nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding request body as %s: %v", want.Kind, err))
+		}
+		u.Object = m
+		u.SetGroupVersionKind(want)
+	} else if strict, err = sigsjson.UnmarshalStrict(body, obj, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields); err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding request body as %s: %v", want.Kind, err))
 	}
 	if len(strict) == 0 || mode == "Ignore" {
@@ -104,7 +114,24 @@ func decodeInto(body []byte, obj runtime.Object, want schema.GroupVersionKind, m
 
 // decodeStored decodes an object read from the store (trusted, case-sensitive).
 func decodeStored(data []byte, obj runtime.Object) error {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return decodeUnstructured(data, u)
+	}
 	return sigsjson.UnmarshalCaseSensitivePreserveInts(data, obj)
+}
+
+// decodeUnstructured decodes a JSON object with integers as int64, as
+// unstructured content holds them.
+func decodeUnstructured(data []byte, u *unstructured.Unstructured) error {
+	var m map[string]any
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &m); err != nil {
+		return err
+	}
+	if m == nil {
+		return fmt.Errorf("not a JSON object")
+	}
+	u.Object = m
+	return nil
 }
 
 // encodeObject sets obj's TypeMeta and marshals it.

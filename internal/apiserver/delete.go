@@ -10,6 +10,7 @@ import (
 	"github.com/minikit/minikit/internal/store"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -93,6 +94,9 @@ func (s *Server) Delete(res *resource, ns, name string, opts metav1.DeleteOption
 			n.Status.Phase = corev1.NamespaceTerminating
 			n.DeletionTimestamp = &now
 			return s.put(tx, res, key, obj)
+		}
+		if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+			return s.markCRDForDeletion(tx, key, crd)
 		}
 		if marked, err := s.propagate(tx, res, key, obj, opts); err != nil || marked {
 			return err
@@ -186,6 +190,6 @@ func (s *Server) serveDeleteCollection(w http.ResponseWriter, r *http.Request, r
 		b, _ := encodeObject(last, rq.res.gvk())
 		deleted = append(deleted, b)
 	}
-	writeJSON(w, r, http.StatusOK, listJSON(rq.res.kind+"List", rq.res.gv.String(), rev, deleted))
+	writeJSON(w, r, http.StatusOK, listJSON(rq.res.listKind(), rq.res.gv.String(), rev, deleted))
 	return nil
 }

@@ -36,31 +36,35 @@ func (s *Server) serveAPIVersions(w http.ResponseWriter, r *http.Request) error 
 	return nil
 }
 
-// groups lists the non-legacy API groups in discovery order.
-func groups() []schema.GroupVersion {
-	var out []schema.GroupVersion
+// groups lists the non-legacy API groups in discovery order, each with its
+// versions, the preferred one first.
+func (s *Server) groups() []metav1.APIGroup {
+	var out []metav1.APIGroup
+	index := map[string]int{}
 	seen := map[schema.GroupVersion]bool{}
-	for _, r := range resources {
-		if r.gv.Group != "" && !seen[r.gv] {
-			seen[r.gv] = true
-			out = append(out, r.gv)
+	for _, r := range s.allResources() {
+		if r.gv.Group == "" || seen[r.gv] {
+			continue
 		}
+		seen[r.gv] = true
+		v := metav1.GroupVersionForDiscovery{GroupVersion: r.gv.String(), Version: r.gv.Version}
+		i, ok := index[r.gv.Group]
+		if !ok {
+			index[r.gv.Group] = len(out)
+			out = append(out, metav1.APIGroup{
+				TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
+				Name:     r.gv.Group, PreferredVersion: v,
+			})
+			i = len(out) - 1
+		}
+		out[i].Versions = append(out[i].Versions, v)
 	}
 	return out
 }
 
-func apiGroup(gv schema.GroupVersion) metav1.APIGroup {
-	v := metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}
-	return metav1.APIGroup{
-		TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
-		Name:     gv.Group, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v,
-	}
-}
-
 func (s *Server) serveAPIGroupList(w http.ResponseWriter, r *http.Request) error {
 	list := metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}}
-	for _, gv := range groups() {
-		g := apiGroup(gv)
+	for _, g := range s.groups() {
 		g.TypeMeta = metav1.TypeMeta{}
 		list.Groups = append(list.Groups, g)
 	}
@@ -69,9 +73,9 @@ func (s *Server) serveAPIGroupList(w http.ResponseWriter, r *http.Request) error
 }
 
 func (s *Server) serveAPIGroup(w http.ResponseWriter, r *http.Request, group string) error {
-	for _, gv := range groups() {
-		if gv.Group == group {
-			writeValue(w, r, http.StatusOK, apiGroup(gv))
+	for _, g := range s.groups() {
+		if g.Name == group {
+			writeValue(w, r, http.StatusOK, g)
 			return nil
 		}
 	}
@@ -86,7 +90,7 @@ var (
 
 func (s *Server) serveResourceList(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion) error {
 	list := metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
-	for _, res := range resources {
+	for _, res := range s.allResources() {
 		if res.gv != gv {
 			continue
 		}

@@ -54,7 +54,7 @@ func isIngressV1beta1(gv schema.GroupVersion, rest []string) bool {
 // serveIngressV1beta1 serves an extensions/v1beta1 ingresses request through the
 // networking.k8s.io/v1 resource.
 func (s *Server) serveIngressV1beta1(w http.ResponseWriter, r *http.Request, gv schema.GroupVersion, rest []string) error {
-	rq, err := parseResourcePath(gv, rest)
+	rq, err := s.parseResourcePath(gv, rest)
 	if err != nil {
 		return err
 	}

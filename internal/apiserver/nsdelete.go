@@ -132,10 +132,12 @@ func (s *Server) finalizeNamespaceOnce(name string) (bool, error) {
 // what remains (pods terminating on their nodes, objects with finalizers).
 func (s *Server) deleteNamespaceContent(ns string) nsContent {
 	c := nsContent{remaining: map[string]int{}, finalizers: map[string]int{}}
-	for _, res := range resources {
-		if !res.namespaced {
+	seen := map[string]bool{} // a custom resource's versions share one prefix
+	for _, res := range s.allResources() {
+		if !res.namespaced || seen[res.prefix("")] {
 			continue
 		}
+		seen[res.prefix("")] = true
 		objs, err := s.listNamespaced(res, ns)
 		if err != nil {
 			c.failures = append(c.failures, fmt.Sprintf("listing %s: %v", res.gr(), err))

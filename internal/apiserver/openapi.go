@@ -4,13 +4,16 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/minikit/minikit/internal/apiserver/openapi"
 
+	apiextopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/kube-openapi/pkg/builder3"
@@ -44,12 +47,31 @@ import (
 // operation is for.
 const gvkExtension = "x-kubernetes-group-version-kind"
 
-// servedGroupVersions lists every group version of the resources table, in
+// openAPIResources is the resources the built-in documents describe: the
+// resources table and the CRDs themselves (custom resources are added per
+// server, crdopenapi.go).
+func openAPIResources() []*resource {
+	return append(slices.Clone(resources), crdResource)
+}
+
+// openAPIDefinitions is the generated models of the k8s.io/api types and of
+// the apiextensions.k8s.io types.
+func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	defs := openapi.GetOpenAPIDefinitions(ref)
+	for name, def := range apiextopenapi.GetOpenAPIDefinitions(ref) {
+		if _, ok := defs[name]; !ok {
+			defs[name] = def
+		}
+	}
+	return defs
+}
+
+// servedGroupVersions lists every group version of openAPIResources, in
 // table order.
 func servedGroupVersions() []schema.GroupVersion {
 	var out []schema.GroupVersion
 	seen := map[schema.GroupVersion]bool{}
-	for _, r := range resources {
+	for _, r := range openAPIResources() {
 		if !seen[r.gv] {
 			seen[r.gv] = true
 			out = append(out, r.gv)
@@ -70,12 +92,16 @@ func openAPIDefinitionNamer() func(name string) (string, spec.Extensions) {
 		served[gv] = true
 	}
 	kinds := map[string][]schema.GroupVersionKind{}
-	for gvk, t := range clientscheme.Scheme.AllKnownTypes() {
-		if !served[gvk.GroupVersion()] {
-			continue
+	for _, scheme := range []*runtime.Scheme{clientscheme.Scheme, crdScheme} {
+		for gvk, t := range scheme.AllKnownTypes() {
+			if !served[gvk.GroupVersion()] {
+				continue
+			}
+			name := util.GetCanonicalTypeName(reflect.New(t).Interface())
+			if !slices.Contains(kinds[name], gvk) {
+				kinds[name] = append(kinds[name], gvk)
+			}
 		}
-		name := util.GetCanonicalTypeName(reflect.New(t).Interface())
-		kinds[name] = append(kinds[name], gvk)
 	}
 	exts := map[string]spec.Extensions{}
 	for name, gvks := range kinds {
@@ -110,7 +136,7 @@ func openAPIRouteContainer(gv schema.GroupVersion) common.RouteContainer {
 func buildOpenAPIV3(gv schema.GroupVersion, namer func(string) (string, spec.Extensions)) (*spec3.OpenAPI, error) {
 	return builder3.BuildOpenAPISpecFromRoutes([]common.RouteContainer{openAPIRouteContainer(gv)}, &common.OpenAPIV3Config{
 		Info:              openAPIInfo(),
-		GetDefinitions:    openapi.GetOpenAPIDefinitions,
+		GetDefinitions:    openAPIDefinitions,
 		GetDefinitionName: namer,
 	})
 }
@@ -122,36 +148,80 @@ type prefixMux struct{ *http.ServeMux }
 
 func (m prefixMux) HandlePrefix(path string, h http.Handler) { m.Handle(path, h) }
 
-// openAPIDocs builds both documents, once, on first use, and returns the
-// handler that serves them.
-var openAPIDocs = sync.OnceValues(func() (http.Handler, error) {
-	mux := http.NewServeMux()
+// staticOpenAPI is the documents of the built-in resources.
+type staticOpenAPI struct {
+	v2 *spec.Swagger
+	v3 map[string]*spec3.OpenAPI // by openAPIV3Key
+}
+
+// openAPIStatic builds the built-in documents, once, on first use; every
+// server of the process shares them.
+var openAPIStatic = sync.OnceValues(func() (*staticOpenAPI, error) {
 	v2, err := buildOpenAPIV2()
 	if err != nil {
 		return nil, fmt.Errorf("building OpenAPI v2: %w", err)
 	}
-	handler.NewOpenAPIService(v2).RegisterOpenAPIVersionedService("/openapi/v2", mux)
-	v3 := handler3.NewOpenAPIService()
+	st := &staticOpenAPI{v2: v2, v3: map[string]*spec3.OpenAPI{}}
 	namer := openAPIDefinitionNamer()
 	for _, gv := range servedGroupVersions() {
 		doc, err := buildOpenAPIV3(gv, namer)
 		if err != nil {
 			return nil, fmt.Errorf("building OpenAPI v3 of %s: %w", gv, err)
 		}
-		v3.UpdateGroupVersion(openAPIV3Key(gv), doc)
+		st.v3[openAPIV3Key(gv)] = doc
 	}
-	if err := v3.RegisterOpenAPIV3VersionedService("/openapi/v3", prefixMux{mux}); err != nil {
+	return st, nil
+})
+
+// openAPIDocs is one server's OpenAPI services: the built-in documents
+// merged with those of the CRDs it serves (crdopenapi.go). They are brought
+// up to date on the first request after the served CRDs change.
+type openAPIDocs struct {
+	mu      sync.Mutex
+	mux     *http.ServeMux
+	v2      *handler.OpenAPIService
+	v3      *handler3.OpenAPIService
+	gen     int64           // the crdRegistry generation the documents describe
+	crdKeys map[string]bool // v3 keys of custom resource group versions
+}
+
+// handler returns the server's OpenAPI handler, up to date with its CRDs.
+func (s *Server) openAPIHandler() (http.Handler, error) {
+	d := &s.openapi
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, err := openAPIStatic()
+	if err != nil {
 		return nil, err
 	}
-	return mux, nil
-})
+	if d.mux == nil {
+		d.mux = http.NewServeMux()
+		d.v2 = handler.NewOpenAPIService(st.v2)
+		d.v2.RegisterOpenAPIVersionedService("/openapi/v2", d.mux)
+		d.v3 = handler3.NewOpenAPIService()
+		for key, doc := range st.v3 {
+			d.v3.UpdateGroupVersion(key, doc)
+		}
+		if err := d.v3.RegisterOpenAPIV3VersionedService("/openapi/v3", prefixMux{d.mux}); err != nil {
+			return nil, err
+		}
+		d.gen = -1
+	}
+	if gen := s.crds.generation(); gen != d.gen {
+		if err := s.updateCRDOpenAPI(st); err != nil {
+			return nil, err
+		}
+		d.gen = gen
+	}
+	return d.mux, nil
+}
 
 // serveOpenAPI answers /openapi/v2, /openapi/v3 and /openapi/v3/<group version>.
 func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path string) error {
 	switch {
 	case path == "openapi/v2", path == "openapi/v3":
 	case strings.HasPrefix(path, "openapi/v3/"):
-		if !openAPIV3Known(strings.TrimPrefix(path, "openapi/v3/")) {
+		if !s.openAPIV3Known(strings.TrimPrefix(path, "openapi/v3/")) {
 			return notFoundPath()
 		}
 	default:
@@ -160,7 +230,7 @@ func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path strin
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method)
 	}
-	docs, err := openAPIDocs()
+	docs, err := s.openAPIHandler()
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
@@ -169,9 +239,14 @@ func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request, path strin
 	return nil
 }
 
-func openAPIV3Known(key string) bool {
+func (s *Server) openAPIV3Known(key string) bool {
 	for _, gv := range servedGroupVersions() {
 		if openAPIV3Key(gv) == key {
+			return true
+		}
+	}
+	for _, r := range s.crds.all() {
+		if openAPIV3Key(r.gv) == key {
 			return true
 		}
 	}

@@ -126,7 +126,7 @@ func rootPath(gv schema.GroupVersion) string {
 // server supports on them.
 func openAPIRoutes(gv schema.GroupVersion) []common.Route {
 	var routes []common.Route
-	for _, res := range resources {
+	for _, res := range openAPIResources() {
 		if res.gv == gv {
 			routes = append(routes, resourceRoutes(res)...)
 		}
@@ -138,6 +138,9 @@ func resourceRoutes(res *resource) []common.Route {
 	gvk := res.gvk()
 	obj := res.newObj()
 	list, err := clientscheme.Scheme.New(res.gv.WithKind(res.kind + "List"))
+	if err != nil {
+		list, err = crdScheme.New(res.gv.WithKind(res.kind + "List"))
+	}
 	if err != nil {
 		panic("openapi: no list kind for " + res.kind + ": " + err.Error())
 	}

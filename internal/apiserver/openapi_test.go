@@ -80,7 +80,7 @@ func TestOpenAPIV2DescribesEveryKind(t *testing.T) {
 	a := newTestAPI(t)
 	var doc openAPIDoc
 	a.do("GET", "/openapi/v2", "", nil, "Accept", "application/json").mustCode(t, http.StatusOK, &doc)
-	for _, res := range resources {
+	for _, res := range openAPIResources() {
 		found := false
 		for _, def := range doc.Definitions {
 			if gvkListed(def["x-kubernetes-group-version-kind"], res.gvk()) {
@@ -128,7 +128,7 @@ func TestOpenAPIV3DescribesEveryGroupVersion(t *testing.T) {
 		}
 		var doc openAPIDoc
 		a.get(u.String()).mustCode(t, http.StatusOK, &doc)
-		for _, res := range resources {
+		for _, res := range openAPIResources() {
 			if openAPIV3Key(res.gv) != key {
 				continue
 			}

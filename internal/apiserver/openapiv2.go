@@ -1,8 +1,6 @@
 package apiserver
 
 import (
-	"github.com/minikit/minikit/internal/apiserver/openapi"
-
 	"k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
@@ -19,7 +17,7 @@ func buildOpenAPIV2() (*spec.Swagger, error) {
 	}
 	return builder.BuildOpenAPISpecFromRoutes(containers, &common.Config{
 		Info:              openAPIInfo(),
-		GetDefinitions:    openapi.GetOpenAPIDefinitions,
+		GetDefinitions:    openAPIDefinitions,
 		GetDefinitionName: openAPIDefinitionNamer(),
 	})
 }

@@ -73,7 +73,7 @@ func (s *Server) propagate(tx store.Tx, res *resource, key string, obj runtime.O
 // namespace for a cluster-scoped owner) with an ownerReference to uid.
 func (s *Server) eachDependent(tx store.Tx, ns string, uid types.UID, fn func(r *resource, key string, obj runtime.Object) error) error {
 	seen := map[string]bool{}
-	for _, r := range resources {
+	for _, r := range s.allResources() {
 		p := r.prefix(ns)
 		if !r.namespaced || seen[p] || r.gv.Group == "extensions" {
 			continue

@@ -37,6 +37,11 @@ type resource struct {
 	// fields returns the fields this resource supports in fieldSelector, beyond
 	// metadata.name and metadata.namespace.
 	fields func(obj runtime.Object) fields.Set
+	// ext, when set, prepares and validates writes with an upstream registry
+	// strategy (CRDs and custom resources) instead of package validation.
+	ext extStrategy
+	// cr is set for the served versions of custom resources (customresource.go).
+	cr *crVersion
 }
 
 func (r *resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }
@@ -175,7 +180,7 @@ var resources = []*resource{
 // scaleGVK is the kind of the scale subresource.
 var scaleGVK = autoscalingv1.SchemeGroupVersion.WithKind("Scale")
 
-// lookup finds a resource by group, version and plural name.
+// lookup finds a built-in resource by group, version and plural name.
 func lookup(group, version, name string) *resource {
 	for _, r := range resources {
 		if r.gv.Group == group && r.gv.Version == version && r.name == name {
@@ -192,6 +197,9 @@ func (r *resource) objectFields(obj runtime.Object) fields.Set {
 	if r.namespaced {
 		set["metadata.namespace"] = m.GetNamespace()
 	}
+	if r.cr != nil {
+		return r.cr.objectFields(obj)
+	}
 	if r.fields != nil {
 		for k, v := range r.fields(obj) {
 			set[k] = v
@@ -204,6 +212,9 @@ func (r *resource) objectFields(obj runtime.Object) fields.Set {
 // the message Kubernetes gives.
 func (r *resource) checkFieldSelector(sel fields.Selector) error {
 	known := r.objectFields(r.newObj())
+	if r.cr != nil {
+		known = r.cr.knownFields()
+	}
 	for _, req := range sel.Requirements() {
 		if _, ok := known[req.Field]; !ok {
 			return fmt.Errorf("%q is not a known field selector: only %q", req.Field, knownFields(known))

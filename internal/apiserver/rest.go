@@ -19,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -75,11 +76,36 @@ func (s *Server) get(res *resource, ns, name string) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	obj := res.newObj()
-	if err := decodeStored(kv.Value, obj); err != nil {
+	obj, err := res.decode(kv.Value)
+	if err != nil {
 		return nil, fmt.Errorf("decoding stored %s %q: %w", res.kind, name, err)
 	}
 	return obj, nil
+}
+
+// decode decodes a stored object for a reader: custom resources get their
+// schema's defaults, as upstream applies them when reading from storage.
+func (res *resource) decode(data []byte) (runtime.Object, error) {
+	obj := res.newObj()
+	if err := decodeStored(data, obj); err != nil {
+		return nil, err
+	}
+	if res.cr != nil {
+		res.cr.fromStorage(obj)
+	}
+	return obj, nil
+}
+
+// table is the Table of objs of res, with res's columns.
+func (s *Server) table(res *resource, objs []runtime.Object, includeObject string) (*metav1.Table, error) {
+	if res.cr != nil {
+		return res.cr.tableOf(objs, includeObject)
+	}
+	t, err := printers.Table(res.name, objs, includeObject, s.now())
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error()) // an unknown includeObject
+	}
+	return t, nil
 }
 
 func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, rq request) error {
@@ -93,9 +119,9 @@ func (s *Server) serveGet(w http.ResponseWriter, r *http.Request, rq request) er
 // respond writes one object, or a one-row Table when the client asked for it.
 func (s *Server) respond(w http.ResponseWriter, r *http.Request, res *resource, code int, obj runtime.Object) error {
 	if wantsTable(r) && r.Method == http.MethodGet {
-		t, err := printers.Table(res.name, []runtime.Object{obj}, r.URL.Query().Get("includeObject"), s.now())
+		t, err := s.table(res, []runtime.Object{obj}, r.URL.Query().Get("includeObject"))
 		if err != nil {
-			return apierrors.NewBadRequest(err.Error()) // an unknown includeObject
+			return err
 		}
 		writeValue(w, r, code, t)
 		return nil
@@ -151,34 +177,52 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, rq request) e
 	var raw [][]byte
 	var objs []runtime.Object
 	for _, kv := range kvs {
-		if !filter && !table {
+		// Custom resources are decoded to be defaulted and to take the
+		// apiVersion asked for, unless they are stored as they would be
+		// served (crVersion.servedAsStored).
+		if !filter && !table && (rq.res.cr == nil || rq.res.cr.servedAsStored(kv)) {
 			raw = append(raw, kv.Value)
 			continue
 		}
-		obj := rq.res.newObj()
-		if err := decodeStored(kv.Value, obj); err != nil {
+		obj, err := rq.res.decode(kv.Value)
+		if err != nil {
 			return fmt.Errorf("decoding stored %s: %w", kv.Key, err)
 		}
 		if !rq.res.matches(obj, ls, fs) {
 			continue
 		}
-		if table {
+		switch {
+		case table:
 			objs = append(objs, obj)
-		} else {
+		case rq.res.cr != nil:
+			b, err := encodeObject(obj, rq.res.gvk())
+			if err != nil {
+				return err
+			}
+			raw = append(raw, b)
+		default:
 			raw = append(raw, kv.Value)
 		}
 	}
 	if table {
-		t, err := printers.Table(rq.res.name, objs, r.URL.Query().Get("includeObject"), s.now())
+		t, err := s.table(rq.res, objs, r.URL.Query().Get("includeObject"))
 		if err != nil {
-			return apierrors.NewBadRequest(err.Error()) // an unknown includeObject
+			return err
 		}
 		t.ResourceVersion = strconv.FormatInt(rev, 10)
 		writeValue(w, r, http.StatusOK, t)
 		return nil
 	}
-	writeJSON(w, r, http.StatusOK, listJSON(rq.res.kind+"List", rq.res.gv.String(), rev, raw))
+	writeJSON(w, r, http.StatusOK, listJSON(rq.res.listKind(), rq.res.gv.String(), rev, raw))
 	return nil
+}
+
+// listKind is the kind of a list of res.
+func (res *resource) listKind() string {
+	if res.cr != nil && res.cr.listKind != "" {
+		return res.cr.listKind
+	}
+	return res.kind + "List"
 }
 
 // generateNameSuffix is Kubernetes' alphabet for generated names (no vowels, no
@@ -205,6 +249,13 @@ func decodeRequest(w http.ResponseWriter, r *http.Request, rq request) (runtime.
 	warnings, err := decodeInto(body, obj, rq.res.gvk(), fieldValidation(r))
 	if err != nil {
 		return nil, err
+	}
+	if rq.res.cr != nil {
+		unknown, err := rq.res.cr.normalize(obj.(*unstructured.Unstructured), fieldValidation(r))
+		if err != nil {
+			return nil, err
+		}
+		warnings = append(warnings, unknown...)
 	}
 	for _, wn := range warnings {
 		w.Header().Add("Warning", "299 - "+strconv.Quote(wn))
@@ -261,19 +312,14 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 	if res.generation {
 		m.SetGeneration(1)
 	}
-	prepareForCreate(res, obj)
-	if pod, ok := obj.(*corev1.Pod); ok {
-		if err := s.admitPod(pod); err != nil {
+	if res.ext != nil {
+		prepared, err := res.ext.create(obj)
+		if err != nil {
 			return nil, err
 		}
-	}
-	if ing, ok := obj.(*networkingv1.Ingress); ok {
-		s.admitIngress(ing)
-	}
-	vcfg := s.validationFor(obj, func(prefix string) []store.KV { kvs, _, _ := s.store.List(prefix); return kvs })
-	validation.Default(obj, vcfg)
-	if errs := validation.Validate(obj, nil, vcfg); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(res.gvk().GroupKind(), m.GetName(), errs)
+		obj, m = prepared, metaOf(prepared)
+	} else if err := s.admitBuiltin(res, obj); err != nil {
+		return nil, err
 	}
 	key := res.key(m.GetNamespace(), m.GetName())
 	var created runtime.Object
@@ -307,6 +353,25 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 		return nil, err
 	}
 	return created, nil
+}
+
+// admitBuiltin prepares, defaults and validates a new built-in object.
+func (s *Server) admitBuiltin(res *resource, obj runtime.Object) error {
+	prepareForCreate(res, obj)
+	if pod, ok := obj.(*corev1.Pod); ok {
+		if err := s.admitPod(pod); err != nil {
+			return err
+		}
+	}
+	if ing, ok := obj.(*networkingv1.Ingress); ok {
+		s.admitIngress(ing)
+	}
+	vcfg := s.validationFor(obj, func(prefix string) []store.KV { kvs, _, _ := s.store.List(prefix); return kvs })
+	validation.Default(obj, vcfg)
+	if errs := validation.Validate(obj, nil, vcfg); len(errs) > 0 {
+		return apierrors.NewInvalid(res.gvk().GroupKind(), metaOf(obj).GetName(), errs)
+	}
+	return nil
 }
 
 // put encodes obj at the transaction's revision and writes it.
@@ -399,8 +464,8 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		if !ok {
 			return apierrors.NewNotFound(res.gr(), name)
 		}
-		old := res.newObj()
-		if err := decodeStored(kv.Value, old); err != nil {
+		old, err := res.decode(kv.Value)
+		if err != nil {
 			return err
 		}
 		cur := old.DeepCopyObject()
@@ -427,6 +492,13 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 			m.SetGenerateName(om.GetGenerateName())
 		}
 		switch {
+		case res.ext != nil:
+			// Upstream's strategy does status, spec and generation.
+			prepared, err := res.ext.update(obj, old, sub)
+			if err != nil {
+				return err
+			}
+			obj, m = prepared, metaOf(prepared)
 		case sub == "status":
 			// A status write changes status and, as Kubernetes' status
 			// strategies allow, metadata; never spec. Pods (here) and
@@ -460,16 +532,18 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		if svc, ok := obj.(*corev1.Service); ok {
 			keepAllocated(svc, old.(*corev1.Service))
 		}
-		vcfg := s.validationFor(obj, tx.List)
-		validation.Default(obj, vcfg)
-		if errs := validation.Validate(obj, old, vcfg); len(errs) > 0 {
-			return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
+		if res.ext == nil {
+			vcfg := s.validationFor(obj, tx.List)
+			validation.Default(obj, vcfg)
+			if errs := validation.Validate(obj, old, vcfg); len(errs) > 0 {
+				return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
+			}
 		}
 		// An object being deleted goes once its last finalizer is removed. Pods go
 		// when their node agent deletes them, namespaces when finalizeNamespace has
 		// emptied them.
-		if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && res.name != "pods" &&
-			(res.name != "namespaces" || len(obj.(*corev1.Namespace).Spec.Finalizers) == 0) {
+		if m.GetDeletionTimestamp() != nil && len(m.GetFinalizers()) == 0 && res != podResource &&
+			(res != nsResource || len(obj.(*corev1.Namespace).Spec.Finalizers) == 0) {
 			if err := s.beforeDelete(tx, res, old); err != nil {
 				return err
 			}
@@ -546,6 +620,11 @@ func (s *Server) Patch(res *resource, ns, name, sub string, pt types.PatchType, 
 		obj := res.newObj()
 		if _, err := decodeInto(patched, obj, res.gvk(), mode); err != nil {
 			return nil, err
+		}
+		if res.cr != nil {
+			if _, err := res.cr.normalize(obj.(*unstructured.Unstructured), mode); err != nil {
+				return nil, err
+			}
 		}
 		// Without a resourceVersion in the patch, the patch applies to the current object.
 		if rv := metaOf(obj).GetResourceVersion(); rv == "" || rv == metaOf(cur).GetResourceVersion() {

@@ -71,6 +71,12 @@ type Server struct {
 	// instance tells this process's identity lease from an earlier one of the
 	// same server (endpoints.go).
 	instance string
+	// crds is the custom resources served, kept by the CRD controller
+	// (crdcontroller.go); stop ends that controller.
+	crds        crdRegistry
+	crdCleanups sync.Map // CRD UID -> true, cleanups running (crdcontroller.go)
+	stop        context.CancelFunc
+	openapi     openAPIDocs
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -93,6 +99,12 @@ func New(cfg Config) (*Server, error) {
 		instance: string(uuid.NewUUID())}
 	if err := s.bootstrap(); err != nil {
 		return nil, fmt.Errorf("creating built-in objects: %w", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if err := s.startCRDController(ctx); err != nil {
+		stop()
+		return nil, fmt.Errorf("starting the CRD controller: %w", err)
 	}
 	return s, nil
 }
@@ -168,9 +180,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	if len(rest) == 0 {
 		return s.serveResourceList(w, r, gv)
 	}
-	rq, err := parseResourcePath(gv, rest)
+	rq, err := s.parseResourcePath(gv, rest)
 	if err != nil {
 		return err
+	}
+	if rq.res.cr != nil {
+		return s.serveCustom(w, r, rq)
 	}
 	if isStreamSub(rq) {
 		return s.serveStream(w, r, rq)
@@ -189,7 +204,7 @@ func notFoundPath() error {
 	}}
 }
 
-func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
+func (s *Server) parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 	var rq request
 	var resName string
 	switch {
@@ -200,7 +215,7 @@ func parseResourcePath(gv schema.GroupVersion, rest []string) (request, error) {
 		resName = rest[0]
 		rest = rest[1:]
 	}
-	rq.res = lookup(gv.Group, gv.Version, resName)
+	rq.res = s.lookup(gv.Group, gv.Version, resName)
 	if rq.res == nil {
 		return rq, notFoundPath()
 	}
@@ -270,6 +285,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error, log *slog.Log
 	w.Write([]byte("\n"))
 }
 
-// Shutdown is a hook for symmetry with other components; the server holds no
-// goroutines beyond those tied to requests and namespace finalization.
-func (s *Server) Shutdown(ctx context.Context) error { return nil }
+// Shutdown stops the CRD controller; the server holds no other goroutines
+// beyond those tied to requests and namespace finalization. The controller
+// also ends when the store closes.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stop()
+	return nil
+}

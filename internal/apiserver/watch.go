@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/minikit/minikit/internal/apiserver/printers"
 	"github.com/minikit/minikit/internal/store"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,8 +39,8 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 	q := r.URL.Query()
 	if wantsTable(r) {
 		// Reject an unknown includeObject before the stream starts, as for a list.
-		if _, err := printers.Table(rq.res.name, nil, q.Get("includeObject"), s.now()); err != nil {
-			return apierrors.NewBadRequest(err.Error())
+		if _, err := s.table(rq.res, nil, q.Get("includeObject")); err != nil {
+			return err
 		}
 	}
 	rvParam := q.Get("resourceVersion")
@@ -112,8 +111,8 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		return nil
 	}
 	for _, kv := range snapshot {
-		obj := rq.res.newObj()
-		if err := decodeStored(kv.Value, obj); err != nil || !rq.res.matches(obj, ls, fs) {
+		obj, err := rq.res.decode(kv.Value)
+		if err != nil || !rq.res.matches(obj, ls, fs) {
 			continue
 		}
 		if gone(enc.object("ADDED", obj)) {
@@ -193,8 +192,8 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 // entering the selection is ADDED, one leaving it is DELETED, others are skipped.
 // Deleted objects are reported at the deleting revision.
 func (s *Server) filterEvent(res *resource, e store.Event, ls labels.Selector, fs fields.Selector) (string, runtime.Object) {
-	obj := res.newObj()
-	if err := decodeStored(e.Value, obj); err != nil {
+	obj, err := res.decode(e.Value)
+	if err != nil {
 		s.log.Error("decoding watched object", "key", e.Key, "err", err)
 		return "", nil
 	}
@@ -235,7 +234,7 @@ func (e *watchEncoder) object(typ string, obj runtime.Object) error {
 	var body []byte
 	var err error
 	if e.table {
-		t, terr := printers.Table(e.res.name, []runtime.Object{obj}, e.includeObject, e.s.now())
+		t, terr := e.s.table(e.res, []runtime.Object{obj}, e.includeObject)
 		if terr != nil {
 			return terr
 		}
