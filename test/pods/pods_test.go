@@ -219,11 +219,17 @@ func TestDeploymentEndpointsAndReadiness(t *testing.T) {
 				t.Errorf("pod name %q does not look like NAME-hash-suffix", p.Name)
 			}
 		}
+		// The readiness probe checks a flag file, not the port, so a pod can
+		// be ready a moment before serve_hostname listens (as in Kubernetes):
+		// each pod must answer its own name soon, not at the first try.
 		for _, ip := range ips {
-			out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "3", "http://"+ip+":9376/")
-			if err != nil || out != byIP[ip] {
-				t.Errorf("%s answered %q (%v), want its pod name %q", ip, out, err, byIP[ip])
-			}
+			testutil.Eventually(t, 30*time.Second, ip+" answers its pod name", func() error {
+				out, err := testenv.Exec(t, l, "client", "curl", "-s", "--max-time", "3", "http://"+ip+":9376/")
+				if err != nil || out != byIP[ip] {
+					return fmt.Errorf("%s answered %q (%v), want its pod name %q", ip, out, err, byIP[ip])
+				}
+				return nil
+			})
 		}
 	})
 	t.Run("scaling to 5 and back to 2 updates Endpoints and EndpointSlices", func(t *testing.T) {
