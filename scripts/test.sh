@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # Each phase's time, printed at the end (phase NAME starts NAME and ends the one before).
 phases=() phase_name='' phase_start=$SECONDS
 phase() {
-  [ -z "$phase_name" ] || phases+=("$(printf '%-34s %5ds' "$phase_name" $((SECONDS - phase_start)))")
+  [ -z "$phase_name" ] || phases+=("$(printf '%-44s %5ds' "$phase_name" $((SECONDS - phase_start)))")
   phase_name=$1 phase_start=$SECONDS
 }
 print_phases() {
