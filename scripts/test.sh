@@ -84,7 +84,7 @@ if [ "${CONFORMANCE:-1}" != 0 ]; then
   conf_summary="; upstream conformance: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
   rm -rf "$log.conf" "$log.conformance"
   # The 47 conformance specs again, with the lab's kube-proxy in nftables mode
-  # (about 6 minutes): the Services the suite checks are the same in both modes.
+  # (about 2 minutes in 4 Ginkgo processes): the Services the suite checks are the same in both modes.
   phase "upstream: conformance (nftables)"
   if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --proxy-mode nftables --report-dir "$log.conformance" > "$log.conf" 2>&1; then
     cat "$log.conf"
