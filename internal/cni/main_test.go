@@ -53,8 +53,7 @@ func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		os.Exit(m.Run())
 	}
-	linksBefore := testutil.RootLinks()
-	mainNSBefore := testutil.MainThreadNamespaces()
+	guard := testutil.GuardRoot()
 	netnsDirExisted, netnsWasMount := exists(netns.NetNSDir), isMountPoint(netns.NetNSDir)
 	minikitExisted, podDirExisted, podWasMount := exists("/run/minikit"), exists(PodNSDir), isMountPoint(PodNSDir)
 
@@ -82,20 +81,11 @@ func TestMain(m *testing.M) {
 		os.Remove(netns.NetNSDir) // only succeeds if empty
 	}
 
-	if left, _ := netns.ListNamed("mkt-" + runID); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "test namespaces left behind: %v\n", left)
-		code = 1
-	}
 	if mounts := mountsUnder("/run/minikit"); !podWasMount && len(mounts) > 0 {
 		fmt.Fprintf(os.Stderr, "mounts left under /run/minikit: %v\n", mounts)
 		code = 1
 	}
-	if after := testutil.MainThreadNamespaces(); after != mainNSBefore {
-		fmt.Fprintf(os.Stderr, "main thread namespaces changed: before %s, after %s\n", mainNSBefore, after)
-		code = 1
-	}
-	if after := testutil.RootLinks(); !slices.Equal(linksBefore, after) {
-		fmt.Fprintf(os.Stderr, "root namespace links changed: before %v, after %v\n", linksBefore, after)
+	if !guard.Intact("mkt-"+runID, netns.ListNamed) {
 		code = 1
 	}
 	os.Exit(code)

@@ -38,18 +38,9 @@ func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		os.Exit(m.Run())
 	}
-	linksBefore, mainNSBefore := testutil.RootLinks(), testutil.MainThreadNamespaces()
+	guard := testutil.GuardRoot()
 	code := m.Run()
-	if left, _ := netns.ListNamed("mkd-" + runID); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "test namespaces left behind: %v\n", left)
-		code = 1
-	}
-	if after := testutil.MainThreadNamespaces(); after != mainNSBefore {
-		fmt.Fprintf(os.Stderr, "main thread namespaces changed: before %s, after %s\n", mainNSBefore, after)
-		code = 1
-	}
-	if after := testutil.RootLinks(); !slices.Equal(linksBefore, after) {
-		fmt.Fprintf(os.Stderr, "root namespace links changed: before %v, after %v\n", linksBefore, after)
+	if !guard.Intact("mkd-"+runID, netns.ListNamed) {
 		code = 1
 	}
 	os.Exit(code)

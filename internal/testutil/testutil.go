@@ -4,6 +4,7 @@
 package testutil
 
 import (
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -66,4 +67,38 @@ func MainThreadNamespaces() string {
 		out = append(out, l)
 	}
 	return strings.Join(out, " ")
+}
+
+// RootGuard is what a kernel-tier TestMain records before its run: the root
+// namespace's links and the main thread's namespaces.
+type RootGuard struct {
+	links  []string
+	mainNS string
+}
+
+// GuardRoot records the root namespace's links and the main thread's
+// namespaces. Call it from TestMain, before m.Run.
+func GuardRoot() RootGuard {
+	return RootGuard{links: RootLinks(), mainNS: MainThreadNamespaces()}
+}
+
+// Intact reports on stderr, and with false, a run that left behind
+// namespaces of its own (those list finds under prefix, the run's own
+// naming), switched the main thread's namespaces or changed the root
+// namespace's links.
+func (g RootGuard) Intact(prefix string, list func(prefix string) ([]string, error)) bool {
+	ok := true
+	if left, _ := list(prefix); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "test namespaces left behind: %v\n", left)
+		ok = false
+	}
+	if after := MainThreadNamespaces(); after != g.mainNS {
+		fmt.Fprintf(os.Stderr, "main thread namespaces changed: before %s, after %s\n", g.mainNS, after)
+		ok = false
+	}
+	if after := RootLinks(); !slices.Equal(g.links, after) {
+		fmt.Fprintf(os.Stderr, "root namespace links changed: before %v, after %v\n", g.links, after)
+		ok = false
+	}
+	return ok
 }
