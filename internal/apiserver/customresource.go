@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
+	"github.com/minikit/minikit/internal/apiserver/printers"
 	"github.com/minikit/minikit/internal/store"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 
@@ -325,13 +328,9 @@ func (cv *crVersion) objectFields(obj runtime.Object) fields.Set {
 // tableOf is the Table of custom resources with the CRD version's
 // additionalPrinterColumns, built by upstream's table convertor.
 func (cv *crVersion) tableOf(objs []runtime.Object, includeObject string) (*metav1.Table, error) {
-	policy := metav1.IncludeObjectPolicy(includeObject)
-	switch policy {
-	case "":
-		policy = metav1.IncludeMetadata
-	case metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:
-	default:
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("unrecognized includeObject value %q (want None, Metadata or Object)", includeObject))
+	policy, err := printers.IncludeObject(includeObject)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
 	}
 	list := &unstructured.UnstructuredList{}
 	for _, o := range objs {
@@ -417,13 +416,8 @@ func (c *crdRegistry) generation() int64 {
 func (c *crdRegistry) docs() []*crdDocs {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	names := make([]string, 0, len(c.byCRD))
-	for n := range c.byCRD {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var out []*crdDocs
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(c.byCRD)) {
 		if d := c.byCRD[n].docs; d != nil {
 			out = append(out, d)
 		}
@@ -442,13 +436,8 @@ func (c *crdRegistry) lookup(group, version, name string) *resource {
 func (c *crdRegistry) all() []*resource {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	names := make([]string, 0, len(c.byCRD))
-	for n := range c.byCRD {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	var out []*resource
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(c.byCRD)) {
 		out = append(out, c.byCRD[n].res...)
 	}
 	return out
@@ -457,11 +446,7 @@ func (c *crdRegistry) all() []*resource {
 func (c *crdRegistry) names() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]string, 0, len(c.byCRD))
-	for n := range c.byCRD {
-		out = append(out, n)
-	}
-	return out
+	return slices.Collect(maps.Keys(c.byCRD))
 }
 
 // lookupCRD returns one served resource of CRD name (they share the store
@@ -573,24 +558,9 @@ func (s *Server) serveCustomScale(w http.ResponseWriter, r *http.Request, rq req
 			if err != nil {
 				return nil, err
 			}
-			in := &autoscalingv1.Scale{}
-			if r.Method == http.MethodPut {
-				if _, err := decodeInto(body, in, scaleGVK, "Ignore"); err != nil {
-					return nil, err
-				}
-			} else {
-				cj, err := encodeObject(scale, scaleGVK)
-				if err != nil {
-					return nil, err
-				}
-				pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
-				pj, err := applyPatch(pt, cj, body, &autoscalingv1.Scale{})
-				if err != nil {
-					return nil, err
-				}
-				if _, err := decodeInto(pj, in, scaleGVK, "Ignore"); err != nil {
-					return nil, err
-				}
+			in, err := requestedScale(r, body, scale)
+			if err != nil {
+				return nil, err
 			}
 			if in.ResourceVersion != "" && in.ResourceVersion != metaOf(cur).GetResourceVersion() {
 				return nil, apierrors.NewConflict(rq.res.gr(), rq.name, errConflict)

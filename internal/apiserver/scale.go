@@ -77,26 +77,9 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	case http.MethodPut, http.MethodPatch:
 		updated, err = s.Update(rq.res, rq.namespace, rq.name, "", func(cur runtime.Object) (runtime.Object, error) {
 			d := metaOf(cur)
-			sc := scaleOf(cur)
-			if r.Method == http.MethodPut {
-				sc = &autoscalingv1.Scale{}
-				if _, err := decodeInto(body, sc, scaleGVK, "Ignore"); err != nil {
-					return nil, err
-				}
-			} else {
-				cj, err := encodeObject(sc, scaleGVK)
-				if err != nil {
-					return nil, err
-				}
-				pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
-				pj, err := applyPatch(pt, cj, body, &autoscalingv1.Scale{})
-				if err != nil {
-					return nil, err
-				}
-				sc = &autoscalingv1.Scale{}
-				if _, err := decodeInto(pj, sc, scaleGVK, "Ignore"); err != nil {
-					return nil, err
-				}
+			sc, err := requestedScale(r, body, scaleOf(cur))
+			if err != nil {
+				return nil, err
 			}
 			if sc.ResourceVersion != "" && sc.ResourceVersion != d.GetResourceVersion() {
 				return nil, apierrors.NewConflict(rq.res.gr(), rq.name, errConflict)
@@ -118,4 +101,24 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	}
 	writeValue(w, r, http.StatusOK, scaleOf(updated))
 	return nil
+}
+
+// requestedScale is the Scale a PUT or PATCH of a scale subresource asks
+// for: the PUT's body, or the patch applied to cur, the Scale as it is now.
+func requestedScale(r *http.Request, body []byte, cur *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
+	if r.Method == http.MethodPatch {
+		cj, err := encodeObject(cur, scaleGVK)
+		if err != nil {
+			return nil, err
+		}
+		pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+		if body, err = applyPatch(pt, cj, body, &autoscalingv1.Scale{}); err != nil {
+			return nil, err
+		}
+	}
+	sc := &autoscalingv1.Scale{}
+	if _, err := decodeInto(body, sc, scaleGVK, "Ignore"); err != nil {
+		return nil, err
+	}
+	return sc, nil
 }

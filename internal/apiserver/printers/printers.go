@@ -129,13 +129,9 @@ func Cells(obj runtime.Object, now time.Time) []interface{} {
 // Every object must be of the resource's type. The table's list metadata
 // (resourceVersion, continue) is left for the caller to fill in.
 func Table(resource string, objs []runtime.Object, includeObject string, now time.Time) (*metav1.Table, error) {
-	policy := metav1.IncludeObjectPolicy(includeObject)
-	switch policy {
-	case "":
-		policy = metav1.IncludeMetadata
-	case metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:
-	default:
-		return nil, fmt.Errorf("building %s table: unrecognized includeObject value %q (want None, Metadata or Object)", resource, includeObject)
+	policy, err := IncludeObject(includeObject)
+	if err != nil {
+		return nil, fmt.Errorf("building %s table: %w", resource, err)
 	}
 
 	p := lookup(resource)
@@ -278,4 +274,16 @@ func discoveryKind(kind string) schema.GroupVersionKind {
 
 func networkingKind(kind string) schema.GroupVersionKind {
 	return schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: kind}
+}
+
+// IncludeObject parses a Table request's includeObject parameter: empty is
+// Metadata, as kube-apiserver defaults it.
+func IncludeObject(v string) (metav1.IncludeObjectPolicy, error) {
+	switch policy := metav1.IncludeObjectPolicy(v); policy {
+	case "":
+		return metav1.IncludeMetadata, nil
+	case metav1.IncludeNone, metav1.IncludeMetadata, metav1.IncludeObject:
+		return policy, nil
+	}
+	return "", fmt.Errorf("unrecognized includeObject value %q (want None, Metadata or Object)", v)
 }
