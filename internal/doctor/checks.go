@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	goversion "go/version"
 	"io/fs"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // checks is every check, in the order the report lists them. required
@@ -318,52 +320,13 @@ func checkKubectl(e *env) (Status, string, string) {
 	return OK, "kubectl " + have + " (" + path + ")", ""
 }
 
-// minor is the minor version of "v1.32.4-x" or "go1.26.8": 32, 26.
+// minor is the minor version of "v1.32.4-x": 32.
 func minor(v string) (int, bool) {
-	n := parseVersion(v)
-	if len(n) < 2 {
+	pv, err := utilversion.ParseGeneric(v)
+	if err != nil {
 		return 0, false
 	}
-	return n[1], true
-}
-
-// parseVersion is the leading dotted numbers of a version, with any prefix
-// ("v", "go") and suffix ("-rc1", "+minikit") dropped.
-func parseVersion(v string) []int {
-	v = strings.TrimLeft(v, "abcdefghijklmnopqrstuvwxyz")
-	var out []int
-	for _, part := range strings.Split(v, ".") {
-		end := 0
-		for end < len(part) && part[end] >= '0' && part[end] <= '9' {
-			end++
-		}
-		n, err := strconv.Atoi(part[:end])
-		if err != nil {
-			break
-		}
-		out = append(out, n)
-		if end < len(part) {
-			break
-		}
-	}
-	return out
-}
-
-// olderThan says whether version a is older than b.
-func olderThan(a, b []int) bool {
-	for i := 0; i < len(a) || i < len(b); i++ {
-		var x, y int
-		if i < len(a) {
-			x = a[i]
-		}
-		if i < len(b) {
-			y = b[i]
-		}
-		if x != y {
-			return x < y
-		}
-	}
-	return false
+	return int(pv.Minor()), true
 }
 
 func checkCgroup(e *env) (Status, string, string) {
@@ -446,7 +409,7 @@ func checkGo(e *env) (Status, string, string) {
 	if err != nil || have == "" {
 		return Warn, path + " env GOVERSION fails", fix
 	}
-	if olderThan(parseVersion(have), parseVersion(want)) {
+	if goversion.Compare(have, "go"+want) < 0 {
 		return Warn, have + " is older than go " + want + ", which go.mod needs", fix
 	}
 	return OK, have + " (go.mod needs go " + want + ")", ""
