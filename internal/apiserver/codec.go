@@ -24,14 +24,23 @@ import (
 // maxBodyBytes bounds a request body, as kube-apiserver's 3 MiB limit does.
 const maxBodyBytes = 3 << 20
 
-// readBody reads a bounded request body and converts YAML to JSON.
-func readBody(r *http.Request) ([]byte, error) {
+// readRawBody reads a bounded request body as sent.
+func readRawBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
 		return nil, bodyReadError(err)
 	}
 	if len(body) > maxBodyBytes {
 		return nil, tooLarge()
+	}
+	return body, nil
+}
+
+// readBody reads a bounded request body and converts YAML to JSON.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := readRawBody(r)
+	if err != nil {
+		return nil, err
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct == "application/vnd.kubernetes.protobuf" {

@@ -85,6 +85,10 @@ type crVersion struct {
 	// storedPrefix is how an object stored in this version begins.
 	schemaRev    int64
 	storedPrefix []byte
+	// Server-side apply (fieldmanager.go): the CRD's type converter, shared
+	// by its versions, and this version's field managers.
+	tc            *crdTypeConverter
+	fieldManagers sync.Map
 }
 
 // servedAsStored reports whether a stored object can be served as its
@@ -104,13 +108,14 @@ func crdResources(crd *apiextensionsv1.CustomResourceDefinition) ([]*resource, e
 	names := crd.Status.AcceptedNames
 	namespaced := crd.Spec.Scope == apiextensionsv1.NamespaceScoped
 	var out []*resource
+	tc := &crdTypeConverter{crd: crd}
 	for _, v := range crd.Spec.Versions {
 		if !v.Served {
 			continue
 		}
 		gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: names.Kind}
 		cv := &crVersion{crdName: crd.Name, gvk: gvk, listKind: names.ListKind, namespaced: namespaced,
-			preserve: crd.Spec.PreserveUnknownFields, terminating: crd.DeletionTimestamp != nil, crd: crd,
+			preserve: crd.Spec.PreserveUnknownFields, terminating: crd.DeletionTimestamp != nil, crd: crd, tc: tc,
 			storedPrefix: []byte(`{"apiVersion":"` + gvk.GroupVersion().String() + `",`)}
 		var err error
 		if cv.schemaRev, err = strconv.ParseInt(crd.ResourceVersion, 10, 64); err != nil {
@@ -553,7 +558,7 @@ func (s *Server) serveCustomScale(w http.ResponseWriter, r *http.Request, rq req
 		if body, err = readBody(r); err != nil {
 			return err
 		}
-		obj, err = s.Update(rq.res, rq.namespace, rq.name, "", func(cur runtime.Object) (runtime.Object, error) {
+		obj, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{manager: managerFor(r), scale: true}, func(cur runtime.Object) (runtime.Object, error) {
 			scale, err := crScale(cur, sc)
 			if err != nil {
 				return nil, err

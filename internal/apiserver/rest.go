@@ -271,7 +271,10 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 	if r.URL.Query().Get("dryRun") == "All" {
 		return apierrors.NewBadRequest("dryRun is not supported by minikit")
 	}
-	created, err := s.Create(rq.res, rq.namespace, obj)
+	if err := checkWriteOptions(r, "CreateOptions", false); err != nil {
+		return err
+	}
+	created, err := s.create(rq.res, rq.namespace, obj, writeOpts{manager: managerFor(r)})
 	if err != nil {
 		return err
 	}
@@ -279,8 +282,13 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 	return s.respond(w, r, rq.res, http.StatusCreated, created)
 }
 
-// Create stores a new object with Kubernetes' create semantics.
+// Create stores a new object with Kubernetes' create semantics, as the
+// server's own write.
 func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.Object, error) {
+	return s.create(res, ns, obj, writeOpts{manager: internalManager})
+}
+
+func (s *Server) create(res *resource, ns string, obj runtime.Object, wo writeOpts) (runtime.Object, error) {
 	m := metaOf(obj)
 	if res.namespaced {
 		if m.GetNamespace() == "" {
@@ -307,11 +315,15 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 	m.SetResourceVersion("")
 	m.SetDeletionTimestamp(nil)
 	m.SetDeletionGracePeriodSeconds(nil)
-	m.SetManagedFields(nil)
 	m.SetSelfLink("")
 	if res.generation {
 		m.SetGeneration(1)
 	}
+	obj, err := s.recordUpdate(res, "", wo, res.newObj(), obj)
+	if err != nil {
+		return nil, err
+	}
+	m = metaOf(obj)
 	if res.ext != nil {
 		prepared, err := res.ext.create(obj)
 		if err != nil {
@@ -327,7 +339,7 @@ func (s *Server) Create(res *resource, ns string, obj runtime.Object) (runtime.O
 	// conflicting commit): each run starts again from the validated object,
 	// so a ClusterIP or NodePort a discarded run picked is not taken for one
 	// the client asked for.
-	_, err := s.store.Update(func(tx store.Tx) error {
+	_, err = s.store.Update(func(tx store.Tx) error {
 		created = nil
 		o := obj.DeepCopyObject()
 		if res.namespaced {
@@ -437,8 +449,12 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 	if rq.res.namespaced && m.GetNamespace() != "" && m.GetNamespace() != rq.namespace {
 		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
 	}
+	if err := checkWriteOptions(r, "UpdateOptions", false); err != nil {
+		return err
+	}
 	// A copy per run: Update may run mutate more than once and changes what it returns.
-	updated, err := s.Update(rq.res, rq.namespace, rq.name, rq.sub, func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil })
+	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: managerFor(r)},
+		func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil })
 	if err != nil {
 		return err
 	}
@@ -454,8 +470,12 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 // once (the etcd backend retries a commit that lost a race with another
 // server): it gets a fresh copy of the current object each time, and must
 // return an object of its own making (cur, or one built in this call) and
-// change nothing outside it.
+// change nothing outside it. The write is the server's own (managedFields).
 func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
+	return s.update(res, ns, name, sub, writeOpts{manager: internalManager}, mutate)
+}
+
+func (s *Server) update(res *resource, ns, name, sub string, wo writeOpts, mutate func(cur runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
 	key := res.key(ns, name)
 	var result runtime.Object
 	_, err := s.store.Update(func(tx store.Tx) error {
@@ -491,6 +511,10 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 		if m.GetGenerateName() == "" {
 			m.SetGenerateName(om.GetGenerateName())
 		}
+		if obj, err = s.recordUpdate(res, sub, wo, old.DeepCopyObject(), obj); err != nil {
+			return err
+		}
+		m = metaOf(obj)
 		switch {
 		case res.ext != nil:
 			// Upstream's strategy does status, spec and generation.
@@ -513,6 +537,7 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 				}
 			}
 			metaOf(st).SetResourceVersion(om.GetResourceVersion())
+			metaOf(st).SetManagedFields(m.GetManagedFields())
 			obj, m = st, metaOf(st)
 		case sub == "finalize":
 			// The finalize subresource changes spec.finalizers only.
@@ -584,17 +609,93 @@ func specChanged(a, b runtime.Object) bool {
 }
 
 func (s *Server) servePatch(w http.ResponseWriter, r *http.Request, rq request) error {
+	pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+	if pt == types.ApplyYAMLPatchType {
+		// As written: the apply's own decoding reports duplicate fields.
+		patch, err := readRawBody(r)
+		if err != nil {
+			return err
+		}
+		return s.serveApply(w, r, rq, patch)
+	}
 	patch, err := readBody(r)
 	if err != nil {
 		return err
 	}
-	pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
-	updated, err := s.Patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r))
+	if err := checkWriteOptions(r, "PatchOptions", false); err != nil {
+		return err
+	}
+	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), writeOpts{manager: managerFor(r)})
 	if err != nil {
 		return err
 	}
 	addObjectWarnings(w, updated)
 	return s.respond(w, r, rq.res, http.StatusOK, updated)
+}
+
+// serveApply is a server-side apply: PATCH with application/apply-patch+yaml
+// and a fieldManager, which creates the object when it does not exist (201),
+// as kube-apiserver.
+func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, patch []byte) error {
+	if err := checkWriteOptions(r, "PatchOptions", true); err != nil {
+		return err
+	}
+	if r.URL.Query().Get("dryRun") == "All" {
+		return apierrors.NewBadRequest("dryRun is not supported by minikit")
+	}
+	manager, force, mode := r.URL.Query().Get("fieldManager"), r.URL.Query().Get("force") == "true", fieldValidation(r)
+	var warnings []string
+	apply := func(live runtime.Object) (runtime.Object, error) {
+		obj, wn, err := s.serverSideApply(rq.res, rq.sub, live, patch, manager, force, mode)
+		if err != nil {
+			return nil, err
+		}
+		warnings = wn
+		if n := metaOf(obj).GetName(); n != rq.name {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", n, rq.name))
+		}
+		if rq.res.cr != nil {
+			if _, err := rq.res.cr.normalize(obj.(*unstructured.Unstructured), "Ignore"); err != nil {
+				return nil, err
+			}
+		}
+		return obj, nil
+	}
+	code := http.StatusOK
+	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: manager, applied: true}, func(cur runtime.Object) (runtime.Object, error) {
+		obj, err := apply(cur)
+		if err != nil {
+			return nil, err
+		}
+		// An apply is against the current object unless it names a resourceVersion.
+		if rv := metaOf(obj).GetResourceVersion(); rv == metaOf(cur).GetResourceVersion() {
+			metaOf(obj).SetResourceVersion("")
+		}
+		return obj, nil
+	})
+	if apierrors.IsNotFound(err) && rq.sub == "" {
+		var obj runtime.Object
+		if obj, err = apply(rq.res.newObj()); err != nil {
+			return err
+		}
+		m := metaOf(obj)
+		if m.GetUID() != "" {
+			return apierrors.NewConflict(rq.res.gr(), rq.name, fmt.Errorf("uid mismatch: the provided object specified uid %s, and no existing object was found", m.GetUID()))
+		}
+		if m.GetResourceVersion() != "" {
+			return apierrors.NewConflict(rq.res.gr(), rq.name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+		}
+		updated, err = s.create(rq.res, rq.namespace, obj, writeOpts{manager: manager, applied: true})
+		code = http.StatusCreated
+	}
+	if err != nil {
+		return err
+	}
+	for _, wn := range warnings {
+		w.Header().Add("Warning", "299 - "+strconv.Quote(wn))
+	}
+	addObjectWarnings(w, updated)
+	return s.respond(w, r, rq.res, code, updated)
 }
 
 // addObjectWarnings sends the warnings Kubernetes gives with an accepted
@@ -606,9 +707,13 @@ func addObjectWarnings(w http.ResponseWriter, obj runtime.Object) {
 }
 
 // Patch applies a JSON merge, JSON or strategic merge patch to the current object and
-// stores the result with Update semantics.
+// stores the result with Update semantics, as the server's own write.
 func (s *Server) Patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string) (runtime.Object, error) {
-	return s.Update(res, ns, name, sub, func(cur runtime.Object) (runtime.Object, error) {
+	return s.patch(res, ns, name, sub, pt, patch, mode, writeOpts{manager: internalManager})
+}
+
+func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string, wo writeOpts) (runtime.Object, error) {
+	return s.update(res, ns, name, sub, wo, func(cur runtime.Object) (runtime.Object, error) {
 		curJSON, err := encodeObject(cur, res.gvk())
 		if err != nil {
 			return nil, err
@@ -652,13 +757,10 @@ func applyPatch(pt types.PatchType, cur, patch []byte, schema runtime.Object) ([
 		out, err = jsonpatch.MergePatch(cur, patch)
 	case types.StrategicMergePatchType:
 		out, err = strategicpatch.StrategicMergePatch(cur, patch, schema)
-	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
-		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schemaGR, "",
-			"server-side apply is not supported by minikit; use client-side kubectl apply", 0, false)
 	default:
 		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schemaGR, "",
-			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
-				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType), 0, false)
+			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s, %s",
+				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType), 0, false)
 	}
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("applying %s patch: %v", pt, err))

@@ -75,7 +75,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	case http.MethodGet:
 		updated, err = s.get(rq.res, rq.namespace, rq.name)
 	case http.MethodPut, http.MethodPatch:
-		updated, err = s.Update(rq.res, rq.namespace, rq.name, "", func(cur runtime.Object) (runtime.Object, error) {
+		updated, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{manager: managerFor(r), scale: true}, func(cur runtime.Object) (runtime.Object, error) {
 			d := metaOf(cur)
 			sc, err := requestedScale(r, body, scaleOf(cur))
 			if err != nil {
