@@ -10,12 +10,14 @@ import (
 	"sort"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -58,14 +60,22 @@ func readBody(r *http.Request) ([]byte, error) {
 
 // protobufCodec decodes the protobuf bodies that client-go's typed clients (and so
 // some kubectl commands) send. Responses are always JSON, which those clients accept.
-var protobufCodec = protobuf.NewSerializer(clientscheme.Scheme, clientscheme.Scheme)
+// The apiextensions clientset sends CRDs as protobuf too.
+var protobufCodec = protobuf.NewSerializer(protobufScheme, protobufScheme)
+
+var protobufScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	return s
+}()
 
 func protobufToJSON(body []byte) ([]byte, error) {
 	obj, _, err := protobufCodec.Decode(body, nil, nil)
 	if err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("decoding protobuf request body: %v", err))
 	}
-	gvks, _, err := clientscheme.Scheme.ObjectKinds(obj)
+	gvks, _, err := protobufScheme.ObjectKinds(obj)
 	if err != nil || len(gvks) == 0 {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("unknown kind in protobuf request body: %v", err))
 	}
