@@ -236,7 +236,9 @@ func newFieldManager(res *resource, sub string) (*managedfields.FieldManager, er
 }
 
 // crConvertor converts custom resources between versions as conversion
-// strategy None does: by setting apiVersion.
+// strategy None does: by setting apiVersion, on a copy (as upstream's safe
+// converter: the field manager's typed values share their maps with the
+// objects it converts).
 type crConvertor struct{}
 
 func (crConvertor) Convert(in, out, _ any) error {
@@ -254,6 +256,7 @@ func (crConvertor) ConvertToVersion(in runtime.Object, target runtime.GroupVersi
 	if !ok {
 		return nil, fmt.Errorf("cannot convert %T", in)
 	}
+	u = u.DeepCopy()
 	gvk, ok := target.KindForGroupVersionKinds([]schema.GroupVersionKind{u.GroupVersionKind()})
 	if !ok {
 		return nil, fmt.Errorf("%s cannot be converted to %v", u.GroupVersionKind(), target)

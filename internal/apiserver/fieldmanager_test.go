@@ -265,4 +265,15 @@ func TestServerSideApplyCustomResource(t *testing.T) {
 	if got := strings.Join(managers(m.Metadata.ManagedFields), ","); got != "alice/Apply,ctrl/Apply/status" {
 		t.Fatalf("managedFields %s", got)
 	}
+	// The same manager applies through another served version: its fields
+	// are compared across versions, and another manager still conflicts.
+	beta := strings.Replace(w, "example.com/v1", "example.com/v1beta1", 1)
+	betaPath := "/apis/example.com/v1beta1/namespaces/default/widgets/w"
+	o = a.patch(betaPath+"?fieldManager=alice", applyYAML, beta+"  color: red\n").obj(t, http.StatusOK)
+	if o.at("apiVersion") != "example.com/v1beta1" || o.at("spec.color") != "red" {
+		t.Fatalf("apply through v1beta1: %v", o)
+	}
+	a.patch(widgetsPath+"/w?fieldManager=alice", applyYAML, w+"  color: red\n").obj(t, http.StatusOK)
+	a.patch(betaPath+"?fieldManager=bob", applyYAML, beta+"  color: green\n").wantStatus(t, http.StatusConflict, metav1.StatusReasonConflict,
+		`conflict with "alice"`)
 }
