@@ -94,6 +94,18 @@ if [ "${CONFORMANCE:-1}" != 0 ]; then
   fi
   conf_summary="$conf_summary; in nftables mode: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
   rm -rf "$log.conf" "$log.conformance"
+  # The API machinery the add-ons install with: custom resources and server-side
+  # apply ([sig-api-machinery], all but the webhook specs; about a minute).
+  apim_focus='\[sig-api-machinery\] (ServerSideApply|FieldValidation) '
+  phase "upstream: API machinery"
+  if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --focus "$apim_focus" --procs 2 --report-dir "$log.conformance" > "$log.conf" 2>&1; then
+    cat "$log.conf"
+    status=1
+  else
+    grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" || true
+  fi
+  conf_summary="$conf_summary; API machinery: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
+  rm -rf "$log.conf" "$log.conformance"
 fi
 # Fuzzing, bounded: each fuzz target mutates inputs beyond its seed corpus for a
 # fixed number of executions (scripts/fuzz.sh --time 5m for a long run).
