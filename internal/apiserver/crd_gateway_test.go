@@ -21,8 +21,13 @@ import (
 // (a package registry, which CI reaches). A bundle that cannot be had fails
 // the test: a skip would prove nothing.
 func gatewayAPIBundle(t *testing.T) []*apiextensionsv1.CustomResourceDefinition {
+	return gatewayAPICRDs(t, "standard")
+}
+
+// gatewayAPICRDs is the CRDs of a channel of the bundle.
+func gatewayAPICRDs(t testing.TB, channel string) []*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	dir := gatewayAPIDir(t, "standard")
+	dir := gatewayAPIDir(t, channel)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if len(files) == 0 {
 		t.Fatalf("no CRDs in %s", dir)
@@ -53,7 +58,7 @@ func gatewayAPIBundle(t *testing.T) []*apiextensionsv1.CustomResourceDefinition 
 
 // gatewayAPIDir is the directory of a channel's CRDs (standard or
 // experimental) in the module cache.
-func gatewayAPIDir(t *testing.T, channel string) string {
+func gatewayAPIDir(t testing.TB, channel string) string {
 	t.Helper()
 	out, err := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/gateway-api@v1.6.3").Output()
 	var mod struct{ Dir, Error string }

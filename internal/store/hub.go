@@ -28,6 +28,10 @@ type watcher struct {
 	prefix string
 	ch     chan Event
 	done   bool
+	// dropped is closed when the watcher is dropped (its context ended,
+	// it fell behind, or the hub closed), which ends the goroutine waiting
+	// for its context.
+	dropped chan struct{}
 }
 
 // historyBytes bounds the memory the history holds besides its event count:
@@ -84,6 +88,7 @@ func (h *hub) drop(w *watcher) {
 	if !w.done {
 		w.done = true
 		close(w.ch)
+		close(w.dropped)
 		delete(h.watchers, w)
 	}
 }
@@ -97,7 +102,7 @@ func (h *hub) watch(ctx context.Context, prefix string, fromRev int64) (<-chan E
 	if fromRev != 0 && fromRev < h.floor {
 		return nil, ErrExpired
 	}
-	w := &watcher{prefix: prefix, ch: make(chan Event, watcherBuffer)}
+	w := &watcher{prefix: prefix, ch: make(chan Event, watcherBuffer), dropped: make(chan struct{})}
 	if fromRev != 0 {
 		for i := 0; i < h.size; i++ {
 			e := h.history[(h.start+i)%len(h.history)]
@@ -111,10 +116,13 @@ func (h *hub) watch(ctx context.Context, prefix string, fromRev int64) (<-chan E
 	}
 	h.watchers[w] = struct{}{}
 	go func() {
-		<-ctx.Done()
-		h.mu.Lock()
-		h.drop(w)
-		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			h.mu.Lock()
+			h.drop(w)
+			h.mu.Unlock()
+		case <-w.dropped:
+		}
 	}()
 	return w.ch, nil
 }

@@ -398,3 +398,31 @@ func TestHistoryBytesBound(t *testing.T) {
 		}
 	}
 }
+
+// A watch whose context never ends does not outlive the hub: closing the
+// store ends the goroutine that waited for the context, so a server whose
+// watches run under a long-lived context leaks nothing when its store closes.
+func TestHubCloseEndsWatchGoroutines(t *testing.T) {
+	h := newHub(100, 0)
+	ch, err := h.watch(context.Background(), "/", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := func() *watcher {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for w := range h.watchers {
+			return w
+		}
+		return nil
+	}()
+	h.close()
+	if _, ok := <-ch; ok {
+		t.Fatal("the watch channel is open after close")
+	}
+	select {
+	case <-w.dropped:
+	default:
+		t.Fatal("the watcher's dropped channel is open after close: its goroutine would wait forever")
+	}
+}
