@@ -555,15 +555,15 @@ func (s *Server) serveCustomScale(w http.ResponseWriter, r *http.Request, rq req
 		obj, err = s.get(rq.res, rq.namespace, rq.name)
 	case http.MethodPut, http.MethodPatch:
 		var body []byte
-		if body, err = readBody(r); err != nil {
+		if body, err = readScaleBody(r); err != nil {
 			return err
 		}
-		obj, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{manager: managerFor(r), scale: true}, func(cur runtime.Object) (runtime.Object, error) {
+		obj, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{applied: true}, func(cur runtime.Object) (runtime.Object, error) {
 			scale, err := crScale(cur, sc)
 			if err != nil {
 				return nil, err
 			}
-			in, err := requestedScale(r, body, scale)
+			in, mf, err := scaleWrite(r, rq.res, body, cur, scale)
 			if err != nil {
 				return nil, err
 			}
@@ -574,6 +574,7 @@ func (s *Server) serveCustomScale(w http.ResponseWriter, r *http.Request, rq req
 			if err := unstructured.SetNestedField(u.Object, int64(in.Spec.Replicas), splitPath(sc.SpecReplicasPath)...); err != nil {
 				return nil, apierrors.NewBadRequest(err.Error())
 			}
+			u.SetManagedFields(mf)
 			u.SetResourceVersion("")
 			return u, nil
 		})
@@ -585,6 +586,9 @@ func (s *Server) serveCustomScale(w http.ResponseWriter, r *http.Request, rq req
 	}
 	scale, err := crScale(obj, sc)
 	if err != nil {
+		return err
+	}
+	if scale, err = scaleView(rq.res, obj, scale); err != nil {
 		return err
 	}
 	writeValue(w, r, http.StatusOK, scale)

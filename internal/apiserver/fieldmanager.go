@@ -8,6 +8,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured/unstructuredscheme"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -45,11 +48,9 @@ const internalManager = "kube-apiserver"
 // writeOpts says who writes and how, for managedFields.
 type writeOpts struct {
 	manager string // recorded in managedFields
-	// applied: the object already went through FieldManager.Apply, so its
-	// managedFields are set; sub "scale" records the entry as upstream's
-	// scale handler does (the parent's spec.replicas, subresource scale).
+	// applied: the object's managedFields are already set (by
+	// FieldManager.Apply, or by a write through the scale subresource).
 	applied bool
-	scale   bool
 }
 
 // managerFor is the manager a request writes as: its fieldManager
@@ -158,8 +159,8 @@ type fmKey struct {
 // resources table is shared by every server of the process).
 var builtinFieldManagers sync.Map // fmKey -> *managedfields.FieldManager
 
-// fieldManager is the field manager of res's writes through sub ("",
-// "status" or "scale").
+// fieldManager is the field manager of res's writes through sub ("" or
+// "status").
 func (s *Server) fieldManager(res *resource, sub string) (*managedfields.FieldManager, error) {
 	key := fmKey{res, sub}
 	cache := &builtinFieldManagers
@@ -180,12 +181,6 @@ func (s *Server) fieldManager(res *resource, sub string) (*managedfields.FieldMa
 func newFieldManager(res *resource, sub string) (*managedfields.FieldManager, error) {
 	gvk := res.gvk()
 	apiVersion := fieldpath.APIVersion(gvk.GroupVersion().String())
-	fmSub := sub
-	if sub == "scale" {
-		// Scale writes change the parent: record them as upstream's scale
-		// handler does, on the parent, as subresource scale.
-		sub = ""
-	}
 	if cv := res.cr; cv != nil {
 		tc, err := cv.typeConverter()
 		if err != nil {
@@ -202,7 +197,7 @@ func newFieldManager(res *resource, sub string) (*managedfields.FieldManager, er
 			reset = fieldpath.NewExcludeFilterSetMap(rs.GetResetFields())
 		}
 		return managedfields.NewDefaultCRDFieldManager(tc, crConvertor{}, crDefaulter{cv}, unstructuredscheme.NewUnstructuredCreator(),
-			gvk, gvk.GroupVersion(), fmSub, reset)
+			gvk, gvk.GroupVersion(), sub, reset)
 	}
 	tc, err := builtinTypeConverter()
 	if err != nil {
@@ -232,7 +227,7 @@ func newFieldManager(res *resource, sub string) (*managedfields.FieldManager, er
 	if len(paths) > 0 {
 		reset[apiVersion] = fieldpath.NewExcludeSetFilter(fieldpath.NewSet(paths...))
 	}
-	return managedfields.NewDefaultFieldManager(tc, sch, sch, sch, gvk, gvk.GroupVersion(), fmSub, reset)
+	return managedfields.NewDefaultFieldManager(tc, sch, sch, sch, gvk, gvk.GroupVersion(), sub, reset)
 }
 
 // crConvertor converts custom resources between versions as conversion
@@ -298,13 +293,7 @@ func (cv *crVersion) typeConverter() (managedfields.TypeConverter, error) {
 // live (an empty object on create), as upstream's handlers do before the
 // strategy runs.
 func (s *Server) recordUpdate(res *resource, sub string, wo writeOpts, live, obj runtime.Object) (runtime.Object, error) {
-	if wo.applied {
-		return obj, nil
-	}
-	if wo.scale {
-		sub = "scale"
-	}
-	if sub != "" && sub != "status" && sub != "scale" {
+	if wo.applied || (sub != "" && sub != "status") {
 		return obj, nil
 	}
 	fm, err := s.fieldManager(res, sub)
@@ -333,13 +322,7 @@ func (s *Server) serverSideApply(res *resource, sub string, live runtime.Object,
 	live.GetObjectKind().SetGroupVersionKind(res.gvk())
 	obj, err := fm.Apply(live, patchObj, manager, force)
 	if err != nil {
-		if _, ok := err.(apierrors.APIStatus); ok {
-			return nil, nil, err
-		}
-		// A patch the schema cannot type (an undeclared field, a value of the
-		// wrong type) is kube-apiserver's 500 with the library's message.
-		return nil, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure,
-			Code: http.StatusInternalServerError, Message: err.Error()}}
+		return nil, nil, applyError(err)
 	}
 	var warnings []string
 	if mode == metav1.FieldValidationStrict || mode == metav1.FieldValidationWarn {
@@ -351,4 +334,114 @@ func (s *Server) serverSideApply(res *resource, sub string, live runtime.Object,
 		}
 	}
 	return obj, warnings, nil
+}
+
+// scaleFieldManager is the field manager of autoscaling/v1 Scale, the
+// scale subresource's own kind.
+var scaleFieldManager = sync.OnceValues(func() (*managedfields.FieldManager, error) {
+	tc, err := builtinTypeConverter()
+	if err != nil {
+		return nil, err
+	}
+	sch := clientscheme.Scheme
+	return managedfields.NewDefaultFieldManager(tc, sch, sch, sch, scaleGVK, scaleGVK.GroupVersion(), "scale", nil)
+})
+
+// replicasPaths maps each version of res's kind to where its replicas live,
+// for upstream's ScaleHandler.
+func replicasPaths(res *resource) managedfields.ResourcePathMappings {
+	if res.cr == nil {
+		return managedfields.ResourcePathMappings{res.gv.String(): fieldpath.MakePathOrDie("spec", "replicas")}
+	}
+	out := managedfields.ResourcePathMappings{}
+	for _, v := range res.cr.crd.Spec.Versions {
+		subs, err := apihelpers.GetSubresourcesForVersion(res.cr.crd, v.Name)
+		if err != nil || subs == nil || subs.Scale == nil {
+			continue
+		}
+		var parts []any
+		for _, p := range splitPath(subs.Scale.SpecReplicasPath) {
+			parts = append(parts, p)
+		}
+		if path, err := fieldpath.MakePath(parts...); err == nil {
+			out[schema.GroupVersion{Group: res.gv.Group, Version: v.Name}.String()] = path
+		}
+	}
+	return out
+}
+
+// scaleView sets a Scale's managedFields from its parent's, as upstream's
+// scale subresource shows them.
+func scaleView(res *resource, parent runtime.Object, sc *autoscalingv1.Scale) (*autoscalingv1.Scale, error) {
+	h := managedfields.NewScaleHandler(metaOf(parent).GetManagedFields(), res.gv, replicasPaths(res))
+	mf, err := h.ToSubresource()
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	sc.ManagedFields = mf
+	return sc, nil
+}
+
+// scaleWrite is a write through the scale subresource, as upstream's scale
+// storage does it: the current Scale (cur's, with the parent's entries for
+// replicas) is updated with the request's Scale (PUT, patch) or applied
+// (apply patch, with the fieldManager), recording its manager; the parent's
+// managedFields are the result, mapped back by the ScaleHandler. It returns
+// the Scale asked for and the parent's new managedFields.
+func scaleWrite(r *http.Request, res *resource, body []byte, parent runtime.Object, cur *autoscalingv1.Scale) (*autoscalingv1.Scale, []metav1.ManagedFieldsEntry, error) {
+	h := managedfields.NewScaleHandler(metaOf(parent).GetManagedFields(), res.gv, replicasPaths(res))
+	mf, err := h.ToSubresource()
+	if err != nil {
+		return nil, nil, apierrors.NewInternalError(err)
+	}
+	cur.ManagedFields = mf
+	fm, err := scaleFieldManager()
+	if err != nil {
+		return nil, nil, apierrors.NewInternalError(err)
+	}
+	var out runtime.Object
+	if isApply(r) {
+		patchObj := &unstructured.Unstructured{Object: map[string]any{}}
+		if err := utilyaml.Unmarshal(body, &patchObj.Object); err != nil {
+			return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding patch: %v", err))
+		}
+		q := r.URL.Query()
+		if out, err = fm.Apply(cur, patchObj, q.Get("fieldManager"), q.Get("force") == "true"); err != nil {
+			return nil, nil, applyError(err)
+		}
+	} else {
+		in, err := requestedScale(r, body, cur.DeepCopy())
+		if err != nil {
+			return nil, nil, err
+		}
+		in.SetGroupVersionKind(scaleGVK)
+		out = fm.UpdateNoErrors(cur, in, managerFor(r))
+	}
+	sc, ok := out.(*autoscalingv1.Scale)
+	if !ok {
+		return nil, nil, apierrors.NewInternalError(fmt.Errorf("scale field manager returned %T", out))
+	}
+	parentMF, err := h.ToParent(sc.ManagedFields)
+	if err != nil {
+		return nil, nil, apierrors.NewInternalError(err)
+	}
+	return sc, parentMF, nil
+}
+
+// isApply reports whether r is a server-side apply.
+func isApply(r *http.Request) bool {
+	return r.Method == http.MethodPatch &&
+		types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0])) == types.ApplyYAMLPatchType
+}
+
+// applyError is kube-apiserver's answer to an apply the library refused:
+// its own API errors (conflicts) as they are, anything else (a field the
+// schema does not declare, a value of the wrong type) a 500 with the
+// library's message.
+func applyError(err error) error {
+	if _, ok := err.(apierrors.APIStatus); ok {
+		return err
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure,
+		Code: http.StatusInternalServerError, Message: err.Error()}}
 }

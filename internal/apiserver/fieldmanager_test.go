@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -209,6 +210,27 @@ func TestServerSideApplyListMapKeys(t *testing.T) {
 	// Applying replicas again now conflicts with the scaler.
 	a.patch(deploymentsPath+"/d?fieldManager=kubectl", applyYAML, dep("")).wantStatus(t, http.StatusConflict, metav1.StatusReasonConflict,
 		`conflict with "scaler" with subresource "scale" using apps/v1: .spec.replicas`)
+	// An autoscaler applies the scale subresource: it owns replicas, as
+	// the Scale and the Deployment both show.
+	var sc autoscalingv1.Scale
+	a.patch(deploymentsPath+"/d/scale?fieldManager=hpa&force=true", applyYAML,
+		"apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: d\nspec:\n  replicas: 4\n").mustCode(t, http.StatusOK, &sc)
+	if sc.Spec.Replicas != 4 || !owns(t, sc.ManagedFields, "hpa", "f:spec", "f:replicas") || sc.ManagedFields[len(sc.ManagedFields)-1].APIVersion != "autoscaling/v1" {
+		t.Fatalf("applied scale %+v", sc)
+	}
+	d = appsv1.Deployment{}
+	a.read(deploymentsPath+"/d", &d)
+	if *d.Spec.Replicas != 4 || !owns(t, d.ManagedFields, "hpa", "f:spec", "f:replicas") || owns(t, d.ManagedFields, "scaler", "f:spec", "f:replicas") {
+		t.Fatalf("the Deployment after the scale apply: %d %v", *d.Spec.Replicas, managers(d.ManagedFields))
+	}
+	sc = autoscalingv1.Scale{}
+	a.read(deploymentsPath+"/d/scale", &sc)
+	if !owns(t, sc.ManagedFields, "hpa", "f:spec", "f:replicas") {
+		t.Fatalf("GET scale managedFields %v", managers(sc.ManagedFields))
+	}
+	a.patch(deploymentsPath+"/d/scale?fieldManager=other", applyYAML,
+		"apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: d\nspec:\n  replicas: 5\n").wantStatus(t, http.StatusConflict,
+		metav1.StatusReasonConflict, `conflict with "hpa" with subresource "scale"`)
 }
 
 // Status is applied through the status subresource only: an apply of the
@@ -276,4 +298,21 @@ func TestServerSideApplyCustomResource(t *testing.T) {
 	a.patch(widgetsPath+"/w?fieldManager=alice", applyYAML, w+"  color: red\n").obj(t, http.StatusOK)
 	a.patch(betaPath+"?fieldManager=bob", applyYAML, beta+"  color: green\n").wantStatus(t, http.StatusConflict, metav1.StatusReasonConflict,
 		`conflict with "alice"`)
+	// The scale subresource of a custom resource takes an apply too. As in
+	// Kubernetes, a first apply of a Scale whose replicas nobody owns (here
+	// the schema's default) conflicts with "before-first-apply" unless forced.
+	a.patch(widgetsPath+"/w/scale?fieldManager=hpa", applyYAML,
+		"apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: w\nspec:\n  replicas: 5\n").wantStatus(t, http.StatusConflict,
+		metav1.StatusReasonConflict, `conflict with "before-first-apply" with subresource "scale"`)
+	var sc autoscalingv1.Scale
+	a.patch(widgetsPath+"/w/scale?fieldManager=hpa&force=true", applyYAML,
+		"apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: w\nspec:\n  replicas: 5\n").mustCode(t, http.StatusOK, &sc)
+	o = a.get(widgetsPath + "/w").obj(t, http.StatusOK)
+	if sc.Spec.Replicas != 5 || o.at("spec.replicas") != float64(5) {
+		t.Fatalf("after applying the scale: %+v, %v", sc.Spec, o.at("spec"))
+	}
+	a.read(widgetsPath+"/w", &m)
+	if got := strings.Join(managers(m.Metadata.ManagedFields), ","); !strings.Contains(got, "hpa/Apply/scale") {
+		t.Fatalf("managedFields %s", got)
+	}
 }

@@ -63,21 +63,18 @@ func scaleOf(obj runtime.Object) *autoscalingv1.Scale {
 // ReplicaSets, ReplicationControllers and StatefulSets, which
 // `kubectl scale` uses.
 func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) error {
-	var body []byte
-	var err error
-	if r.Method == http.MethodPut || r.Method == http.MethodPatch {
-		if body, err = readBody(r); err != nil {
-			return err
-		}
+	body, err := readScaleBody(r)
+	if err != nil {
+		return err
 	}
 	var updated runtime.Object
 	switch r.Method {
 	case http.MethodGet:
 		updated, err = s.get(rq.res, rq.namespace, rq.name)
 	case http.MethodPut, http.MethodPatch:
-		updated, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{manager: managerFor(r), scale: true}, func(cur runtime.Object) (runtime.Object, error) {
+		updated, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{applied: true}, func(cur runtime.Object) (runtime.Object, error) {
 			d := metaOf(cur)
-			sc, err := requestedScale(r, body, scaleOf(cur))
+			sc, mf, err := scaleWrite(r, rq.res, body, cur, scaleOf(cur))
 			if err != nil {
 				return nil, err
 			}
@@ -90,6 +87,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 				return nil, apierrors.NewMethodNotSupported(rq.res.gr(), "scale")
 			}
 			*spec = &replicas
+			d.SetManagedFields(mf)
 			d.SetResourceVersion("")
 			return cur, nil
 		})
@@ -99,8 +97,35 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	if err != nil {
 		return err
 	}
-	writeValue(w, r, http.StatusOK, scaleOf(updated))
+	sc, err := scaleView(rq.res, updated, scaleOf(updated))
+	if err != nil {
+		return err
+	}
+	writeValue(w, r, http.StatusOK, sc)
 	return nil
+}
+
+// readScaleBody reads a scale write's body: an apply as sent (YAML or
+// JSON), anything else as readBody gives it; GET has none.
+func readScaleBody(r *http.Request) ([]byte, error) {
+	switch {
+	case r.Method != http.MethodPut && r.Method != http.MethodPatch:
+		return nil, nil
+	case isApply(r):
+		if err := checkWriteOptions(r, "PatchOptions", true); err != nil {
+			return nil, err
+		}
+		return readRawBody(r)
+	default:
+		kind := "UpdateOptions"
+		if r.Method == http.MethodPatch {
+			kind = "PatchOptions"
+		}
+		if err := checkWriteOptions(r, kind, false); err != nil {
+			return nil, err
+		}
+		return readBody(r)
+	}
 }
 
 // requestedScale is the Scale a PUT or PATCH of a scale subresource asks
