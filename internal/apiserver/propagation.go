@@ -69,13 +69,16 @@ func (s *Server) propagate(tx store.Tx, res *resource, key string, obj runtime.O
 	return false, nil
 }
 
-// eachDependent calls fn for every namespaced object in ns (every
-// namespace for a cluster-scoped owner) with an ownerReference to uid.
+// eachDependent calls fn for every object with an ownerReference to uid
+// that may have it: the namespaced objects in ns for a namespaced owner;
+// for a cluster-scoped owner (ns "") those in every namespace and the
+// cluster-scoped ones, so that a cluster-scoped custom resource owning
+// another is orphaned or waited for as well.
 func (s *Server) eachDependent(tx store.Tx, ns string, uid types.UID, fn func(r *resource, key string, obj runtime.Object) error) error {
 	seen := map[string]bool{}
 	for _, r := range s.allResources() {
 		p := r.prefix(ns)
-		if !r.namespaced || seen[p] || r.gv.Group == "extensions" {
+		if (!r.namespaced && ns != "") || seen[p] || r.gv.Group == "extensions" {
 			continue
 		}
 		seen[p] = true

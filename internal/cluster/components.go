@@ -91,6 +91,10 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if err != nil {
 		return err
 	}
+	md, err := controllers.NewMetadataClient(rc)
+	if err != nil {
+		return err
+	}
 	podCIDR := s.cfg.PodCIDR
 	if !podCIDR.IsValid() {
 		podCIDR = netip.MustParsePrefix("10.244.0.0/16")
@@ -122,7 +126,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		defer wg.Done()
 		err := leader.Run(ctx, leader.Config{Client: client, Identity: identity, Timing: s.cfg.LeaderElection, Logger: s.cfg.Logger},
 			func(lctx context.Context) {
-				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM})
+				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM, Metadata: md})
 			})
 		if err != nil {
 			s.log.Error("leader election stopped", "err", err)

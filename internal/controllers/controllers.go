@@ -5,8 +5,8 @@
 // selector x Pods -> Endpoints and EndpointSlices), EndpointSlice mirroring
 // (hand-written Endpoints of selector-less Services -> EndpointSlices), the
 // ServiceCIDR controller (finalizer and Ready condition), node IPAM (a podCIDR per
-// Node) and the garbage collector (Pods, ReplicaSets and EndpointSlices
-// whose owners are gone, and foreground deletion).
+// Node) and the garbage collector (cascading deletion of every kind the API
+// serves, custom resources included: background, foreground and orphan).
 //
 // Every loop is level-triggered, as Kubernetes' controllers are: informer
 // events only put a key on a rate-limited workqueue, and the sync for that key
@@ -17,8 +17,9 @@
 // that the cache has not caught up with, pods the scheduler has just bound)
 // only guards against acting twice on a stale cache, and expires by itself.
 //
-// The package talks to the cluster only through kubernetes.Interface; it never
-// imports the API server or the store.
+// The package talks to the cluster only through kubernetes.Interface and, for
+// the garbage collector, which handles kinds it has no types for, a
+// metadata.Interface; it never imports the API server or the store.
 package controllers
 
 import (
@@ -42,6 +43,7 @@ import (
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -60,6 +62,9 @@ type Config struct {
 	// garbage collection loops (default 2). The scheduler and node IPAM always
 	// run one worker: their decisions depend on each other's results.
 	Workers int
+	// Metadata is the garbage collector's client for the metadata of every
+	// resource (NewMetadataClient). Without one the collector does not run.
+	Metadata metadata.Interface
 }
 
 func (o Config) withDefaults() Config {
@@ -168,7 +173,9 @@ func New(client kubernetes.Interface, log *slog.Logger, opts Config) *Controller
 	newMirroringController(c)
 	c.scc = newServiceCIDRController(c)
 	c.ipam = newNodeIPAM(c)
-	c.gc = newCollector(c)
+	if c.opts.Metadata != nil {
+		c.gc = newCollector(c)
+	}
 	c.nl = newNodeLifecycle(c)
 	newJobController(c)
 	newDaemonSetController(c)
@@ -198,6 +205,12 @@ func (c *Controllers) Run(ctx context.Context) error {
 			return nil
 		}
 		return errors.New("controllers: informer caches did not sync")
+	}
+	if c.gc != nil {
+		c.gc.start(ctx)
+		defer c.gc.wait()
+	} else {
+		c.log.Warn("garbage collector not running: no metadata client")
 	}
 	for _, l := range c.loops {
 		l.Start(ctx)

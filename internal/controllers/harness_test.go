@@ -66,6 +66,13 @@ func (tc *testCluster) startControllers(opts Config) {
 func (tc *testCluster) startControllersWith(opts Config, adjust func(*Controllers)) {
 	tc.t.Helper()
 	ctx, cancel := context.WithCancel(tc.ctx)
+	if opts.Metadata == nil {
+		md, err := NewMetadataClient(tc.cfg)
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		opts.Metadata = md
+	}
 	c := New(tc.client, testutil.Logger(tc.t), opts)
 	if adjust != nil {
 		adjust(c)
