@@ -170,6 +170,41 @@ func wantsTable(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "as=Table")
 }
 
+// wantsMetadata reports the meta.k8s.io version of PartialObjectMetadata
+// the client asked for (client-go's metadata client and metadata informers:
+// as=PartialObjectMetadata for get and watch, as=PartialObjectMetadataList
+// for list), or "" for whole objects.
+func wantsMetadata(r *http.Request) string {
+	for _, mt := range strings.Split(r.Header.Get("Accept"), ",") {
+		params := map[string]string{}
+		for _, p := range strings.Split(mt, ";")[1:] {
+			if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok {
+				params[k] = v
+			}
+		}
+		if (params["as"] == "PartialObjectMetadata" || params["as"] == "PartialObjectMetadataList") && params["g"] == "meta.k8s.io" &&
+			(params["v"] == "v1" || params["v"] == "v1beta1") {
+			return params["v"]
+		}
+	}
+	return ""
+}
+
+// partialMetadata is obj's metadata as a PartialObjectMetadata of the given
+// meta.k8s.io version.
+func partialMetadata(obj runtime.Object, version string) *metav1.PartialObjectMetadata {
+	m := metaOf(obj)
+	p := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/" + version}}
+	p.ObjectMeta = metav1.ObjectMeta{
+		Name: m.GetName(), GenerateName: m.GetGenerateName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
+		ResourceVersion: m.GetResourceVersion(), Generation: m.GetGeneration(), CreationTimestamp: m.GetCreationTimestamp(),
+		DeletionTimestamp: m.GetDeletionTimestamp(), DeletionGracePeriodSeconds: m.GetDeletionGracePeriodSeconds(),
+		Labels: m.GetLabels(), Annotations: m.GetAnnotations(), OwnerReferences: m.GetOwnerReferences(),
+		Finalizers: m.GetFinalizers(), ManagedFields: m.GetManagedFields(),
+	}
+	return p
+}
+
 // writeJSON writes a JSON (or YAML, if asked) body.
 func writeJSON(w http.ResponseWriter, r *http.Request, code int, body []byte) {
 	if r != nil && wantsYAML(r) {

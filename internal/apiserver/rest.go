@@ -126,6 +126,10 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request, res *resource, 
 		writeValue(w, r, code, t)
 		return nil
 	}
+	if v := wantsMetadata(r); v != "" {
+		writeValue(w, r, code, partialMetadata(obj, v))
+		return nil
+	}
 	b, err := encodeObject(obj, res.gvk())
 	if err != nil {
 		return err
@@ -174,13 +178,14 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, rq request) e
 	}
 	filter := !ls.Empty() || !fs.Empty()
 	table := wantsTable(r)
+	metaVersion := wantsMetadata(r)
 	var raw [][]byte
 	var objs []runtime.Object
 	for _, kv := range kvs {
 		// Custom resources are decoded to be defaulted and to take the
 		// apiVersion asked for, unless they are stored as they would be
 		// served (crVersion.servedAsStored).
-		if !filter && !table && (rq.res.cr == nil || rq.res.cr.servedAsStored(kv)) {
+		if !filter && !table && metaVersion == "" && (rq.res.cr == nil || rq.res.cr.servedAsStored(kv)) {
 			raw = append(raw, kv.Value)
 			continue
 		}
@@ -194,6 +199,12 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, rq request) e
 		switch {
 		case table:
 			objs = append(objs, obj)
+		case metaVersion != "":
+			b, err := json.Marshal(partialMetadata(obj, metaVersion))
+			if err != nil {
+				return err
+			}
+			raw = append(raw, b)
 		case rq.res.cr != nil:
 			b, err := encodeObject(obj, rq.res.gvk())
 			if err != nil {
@@ -211,6 +222,10 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request, rq request) e
 		}
 		t.ResourceVersion = strconv.FormatInt(rev, 10)
 		writeValue(w, r, http.StatusOK, t)
+		return nil
+	}
+	if metaVersion != "" {
+		writeJSON(w, r, http.StatusOK, listJSON("PartialObjectMetadataList", "meta.k8s.io/"+metaVersion, rev, raw))
 		return nil
 	}
 	writeJSON(w, r, http.StatusOK, listJSON(rq.res.listKind(), rq.res.gv.String(), rev, raw))

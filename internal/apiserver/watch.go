@@ -92,7 +92,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 	// whole timeout (the store already drops a watcher that falls behind).
 	sw := s.newStreamWriter(w, r)
 	defer sw.done()
-	enc := &watchEncoder{s: s, w: sw, res: rq.res, table: table, includeObject: q.Get("includeObject")}
+	enc := &watchEncoder{s: s, w: sw, res: rq.res, table: table, includeObject: q.Get("includeObject"), meta: wantsMetadata(r)}
 	// gone reports a failed write: the client stopped reading (or left).
 	gone := func(err error) bool {
 		if err != nil {
@@ -227,6 +227,7 @@ type watchEncoder struct {
 	res           *resource
 	table         bool
 	includeObject string
+	meta          string // PartialObjectMetadata's version, when asked for
 	buf           bytes.Buffer
 }
 
@@ -239,6 +240,8 @@ func (e *watchEncoder) object(typ string, obj runtime.Object) error {
 			return terr
 		}
 		body, err = json.Marshal(t)
+	} else if e.meta != "" {
+		body, err = json.Marshal(partialMetadata(obj, e.meta))
 	} else {
 		body, err = encodeObject(obj, e.res.gvk())
 	}
@@ -265,6 +268,9 @@ func (e *watchEncoder) bookmark(rev int64, initialEnd bool) {
 		m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
 	}
 	body, _ := encodeObject(obj, e.res.gvk())
+	if e.meta != "" {
+		body, _ = json.Marshal(partialMetadata(obj, e.meta))
+	}
 	e.write("BOOKMARK", body)
 }
 
