@@ -94,7 +94,7 @@ func TestCustomResourcesMigrate(t *testing.T) {
 	t.Cleanup(func() { srv2.Shutdown(t.Context()) })
 	b := sharedAPI(t, dst, srv2)
 	b.waitEstablished("widgets.example.com", widgetsPath)
-	o := b.get(widgetsPath + "/w").obj(t, http.StatusOK)
+	o := b.get(widgetsPath+"/w").obj(t, http.StatusOK)
 	if o.at("spec.color") != "red" || o.at("spec.replicas") != float64(1) {
 		t.Fatalf("migrated widget %v", o)
 	}

@@ -307,7 +307,7 @@ func TestServerSideApplyCustomResource(t *testing.T) {
 	var sc autoscalingv1.Scale
 	a.patch(widgetsPath+"/w/scale?fieldManager=hpa&force=true", applyYAML,
 		"apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: w\nspec:\n  replicas: 5\n").mustCode(t, http.StatusOK, &sc)
-	o = a.get(widgetsPath + "/w").obj(t, http.StatusOK)
+	o = a.get(widgetsPath+"/w").obj(t, http.StatusOK)
 	if sc.Spec.Replicas != 5 || o.at("spec.replicas") != float64(5) {
 		t.Fatalf("after applying the scale: %+v, %v", sc.Spec, o.at("spec"))
 	}
