@@ -558,7 +558,7 @@ func (s *Server) serveCustomScale(w http.ResponseWriter, r *http.Request, rq req
 		if body, err = readScaleBody(r); err != nil {
 			return err
 		}
-		obj, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{applied: true}, func(cur runtime.Object) (runtime.Object, error) {
+		obj, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{applied: true, dryRun: isDryRun(r)}, func(cur runtime.Object) (runtime.Object, error) {
 			scale, err := crScale(cur, sc)
 			if err != nil {
 				return nil, err

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -32,6 +33,12 @@ func deleteOptions(r *http.Request) (metav1.DeleteOptions, error) {
 		if err := json.Unmarshal(body, &opts); err != nil {
 			return opts, apierrors.NewBadRequest(fmt.Sprintf("decoding DeleteOptions: %v", err))
 		}
+	}
+	if v := r.URL.Query()["dryRun"]; len(v) > 0 {
+		opts.DryRun = v
+	}
+	if err := checkDryRun(opts.DryRun, "DeleteOptions"); err != nil {
+		return opts, err
 	}
 	if v := r.URL.Query().Get("gracePeriodSeconds"); v != "" {
 		g, err := strconv.ParseInt(v, 10, 64)
@@ -65,7 +72,9 @@ func (s *Server) Delete(res *resource, ns, name string, opts metav1.DeleteOption
 	key := res.key(ns, name)
 	var result runtime.Object
 	var finalizeNS bool
-	_, err := s.store.Update(func(tx store.Tx) error {
+	var storedRV string
+	dryRun := len(opts.DryRun) > 0
+	_, err := s.store.Update(dryRunTx(dryRun, func(tx store.Tx) error {
 		result, finalizeNS = nil, false // the store may run this more than once
 		kv, ok := tx.Get(key)
 		if !ok {
@@ -76,6 +85,7 @@ func (s *Server) Delete(res *resource, ns, name string, opts metav1.DeleteOption
 			return err
 		}
 		m := metaOf(obj)
+		storedRV = m.GetResourceVersion()
 		if p := opts.Preconditions; p != nil {
 			if p.UID != nil && *p.UID != m.GetUID() {
 				return apierrors.NewConflict(res.gr(), name, fmt.Errorf("the UID in the precondition (%s) does not match the UID in record (%s). The object might have been deleted and then recreated", *p.UID, m.GetUID()))
@@ -124,7 +134,12 @@ func (s *Server) Delete(res *resource, ns, name string, opts metav1.DeleteOption
 		}
 		withResourceVersion(obj, tx.Rev())
 		return tx.Delete(key)
-	})
+	}))
+	if errors.Is(err, errDryRun) {
+		// What the delete would have done, written nowhere.
+		metaOf(result).SetResourceVersion(storedRV)
+		return result, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,12 +1,15 @@
 package apiserver
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/minikit/minikit/internal/store"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
@@ -51,6 +54,7 @@ type writeOpts struct {
 	// applied: the object's managedFields are already set (by
 	// FieldManager.Apply, or by a write through the scale subresource).
 	applied bool
+	dryRun  bool // dryRun=All: everything but the commit
 }
 
 // managerFor is the manager a request writes as: its fieldManager
@@ -94,6 +98,9 @@ func checkWriteOptions(r *http.Request, optionsKind string, apply bool) error {
 				break
 			}
 		}
+	}
+	if err := checkDryRun(q["dryRun"], optionsKind); err != nil {
+		return err
 	}
 	if f := q.Get("force"); f != "" {
 		switch {
@@ -444,4 +451,36 @@ func applyError(err error) error {
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure,
 		Code: http.StatusInternalServerError, Message: err.Error()}}
+}
+
+// errDryRun ends a dry-run write's store transaction after everything but
+// the commit: the store writes nothing for a transaction that fails.
+var errDryRun = errors.New("dry run")
+
+// dryRunTx is fn, made to fail with errDryRun when it succeeds in a dry run.
+func dryRunTx(dryRun bool, fn func(tx store.Tx) error) func(tx store.Tx) error {
+	if !dryRun {
+		return fn
+	}
+	return func(tx store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return errDryRun
+	}
+}
+
+// isDryRun reports a request's dryRun=All (checkWriteOptions has refused
+// any other value).
+func isDryRun(r *http.Request) bool { return len(r.URL.Query()["dryRun"]) > 0 }
+
+// checkDryRun accepts the dryRun values kube-apiserver accepts: All.
+func checkDryRun(values []string, optionsKind string) error {
+	for _, v := range values {
+		if v != metav1.DryRunAll {
+			return apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: optionsKind}, "", field.ErrorList{
+				field.NotSupported(field.NewPath("dryRun"), v, []string{metav1.DryRunAll})})
+		}
+	}
+	return nil
 }

@@ -40,12 +40,23 @@ func TestServerSideApplyWithKubectl(t *testing.T) {
 	}
 	// Another manager changes a; kubectl's apply then conflicts.
 	run("patch", "cm", "cfg", "--field-manager", "editor", "--type", "merge", "-p", `{"data":{"a":"x"}}`)
-	_, errOut, err := k.run(t, "apply", "--server-side", "-f", write("  a: '1'\n"))
+	out, errOut, err := k.run(t, "apply", "--server-side", "-f", write("  a: '1'\n"))
 	if err == nil || !strings.Contains(errOut, `conflict with "editor"`) || !strings.Contains(errOut, ".data.a") {
-		t.Fatalf("apply over editor's field: %v\n%s", err, errOut)
+		t.Fatalf("apply over editor's field: %v\n%s%s", err, out, errOut)
 	}
 	run("apply", "--server-side", "--force-conflicts", "-f", write("  a: '1'\n"))
 	if got := run("get", "cm", "cfg", "-o", "jsonpath={.data.a}"); got != "1" {
 		t.Errorf("after --force-conflicts: a=%s", got)
+	}
+	// kubectl diff and --dry-run=server ask the server what a write would do
+	// (dryRun=All) and change nothing.
+	out, errOut, err = k.run(t, "diff", "--server-side", "-f", write("  a: '2'\n"))
+	if err == nil || !strings.Contains(out, "-  a: \"1\"") || !strings.Contains(out, "+  a: \"2\"") {
+		t.Errorf("kubectl diff: %v\n%s%s", err, out, errOut)
+	}
+	run("apply", "--server-side", "--dry-run=server", "-f", write("  a: '3'\n"))
+	run("delete", "cm", "cfg", "--dry-run=server")
+	if got := run("get", "cm", "cfg", "-o", "jsonpath={.data.a}"); got != "1" {
+		t.Errorf("after kubectl diff and dry runs: a=%s", got)
 	}
 }

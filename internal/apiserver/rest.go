@@ -283,13 +283,10 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 	if err != nil {
 		return err
 	}
-	if r.URL.Query().Get("dryRun") == "All" {
-		return apierrors.NewBadRequest("dryRun is not supported by minikit")
-	}
 	if err := checkWriteOptions(r, "CreateOptions", false); err != nil {
 		return err
 	}
-	created, err := s.create(rq.res, rq.namespace, obj, writeOpts{manager: managerFor(r)})
+	created, err := s.create(rq.res, rq.namespace, obj, writeOpts{manager: managerFor(r), dryRun: isDryRun(r)})
 	if err != nil {
 		return err
 	}
@@ -354,7 +351,7 @@ func (s *Server) create(res *resource, ns string, obj runtime.Object, wo writeOp
 	// conflicting commit): each run starts again from the validated object,
 	// so a ClusterIP or NodePort a discarded run picked is not taken for one
 	// the client asked for.
-	_, err = s.store.Update(func(tx store.Tx) error {
+	_, err = s.store.Update(dryRunTx(wo.dryRun, func(tx store.Tx) error {
 		created = nil
 		o := obj.DeepCopyObject()
 		if res.namespaced {
@@ -375,7 +372,13 @@ func (s *Server) create(res *resource, ns string, obj runtime.Object, wo writeOp
 		}
 		created = o
 		return s.put(tx, res, key, o)
-	})
+	}))
+	if errors.Is(err, errDryRun) {
+		// As kube-apiserver's dry run: the object as it would be stored,
+		// without a resourceVersion.
+		metaOf(created).SetResourceVersion("")
+		return created, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -468,7 +471,7 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 		return err
 	}
 	// A copy per run: Update may run mutate more than once and changes what it returns.
-	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: managerFor(r)},
+	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: managerFor(r), dryRun: isDryRun(r)},
 		func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil })
 	if err != nil {
 		return err
@@ -493,7 +496,8 @@ func (s *Server) Update(res *resource, ns, name, sub string, mutate func(cur run
 func (s *Server) update(res *resource, ns, name, sub string, wo writeOpts, mutate func(cur runtime.Object) (runtime.Object, error)) (runtime.Object, error) {
 	key := res.key(ns, name)
 	var result runtime.Object
-	_, err := s.store.Update(func(tx store.Tx) error {
+	var storedRV string
+	_, err := s.store.Update(dryRunTx(wo.dryRun, func(tx store.Tx) error {
 		result = nil
 		kv, ok := tx.Get(key)
 		if !ok {
@@ -509,6 +513,7 @@ func (s *Server) update(res *resource, ns, name, sub string, wo writeOpts, mutat
 			return err
 		}
 		m, om := metaOf(obj), metaOf(old)
+		storedRV = om.GetResourceVersion()
 		if rv := m.GetResourceVersion(); rv != "" && rv != om.GetResourceVersion() {
 			return apierrors.NewConflict(res.gr(), name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 		}
@@ -599,7 +604,11 @@ func (s *Server) update(res *resource, ns, name, sub string, wo writeOpts, mutat
 		}
 		result = obj
 		return s.put(tx, res, key, obj)
-	})
+	}))
+	if errors.Is(err, errDryRun) {
+		metaOf(result).SetResourceVersion(storedRV)
+		return result, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +649,7 @@ func (s *Server) servePatch(w http.ResponseWriter, r *http.Request, rq request) 
 	if err := checkWriteOptions(r, "PatchOptions", false); err != nil {
 		return err
 	}
-	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), writeOpts{manager: managerFor(r)})
+	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), writeOpts{manager: managerFor(r), dryRun: isDryRun(r)})
 	if err != nil {
 		return err
 	}
@@ -655,9 +664,7 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 	if err := checkWriteOptions(r, "PatchOptions", true); err != nil {
 		return err
 	}
-	if r.URL.Query().Get("dryRun") == "All" {
-		return apierrors.NewBadRequest("dryRun is not supported by minikit")
-	}
+	dryRun := isDryRun(r)
 	manager, force, mode := r.URL.Query().Get("fieldManager"), r.URL.Query().Get("force") == "true", fieldValidation(r)
 	var warnings []string
 	apply := func(live runtime.Object) (runtime.Object, error) {
@@ -677,7 +684,7 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 		return obj, nil
 	}
 	code := http.StatusOK
-	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: manager, applied: true}, func(cur runtime.Object) (runtime.Object, error) {
+	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: manager, applied: true, dryRun: dryRun}, func(cur runtime.Object) (runtime.Object, error) {
 		obj, err := apply(cur)
 		if err != nil {
 			return nil, err
@@ -700,7 +707,7 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 		if m.GetResourceVersion() != "" {
 			return apierrors.NewConflict(rq.res.gr(), rq.name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 		}
-		updated, err = s.create(rq.res, rq.namespace, obj, writeOpts{manager: manager, applied: true})
+		updated, err = s.create(rq.res, rq.namespace, obj, writeOpts{manager: manager, applied: true, dryRun: dryRun})
 		code = http.StatusCreated
 	}
 	if err != nil {

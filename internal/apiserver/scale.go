@@ -72,7 +72,7 @@ func (s *Server) serveScale(w http.ResponseWriter, r *http.Request, rq request) 
 	case http.MethodGet:
 		updated, err = s.get(rq.res, rq.namespace, rq.name)
 	case http.MethodPut, http.MethodPatch:
-		updated, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{applied: true}, func(cur runtime.Object) (runtime.Object, error) {
+		updated, err = s.update(rq.res, rq.namespace, rq.name, "", writeOpts{applied: true, dryRun: isDryRun(r)}, func(cur runtime.Object) (runtime.Object, error) {
 			d := metaOf(cur)
 			sc, mf, err := scaleWrite(r, rq.res, body, cur, scaleOf(cur))
 			if err != nil {
