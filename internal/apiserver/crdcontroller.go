@@ -364,3 +364,45 @@ func (s *Server) setTerminating(crd *apiextensionsv1.CustomResourceDefinition, r
 		return c, nil
 	})
 }
+
+// crdStorage stands for what kube-apiserver's CRD handler calls a CRD's
+// storage: it lives as long as the CRD's UID, spec and accepted names stay
+// the same (servingKey also follows the deletion mark, which upstream does
+// not rebuild storage for), and ending it ends every watch on the CRD's
+// resources, as upstream's tearDown destroys the storage and with it the
+// watch cache's watchers. Clients see their watch close and re-watch (or,
+// for a deleted CRD, get 404).
+type crdStorage struct {
+	key  string        // the CRD's UID, generation and accepted names
+	done chan struct{} // closed when the storage ends
+}
+
+// crdTeardownDelay is how long a watch on an ended storage still delivers
+// the events already on their way (the last custom resources' deletions,
+// written just before the CRD went), as upstream's tearDown waits a second
+// before destroying the storage.
+const crdTeardownDelay = time.Second
+
+func crdStorageKey(crd *apiextensionsv1.CustomResourceDefinition) string {
+	return fmt.Sprintf("%s/%d/%v", crd.UID, crd.Generation, crd.Status.AcceptedNames)
+}
+
+// replace hands the storage on to res, the new entries of its CRD, when
+// they were built from the same storage key, and otherwise ends it and
+// gives res a new one. st may be nil (no entries before); res may be empty
+// (the CRD is no longer served).
+func (st *crdStorage) replace(res []*resource) {
+	next := st
+	if len(res) == 0 || st == nil || st.key != crdStorageKey(res[0].cr.crd) {
+		if st != nil {
+			close(st.done)
+		}
+		next = nil
+		if len(res) > 0 {
+			next = &crdStorage{key: crdStorageKey(res[0].cr.crd), done: make(chan struct{})}
+		}
+	}
+	for _, r := range res {
+		r.cr.storage = next
+	}
+}

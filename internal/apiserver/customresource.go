@@ -89,6 +89,9 @@ type crVersion struct {
 	// by its versions, and this version's field managers.
 	tc            *crdTypeConverter
 	fieldManagers sync.Map
+	// storage ends the watches on this resource when the CRD is deleted
+	// or its spec or names change (crdcontroller.go); set by crdRegistry.set.
+	storage *crdStorage
 }
 
 // servedAsStored reports whether a stored object can be served as its
@@ -408,7 +411,9 @@ type crdRegistry struct {
 type crdServing struct {
 	built string // what the entries were built from (servingKey)
 	res   []*resource
-	docs  *crdDocs // nil when they could not be built
+	// storage is shared by res; nil before the first entries.
+	storage *crdStorage
+	docs    *crdDocs // nil when they could not be built
 }
 
 func (c *crdRegistry) generation() int64 {
@@ -482,10 +487,11 @@ func (c *crdRegistry) set(name, built string, res []*resource, docs *crdDocs) {
 		return
 	}
 	c.gen++
+	c.byCRD[name].storage.replace(res)
 	if len(res) == 0 {
 		delete(c.byCRD, name)
 	} else {
-		c.byCRD[name] = crdServing{built: built, res: res, docs: docs}
+		c.byCRD[name] = crdServing{built: built, res: res, docs: docs, storage: res[0].cr.storage}
 	}
 	c.byGVR = map[schema.GroupVersionResource]*resource{}
 	for _, sv := range c.byCRD {

@@ -77,6 +77,7 @@ type Server struct {
 	crdCleanups sync.Map // CRD UID -> true, cleanups running (crdcontroller.go)
 	stop        context.CancelFunc
 	openapi     openAPIDocs
+	discovery   atomic.Pointer[aggregatedDocs] // aggregated discovery, built lazily (discovery.go)
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -153,9 +154,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	case "version":
 		writeValue(w, r, http.StatusOK, s.versionInfo())
 		return nil
-	case "api":
-		return s.serveAPIVersions(w, r)
-	case "apis":
+	case "api", "apis":
+		if wantsAggregated(r) {
+			return s.serveAggregated(w, r, path == "api")
+		}
+		if path == "api" {
+			return s.serveAPIVersions(w, r)
+		}
 		return s.serveAPIGroupList(w, r)
 	}
 	if strings.HasPrefix(path, "openapi/") {

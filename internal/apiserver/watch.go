@@ -152,10 +152,29 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, rq request) 
 		return true
 	}
 
+	// A custom resource's watch ends with its CRD's storage (crdStorage):
+	// after crdTeardownDelay, what arrived by then is sent and the stream
+	// ends. Built-in resources never end this way (nil channels block).
+	var storageEnded <-chan struct{}
+	var teardown <-chan time.Time
+	if cr := rq.res.cr; cr != nil && cr.storage != nil {
+		storageEnded = cr.storage.done
+	}
+
 	ticker := time.NewTicker(bookmarkInterval)
 	defer ticker.Stop()
 	for {
 		select {
+		case <-storageEnded:
+			storageEnded = nil
+			t := time.NewTimer(crdTeardownDelay)
+			defer t.Stop() // runs once: storageEnded is nil from here on
+			teardown = t.C
+		case <-teardown:
+			if sendQueued() {
+				sw.flush()
+			}
+			return nil
 		case <-ctx.Done():
 			if sendQueued() {
 				sw.flush()
