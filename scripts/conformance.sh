@@ -85,7 +85,15 @@ gargs=(--procs="$PROCS" --focus="$FOCUS" --timeout="$TIMEOUT" --no-color --poll-
 [ -z "$SKIP" ] || gargs+=(--skip="$SKIP")
 rc=0
 t0=$SECONDS
-ip netns exec "$netns" "$GINKGO" "${gargs[@]}" "$E2E" -- --provider=local --kubeconfig="$TMP/kubeconfig" \
+# The suite's kubectl keeps no discovery cache. Every lab's API has the same
+# address (192.168.56.10:6443), so root's ~/.kube/cache would hand one lab's
+# resources to the next for 6 hours; and within a run, a cache written before
+# a spec made its CRD hides the CRD's short name from `kubectl explain` (whose
+# RESTMapper lookup, unlike `kubectl get`'s, does not expand a short name again
+# after refreshing discovery). Nothing can be created under /dev/null, so
+# every kubectl the suite runs reads the server's discovery afresh, as a client
+# without a cache does.
+KUBECACHEDIR=/dev/null ip netns exec "$netns" "$GINKGO" "${gargs[@]}" "$E2E" -- --provider=local --kubeconfig="$TMP/kubeconfig" \
   --report-dir="$REPORT" >"$REPORT/e2e.log" 2>&1 || rc=$?
 echo "e2e.test ran ${PROCS} processes for $((SECONDS - t0))s"
 [ "${VERBOSE:-}" != 1 ] || cat "$REPORT/e2e.log"

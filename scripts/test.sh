@@ -67,7 +67,9 @@ fi
 # upstream NetworkPolicy specs (Netpol), but the three [Feature:SCTPConnectivity]
 # ones: this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails
 # with EPROTONOSUPPORT), so their agnhost porter pods can never serve.
-# Then the 47 conformance specs once more in a lab whose proxies run in nftables mode.
+# Then the 47 conformance specs once more in a lab whose proxies run in nftables mode,
+# and the API machinery specs (server-side apply and field validation, then
+# CustomResourceDefinitions), each set in a lab of its own.
 # CONFORMANCE_FOCUS / CONFORMANCE_SKIP change the first run; CONFORMANCE=0 leaves both out
 # (for a quick local run only).
 conf_summary=""
@@ -105,6 +107,22 @@ if [ "${CONFORMANCE:-1}" != 0 ]; then
     grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" || true
   fi
   conf_summary="$conf_summary; API machinery: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
+  rm -rf "$log.conf" "$log.conformance"
+  # The API machinery of CustomResourceDefinitions: upstream's specs of the
+  # Describe blocks CustomResourceDefinition resources, CustomResourcePublishOpenAPI
+  # (drives kubectl explain and client-side validation), CustomResourceDefinition
+  # Watch and CustomResourceValidationRules (23 specs, about 2 minutes in two
+  # Ginkgo processes). CustomResourceFieldSelectors is left out: its one spec
+  # deploys a conversion webhook, which minikit does not call (docs/differences.md).
+  phase "upstream: CustomResourceDefinitions"
+  crd_focus='\[sig-api-machinery\] (CustomResourceDefinition resources|CustomResourcePublishOpenAPI|CustomResourceDefinition Watch|CustomResourceValidationRules)'
+  if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --focus "$crd_focus" --procs 2 --report-dir "$log.conformance" > "$log.conf" 2>&1; then
+    cat "$log.conf"
+    status=1
+  else
+    grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" | sed 's/^/CRDs: /' || true
+  fi
+  conf_summary="$conf_summary; CRDs: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
   rm -rf "$log.conf" "$log.conformance"
 fi
 # Fuzzing, bounded: each fuzz target mutates inputs beyond its seed corpus for a
