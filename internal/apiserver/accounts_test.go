@@ -173,9 +173,11 @@ func wantCode(t *testing.T, what string, r *httptest.ResponseRecorder, code int,
 	}
 }
 
-// A pod's token reads and never writes: lists, gets, watches, logs and
-// discovery work; creates, deletes, exec and the TokenRequest itself are 403
-// with kube-apiserver's wording. A forged, expired or orphaned token is 401.
+// A pod's token can do what RBAC grants its ServiceAccount: with upstream's
+// default bindings only discovery; with a RoleBinding to view, reads in its
+// namespace and nothing more (creates, deletes, exec, proxy and the
+// TokenRequest itself are 403 with kube-apiserver's wording). A forged,
+// expired or orphaned token is 401.
 func TestServiceAccountTokenScope(t *testing.T) {
 	a := newTokenAPI(t)
 	var pod corev1.Pod
@@ -187,11 +189,22 @@ func TestServiceAccountTokenScope(t *testing.T) {
 	json.Unmarshal(r.Body.Bytes(), &pod)
 	tok := a.requestToken(&pod)
 
-	for _, p := range []string{servicesPath, "/api/v1/namespaces/default/services/kubernetes", "/api/v1/pods",
-		"/api", "/apis", "/api/v1", "/openapi/v2", nodesPath, "/apis/apps/v1/deployments"} {
+	user := `User \"system:serviceaccount:default:default\"`
+	for _, p := range []string{"/api", "/apis", "/api/v1", "/openapi/v2"} {
 		wantCode(t, "GET "+p, a.do("GET", p, tok, ""), http.StatusOK, "")
 	}
-	user := `User \"system:serviceaccount:default:default\"`
+	wantCode(t, "list services unbound", a.do("GET", servicesPath, tok, ""), http.StatusForbidden,
+		`services is forbidden: `+user+` cannot list resource \"services\" in API group \"\" in the namespace \"default\"`)
+	wantCode(t, "bind view", a.do("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", a.token,
+		`{"metadata":{"name":"view"},"roleRef":{"kind":"ClusterRole","name":"view"},"subjects":[{"kind":"ServiceAccount","name":"default"}]}`),
+		http.StatusCreated, "")
+	for _, p := range []string{servicesPath, "/api/v1/namespaces/default/services/kubernetes", podsPath, deploymentsPath} {
+		wantCode(t, "GET "+p, a.do("GET", p, tok, ""), http.StatusOK, "")
+	}
+	wantCode(t, "list pods everywhere", a.do("GET", "/api/v1/pods", tok, ""), http.StatusForbidden,
+		`pods is forbidden: `+user+` cannot list resource \"pods\" in API group \"\" at the cluster scope`)
+	wantCode(t, "list nodes", a.do("GET", nodesPath, tok, ""), http.StatusForbidden,
+		`cannot list resource \"nodes\" in API group \"\" at the cluster scope`)
 	svc, _ := json.Marshal(newService("x"))
 	wantCode(t, "create service", a.do("POST", servicesPath, tok, string(svc)), http.StatusForbidden,
 		`services is forbidden: `+user+` cannot create resource \"services\" in API group \"\" in the namespace \"default\"`)
@@ -202,7 +215,7 @@ func TestServiceAccountTokenScope(t *testing.T) {
 	wantCode(t, "exec over websocket", a.do("GET", podsPath+"/web/exec?command=sh", tok, ""), http.StatusForbidden,
 		`cannot create resource \"pods/exec\"`)
 	wantCode(t, "proxy", a.do("GET", "/api/v1/namespaces/default/services/kubernetes/proxy", tok, ""), http.StatusForbidden,
-		`cannot create resource \"services/proxy\"`)
+		`cannot get resource \"services/proxy\"`)
 	wantCode(t, "create namespace", a.do("POST", namespacesPath, tok, `{"metadata":{"name":"x"}}`), http.StatusForbidden,
 		`cannot create resource \"namespaces\" in API group \"\" at the cluster scope`)
 	wantCode(t, "patch deployment", a.do("PATCH", deploymentsPath+"/d", tok, `{}`), http.StatusForbidden,

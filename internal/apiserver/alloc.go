@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,6 +46,9 @@ func (s *Server) beforeWrite(tx store.Tx, res *resource, obj, old runtime.Object
 		}
 		return s.allocateService(tx, svc, oldSvc)
 	}
+	if cr, ok := obj.(*rbacv1.ClusterRole); ok {
+		return s.aggregateClusterRoles(tx, cr, false)
+	}
 	return nil
 }
 
@@ -58,6 +62,9 @@ func (s *Server) beforeDelete(tx store.Tx, res *resource, obj runtime.Object) er
 		for _, p := range serviceNodePorts(svc) {
 			release(tx, allocPortPrefix+strconv.Itoa(int(p)), owner)
 		}
+	}
+	if cr, ok := obj.(*rbacv1.ClusterRole); ok {
+		return s.aggregateClusterRoles(tx, cr, true)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ var errConflict = errors.New("the object has been modified; please apply your ch
 var builtinNamespaces = []string{"default", "kube-system", "kube-public", "kube-node-lease"}
 
 // bootstrap creates the built-in namespaces, the default/kubernetes Service and
-// its Endpoints and the "kubernetes" ServiceCIDR, and resumes the finalization of namespaces left Terminating by a crash.
+// its Endpoints, the "kubernetes" ServiceCIDR and the default RBAC policy, and resumes the finalization of namespaces left Terminating by a crash.
 func (s *Server) bootstrap() error {
 	for _, ns := range builtinNamespaces {
 		_, err := s.Create(nsResource, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
@@ -46,6 +46,9 @@ func (s *Server) bootstrap() error {
 		return err
 	}
 	if err := s.repairIPAddresses(); err != nil {
+		return err
+	}
+	if err := s.ensureDefaultRBAC(); err != nil {
 		return err
 	}
 	if s.publishesEndpoints() {

@@ -467,6 +467,8 @@ func TestTokenFromAnotherServer(t *testing.T) {
 	if err := json.Unmarshal(r.Body.Bytes(), &tr); err != nil || tr.Status.Token == "" {
 		t.Fatalf("token request answer %s: %v", r.Body, err)
 	}
+	wantCode(t, "bind view", apis[0].do("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", token,
+		`{"metadata":{"name":"view"},"roleRef":{"kind":"ClusterRole","name":"view"},"subjects":[{"kind":"ServiceAccount","name":"default"}]}`), http.StatusCreated, "")
 	wantCode(t, "token from the other server", apis[1].do("GET", servicesPath, tr.Status.Token, ""), http.StatusOK, "")
 }
 

@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	extv1beta1 "k8s.io/api/extensions/v1beta1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -175,6 +176,17 @@ var resources = []*resource{
 		categories: []string{"all"}, newObj: func() runtime.Object { return &appsv1.DaemonSet{} }, status: true, generation: true},
 	{gv: batchv1.SchemeGroupVersion, name: "jobs", singular: "job", kind: "Job", namespaced: true,
 		categories: []string{"all"}, newObj: func() runtime.Object { return &batchv1.Job{} }, status: true, generation: true},
+	// RBAC (rbac.go): stored and validated like any kind; the authorizer
+	// reads them for ServiceAccount tokens, and ClusterRoles with an
+	// aggregationRule get their rules from the ClusterRoles they select.
+	{gv: rbacv1.SchemeGroupVersion, name: "clusterrolebindings", singular: "clusterrolebinding", kind: "ClusterRoleBinding",
+		newObj: func() runtime.Object { return &rbacv1.ClusterRoleBinding{} }},
+	{gv: rbacv1.SchemeGroupVersion, name: "clusterroles", singular: "clusterrole", kind: "ClusterRole",
+		newObj: func() runtime.Object { return &rbacv1.ClusterRole{} }},
+	{gv: rbacv1.SchemeGroupVersion, name: "rolebindings", singular: "rolebinding", kind: "RoleBinding", namespaced: true,
+		newObj: func() runtime.Object { return &rbacv1.RoleBinding{} }},
+	{gv: rbacv1.SchemeGroupVersion, name: "roles", singular: "role", kind: "Role", namespaced: true,
+		newObj: func() runtime.Object { return &rbacv1.Role{} }},
 }
 
 // scaleGVK is the kind of the scale subresource.

@@ -286,6 +286,18 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 	if err := checkWriteOptions(r, "CreateOptions", false); err != nil {
 		return err
 	}
+	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	if err != nil {
+		return err
+	}
+	if check != nil {
+		if m := metaOf(obj); rq.res.namespaced && m.GetNamespace() == "" {
+			m.SetNamespace(rq.namespace)
+		}
+		if err := check(obj, nil); err != nil {
+			return err
+		}
+	}
 	created, err := s.create(rq.res, rq.namespace, obj, writeOpts{manager: managerFor(r), dryRun: isDryRun(r)})
 	if err != nil {
 		return err
@@ -470,9 +482,22 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 	if err := checkWriteOptions(r, "UpdateOptions", false); err != nil {
 		return err
 	}
+	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	if err != nil {
+		return err
+	}
 	// A copy per run: Update may run mutate more than once and changes what it returns.
 	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: managerFor(r), dryRun: isDryRun(r)},
-		func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil })
+		func(cur runtime.Object) (runtime.Object, error) {
+			o := obj.DeepCopyObject()
+			if check != nil {
+				metaOf(o).SetNamespace(rq.namespace)
+				if err := check(o, cur); err != nil {
+					return nil, err
+				}
+			}
+			return o, nil
+		})
 	if err != nil {
 		return err
 	}
@@ -649,7 +674,11 @@ func (s *Server) servePatch(w http.ResponseWriter, r *http.Request, rq request) 
 	if err := checkWriteOptions(r, "PatchOptions", false); err != nil {
 		return err
 	}
-	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), writeOpts{manager: managerFor(r), dryRun: isDryRun(r)})
+	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	if err != nil {
+		return err
+	}
+	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), writeOpts{manager: managerFor(r), dryRun: isDryRun(r)}, check)
 	if err != nil {
 		return err
 	}
@@ -666,11 +695,28 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 	}
 	dryRun := isDryRun(r)
 	manager, force, mode := r.URL.Query().Get("fieldManager"), r.URL.Query().Get("force") == "true", fieldValidation(r)
+	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	if err != nil {
+		return err
+	}
 	var warnings []string
 	apply := func(live runtime.Object) (runtime.Object, error) {
 		obj, wn, err := s.serverSideApply(rq.res, rq.sub, live, patch, manager, force, mode)
 		if err != nil {
 			return nil, err
+		}
+		if check != nil {
+			var old runtime.Object
+			if metaOf(live).GetUID() != "" {
+				old = live
+			}
+			o := obj.DeepCopyObject()
+			if m := metaOf(o); rq.res.namespaced && m.GetNamespace() == "" {
+				m.SetNamespace(rq.namespace)
+			}
+			if err := check(o, old); err != nil {
+				return nil, err
+			}
 		}
 		warnings = wn
 		if n := metaOf(obj).GetName(); n != rq.name {
@@ -731,10 +777,12 @@ func addObjectWarnings(w http.ResponseWriter, obj runtime.Object) {
 // Patch applies a JSON merge, JSON or strategic merge patch to the current object and
 // stores the result with Update semantics, as the server's own write.
 func (s *Server) Patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string) (runtime.Object, error) {
-	return s.patch(res, ns, name, sub, pt, patch, mode, writeOpts{manager: internalManager})
+	return s.patch(res, ns, name, sub, pt, patch, mode, writeOpts{manager: internalManager}, nil)
 }
 
-func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string, wo writeOpts) (runtime.Object, error) {
+// check, when not nil, vets the patched object against the current one
+// (escalationCheck).
+func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string, wo writeOpts, check func(obj, old runtime.Object) error) (runtime.Object, error) {
 	return s.update(res, ns, name, sub, wo, func(cur runtime.Object) (runtime.Object, error) {
 		curJSON, err := encodeObject(cur, res.gvk())
 		if err != nil {
@@ -756,6 +804,11 @@ func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, 
 		// Without a resourceVersion in the patch, the patch applies to the current object.
 		if rv := metaOf(obj).GetResourceVersion(); rv == "" || rv == metaOf(cur).GetResourceVersion() {
 			metaOf(obj).SetResourceVersion("")
+		}
+		if check != nil {
+			if err := check(obj, cur); err != nil {
+				return nil, err
+			}
 		}
 		return obj, nil
 	})

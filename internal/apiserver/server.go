@@ -123,10 +123,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, apierrors.NewInternalError(fmt.Errorf("%v", p)), s.log)
 		}
 	}()
-	if err := s.checkAccess(r); err != nil {
+	authed, err := s.checkAccess(r)
+	if err != nil {
 		writeError(w, r, err, nil)
 		return
 	}
+	r = authed
 	if err := s.bodyDeadline(w, r); err != nil {
 		writeError(w, r, err, s.log)
 		return
@@ -178,6 +180,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 		gv, rest = schema.GroupVersion{Group: parts[1], Version: parts[2]}, parts[3:]
 	default:
 		return apierrors.NewNotFound(schema.GroupResource{}, "")
+	}
+	if ns, res, ok := isReview(gv, rest); ok {
+		return s.serveReview(w, r, gv, ns, res)
 	}
 	if isIngressV1beta1(gv, rest) {
 		return s.serveIngressV1beta1(w, r, gv, rest)

@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
 )
 
 // Service account tokens, as kube-apiserver issues them through the
@@ -28,8 +30,7 @@ import (
 // Kubernetes' claims, bound to a pod when one is named, verified on every
 // request (signature, issuer, audience, expiry, and that the account and pod
 // still exist with the same UIDs). A valid token authenticates as
-// system:serviceaccount:NS:NAME, which minikit authorizes for reads only
-// (auth.go).
+// system:serviceaccount:NS:NAME, which RBAC authorizes (auth.go, rbac.go).
 
 const (
 	// TokenIssuer is the iss claim, kubeadm's default --service-account-issuer.
@@ -102,9 +103,33 @@ func (s *Server) issueToken(sa *corev1.ServiceAccount, pod *corev1.Pod, node *co
 	return tok, exp, err
 }
 
-// serviceAccountUser is who a verified token authenticates.
+// serviceAccountUser is who a verified token authenticates, with what the
+// token says of the pod and node it is bound to.
 type serviceAccountUser struct {
 	namespace, name string
+	uid             types.UID
+	claims          kubernetesClaims
+	credentialID    string
+	audiences       []string // of the token's audiences, those the verifier accepted
+}
+
+// info is the user as kube-apiserver's service account authenticator makes
+// it: its groups, and the pod, node and credential in its extra.
+func (u *serviceAccountUser) info() user.Info {
+	extra := map[string][]string{}
+	if p := u.claims.Pod; p != nil {
+		extra["authentication.kubernetes.io/pod-name"] = []string{p.Name}
+		extra["authentication.kubernetes.io/pod-uid"] = []string{string(p.UID)}
+	}
+	if n := u.claims.Node; n != nil {
+		extra["authentication.kubernetes.io/node-name"] = []string{n.Name}
+		extra["authentication.kubernetes.io/node-uid"] = []string{string(n.UID)}
+	}
+	if u.credentialID != "" {
+		extra["authentication.kubernetes.io/credential-id"] = []string{"JTI=" + u.credentialID}
+	}
+	groups := append(serviceaccount.MakeGroupNames(u.namespace), user.AllAuthenticated)
+	return &user.DefaultInfo{Name: u.String(), UID: string(u.uid), Groups: groups, Extra: extra}
 }
 
 func (u *serviceAccountUser) String() string {
@@ -117,8 +142,12 @@ func looksLikeJWT(tok string) bool {
 	return strings.Count(tok, ".") == 2 && strings.HasPrefix(tok, "eyJ")
 }
 
-// verifyToken checks a service account token and returns its user.
-func (s *Server) verifyToken(raw string) (*serviceAccountUser, error) {
+// verifyToken checks a service account token and returns its user. The
+// token must be for one of audiences, the API server's own when empty.
+func (s *Server) verifyToken(raw string, audiences []string) (*serviceAccountUser, error) {
+	if len(audiences) == 0 {
+		audiences = []string{TokenIssuer}
+	}
 	tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.ES256})
 	if err != nil {
 		return nil, fmt.Errorf("parsing token: %w", err)
@@ -131,7 +160,7 @@ func (s *Server) verifyToken(raw string) (*serviceAccountUser, error) {
 	// A minute's leeway on iat, nbf and exp, as kube-apiserver allows
 	// (jwt.DefaultLeeway): a token one server issued is used on another whose
 	// clock may be a little behind.
-	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: TokenIssuer, AnyAudience: jwt.Audience{TokenIssuer}, Time: s.now()}, jwt.DefaultLeeway); err != nil {
+	if err := std.ValidateWithLeeway(jwt.Expected{Issuer: TokenIssuer, AnyAudience: jwt.Audience(audiences), Time: s.now()}, jwt.DefaultLeeway); err != nil {
 		return nil, fmt.Errorf("validating token: %w", err)
 	}
 	k := priv.Kubernetes
@@ -151,7 +180,14 @@ func (s *Server) verifyToken(raw string) (*serviceAccountUser, error) {
 			return nil, fmt.Errorf("pod %s/%s bound to the token is being deleted", k.Namespace, k.Pod.Name)
 		}
 	}
-	return &serviceAccountUser{namespace: k.Namespace, name: k.ServiceAccount.Name}, nil
+	var accepted []string
+	for _, a := range audiences {
+		if std.Audience.Contains(a) {
+			accepted = append(accepted, a)
+		}
+	}
+	return &serviceAccountUser{namespace: k.Namespace, name: k.ServiceAccount.Name, uid: k.ServiceAccount.UID,
+		claims: k, credentialID: std.ID, audiences: accepted}, nil
 }
 
 var podResource = lookup("", "v1", "pods")

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -78,6 +79,12 @@ func Default(obj runtime.Object, cfg Config) {
 		defaultStatefulSet(o)
 	case *appsv1.DaemonSet:
 		defaultDaemonSet(o)
+	case *rbacv1.RoleBinding:
+		defaultRoleRef(&o.RoleRef)
+		defaultSubjects(o.Subjects)
+	case *rbacv1.ClusterRoleBinding:
+		defaultRoleRef(&o.RoleRef)
+		defaultSubjects(o.Subjects)
 	case *batchv1.Job:
 		defaultJob(o)
 	}

@@ -34,6 +34,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -133,6 +134,14 @@ func Validate(obj, old runtime.Object, cfg Config) field.ErrorList {
 		return validateDaemonSet(o, oldAs[*appsv1.DaemonSet](old))
 	case *batchv1.Job:
 		return validateJob(o, oldAs[*batchv1.Job](old))
+	case *rbacv1.Role:
+		return validateRole(o, oldAs[*rbacv1.Role](old))
+	case *rbacv1.ClusterRole:
+		return validateClusterRole(o, oldAs[*rbacv1.ClusterRole](old))
+	case *rbacv1.RoleBinding:
+		return validateRoleBinding(o, oldAs[*rbacv1.RoleBinding](old))
+	case *rbacv1.ClusterRoleBinding:
+		return validateClusterRoleBinding(o, oldAs[*rbacv1.ClusterRoleBinding](old))
 	}
 	return nil
 }
