@@ -138,9 +138,9 @@ func TestRBACDefaultsAndAggregation(t *testing.T) {
 	a.read(clusterRolesPath+"/edit", &edit)
 	a.read(clusterRolesPath+"/admin", &admin)
 	for _, c := range []struct {
-		role                   *rbacv1.ClusterRole
+		role                  *rbacv1.ClusterRole
 		verb, group, resource string
-		want                   bool
+		want                  bool
 	}{
 		{&view, "list", "", "pods", true}, {&view, "get", "apps", "deployments", true}, {&view, "get", "", "secrets", false},
 		{&view, "create", "", "pods", false},
@@ -152,8 +152,8 @@ func TestRBACDefaultsAndAggregation(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"cluster-admin", "system:discovery", "system:basic-user", "system:public-info-viewer"} {
-		a.get(clusterRolesPath + "/" + name).mustCode(t, http.StatusOK, nil)
-		a.get(clusterBindingsPath + "/" + name).mustCode(t, http.StatusOK, nil)
+		a.get(clusterRolesPath+"/"+name).mustCode(t, http.StatusOK, nil)
+		a.get(clusterBindingsPath+"/"+name).mustCode(t, http.StatusOK, nil)
 	}
 
 	widgets := `{"metadata":{"name":"widgets-view","labels":{"rbac.authorization.k8s.io/aggregate-to-view":"true"}},
@@ -166,7 +166,7 @@ func TestRBACDefaultsAndAggregation(t *testing.T) {
 			t.Errorf("%s does not aggregate widgets-view", name)
 		}
 	}
-	a.delete(clusterRolesPath + "/widgets-view").mustCode(t, http.StatusOK, nil)
+	a.delete(clusterRolesPath+"/widgets-view").mustCode(t, http.StatusOK, nil)
 	a.read(clusterRolesPath+"/admin", &admin)
 	if can(admin.Rules, "list", "example.com", "widgets") {
 		t.Error("admin keeps the rules of a deleted aggregated role")
@@ -232,7 +232,7 @@ func TestRBACServiceAccountEnforcement(t *testing.T) {
 	a.do("GET", "/api/v1/nodes", "", nil, other...).wantStatus(t, http.StatusForbidden, metav1.StatusReasonForbidden,
 		`User "system:serviceaccount:team:default" cannot list resource "nodes"`)
 	// Unbinding takes effect on the next request.
-	a.delete(clusterBindingsPath + "/node-reader").mustCode(t, http.StatusOK, nil)
+	a.delete(clusterBindingsPath+"/node-reader").mustCode(t, http.StatusOK, nil)
 	a.do("GET", "/api/v1/nodes", "", nil, as...).wantStatus(t, http.StatusForbidden, metav1.StatusReasonForbidden, "")
 }
 
