@@ -68,11 +68,11 @@ func TestRBACRuleAllows(t *testing.T) {
 	}
 }
 
-// saToken creates ServiceAccount ns/name (unless it is "default") and
+// saToken creates ServiceAccount ns/name unless it exists and
 // returns a token for it.
 func (a *testAPI) saToken(ns, name string) string {
 	a.t.Helper()
-	if name != "default" {
+	if name != "default" && !a.exists("/api/v1/namespaces/"+ns+"/serviceaccounts/"+name) {
 		a.post("/api/v1/namespaces/"+ns+"/serviceaccounts", map[string]any{"metadata": map[string]any{"name": name}}).mustCode(a.t, http.StatusCreated, nil)
 	}
 	var tr authenticationv1.TokenRequest
