@@ -1,6 +1,7 @@
 // Package accounts_test checks service accounts and namespace deletion end to
 // end in a lab: a client-go program in a pod works with rest.InClusterConfig
-// and its token reads but cannot write; kubectl delete ns stops the
+// and its token reads once RBAC grants it (the 403 before is kube-apiserver's)
+// but cannot write; kubectl delete ns stops the
 // namespace's pods on their nodes before the namespace goes; and a server
 // killed with SIGKILL in the middle of a namespace deletion finishes it after
 // restart.
@@ -23,6 +24,7 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -136,7 +138,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 		}
 	})
 
-	t.Run("an in-cluster client-go program lists services and may not create one", func(t *testing.T) {
+	t.Run("an in-cluster client-go program lists services once bound and may not create one", func(t *testing.T) {
 		// Once through the kubernetes Service (10.96.0.1:443, kube-proxy's
 		// rules to the server), once at the server's own address (the
 		// container's env overrides the injected one, as in Kubernetes).
@@ -154,6 +156,15 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			}
 			return nil
 		})
+		// The default account has only what RBAC's defaults give every
+		// authenticated user: the list is refused with the server's words.
+		runInCluster(t, c, bin, "incluster-unbound", "https://10.96.0.1:443", nil,
+			`list: services is forbidden: User "system:serviceaccount:default:default" cannot list resource "services" in API group "" in the namespace "default"`)
+		if _, err := c.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "default-view"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct {
 			pod, host string
 			env       []corev1.EnvVar
@@ -162,7 +173,7 @@ func TestAccountsAndNamespaces(t *testing.T) {
 			{"incluster-direct", "https://" + l.Addr("node1").String() + ":6443",
 				[]corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: l.Addr("node1").String()}, {Name: "KUBERNETES_SERVICE_PORT", Value: "6443"}}},
 		} {
-			runInCluster(t, c, bin, tc.pod, tc.host, tc.env)
+			runInCluster(t, c, bin, tc.pod, tc.host, tc.env, "listed services: kubernetes")
 		}
 	})
 
@@ -288,8 +299,8 @@ func TestAccountsAndNamespaces(t *testing.T) {
 }
 
 // runInCluster runs the in-cluster program in a pod on node2 and checks what
-// it printed.
-func runInCluster(t *testing.T, c kubernetes.Interface, bin, name, host string, env []corev1.EnvVar) {
+// it printed: list is what its list of services gives.
+func runInCluster(t *testing.T, c kubernetes.Interface, bin, name, host string, env []corev1.EnvVar, list string) {
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{NodeName: "node2", RestartPolicy: corev1.RestartPolicyNever,
@@ -320,7 +331,7 @@ func runInCluster(t *testing.T, c kubernetes.Interface, bin, name, host string, 
 	for _, want := range []string{
 		"host: " + host,
 		"KUBERNETES_PORT_443_TCP_ADDR: 10.96.0.1",
-		"listed services: kubernetes",
+		list,
 		`create: services is forbidden: User "system:serviceaccount:default:default" cannot create resource "services" in API group "" in the namespace "default"`,
 	} {
 		if !strings.Contains(logs, want) {
