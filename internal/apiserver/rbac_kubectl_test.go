@@ -194,6 +194,13 @@ func TestKubectlRBAC(t *testing.T) {
 		t.Errorf("default cluster roles:\n%s", out)
 	}
 
+	if out := words(must("get", "rolebindings", "-n", "widget-system", "-o", "wide")); !strings.Contains(out,
+		"NAME ROLE AGE USERS GROUPS SERVICEACCOUNTS leader-election Role/leader-election") || !strings.Contains(out, "widget-system/widget-controller") {
+		t.Errorf("kubectl get rolebindings -o wide:\n%s", out)
+	}
+	if out := words(must("get", "clusterroles", "widget-manager")); !strings.HasPrefix(out, "NAME CREATED AT widget-manager ") {
+		t.Errorf("kubectl get clusterroles:\n%s", out)
+	}
 	ctl := kubectlWithToken(t, a, a.saToken("widget-system", "widget-controller"))
 	runAs := func(k kubectlCLI, args ...string) (string, string, error) {
 		t.Helper()

@@ -68,6 +68,8 @@ var known = []printer{
 	{resource: "jobs", kind: batchKind("Job"), columns: jobColumns, cells: typed(jobCells)},
 	{resource: "serviceaccounts", kind: coreKind("ServiceAccount"), columns: serviceAccountColumns, cells: typed(serviceAccountCells)},
 	{resource: "leases", kind: coordinationKind("Lease"), columns: leaseColumns, cells: typed(leaseCells)},
+	{resource: "rolebindings", kind: rbacKind("RoleBinding"), columns: roleBindingColumns, cells: typed(roleBindingCells)},
+	{resource: "clusterrolebindings", kind: rbacKind("ClusterRoleBinding"), columns: clusterRoleBindingColumns, cells: typed(clusterRoleBindingCells)},
 }
 
 // typed adapts a cell function for one concrete type to the printer table.
