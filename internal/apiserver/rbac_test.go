@@ -366,3 +366,24 @@ func TestRBACReviewsAndImpersonation(t *testing.T) {
 		t.Errorf("whoami answer %s", b)
 	}
 }
+
+// The review APIs are create-only in discovery, as kube-apiserver lists them.
+func TestRBACReviewDiscovery(t *testing.T) {
+	got := map[string]string{}
+	for _, gv := range reviewGroupVersions {
+		for _, r := range reviewAPIResources(gv) {
+			got[gv.Group+"/"+r.Name] = fmt.Sprintf("%s %v %v", r.Kind, r.Namespaced, r.Verbs)
+		}
+	}
+	want := map[string]string{
+		"authorization.k8s.io/subjectaccessreviews":      "SubjectAccessReview false [create]",
+		"authorization.k8s.io/localsubjectaccessreviews": "LocalSubjectAccessReview true [create]",
+		"authorization.k8s.io/selfsubjectaccessreviews":  "SelfSubjectAccessReview false [create]",
+		"authorization.k8s.io/selfsubjectrulesreviews":   "SelfSubjectRulesReview false [create]",
+		"authentication.k8s.io/tokenreviews":             "TokenReview false [create]",
+		"authentication.k8s.io/selfsubjectreviews":       "SelfSubjectReview false [create]",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("review discovery:\n got %v\nwant %v", got, want)
+	}
+}

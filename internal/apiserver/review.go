@@ -36,6 +36,27 @@ var reviewKinds = map[schema.GroupResource]string{
 	{Group: authenticationv1.GroupName, Resource: "selfsubjectreviews"}:       "SelfSubjectReview",
 }
 
+// reviewGroupVersions are the group versions of the review APIs, for
+// discovery: authorization.k8s.io/v1 and authentication.k8s.io/v1 (whose
+// TokenRequest is a subresource of serviceaccounts).
+var reviewGroupVersions = []schema.GroupVersion{authorizationv1.SchemeGroupVersion, authenticationv1.SchemeGroupVersion}
+
+// reviewAPIResources is the discovery of gv's review resources, as
+// kube-apiserver lists them: create only.
+func reviewAPIResources(gv schema.GroupVersion) []metav1.APIResource {
+	var out []metav1.APIResource
+	for _, name := range []string{"localsubjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews",
+		"subjectaccessreviews", "selfsubjectreviews", "tokenreviews"} {
+		kind, ok := reviewKinds[schema.GroupResource{Group: gv.Group, Resource: name}]
+		if !ok || gv.Version != "v1" {
+			continue
+		}
+		out = append(out, metav1.APIResource{Name: name, SingularName: strings.ToLower(kind), Kind: kind,
+			Namespaced: name == "localsubjectaccessreviews", Verbs: metav1.Verbs{"create"}})
+	}
+	return out
+}
+
 // isReview reports whether gv and rest name a review resource, and returns
 // the request's namespace (LocalSubjectAccessReview) and resource.
 func isReview(gv schema.GroupVersion, rest []string) (ns, resource string, ok bool) {
