@@ -40,8 +40,8 @@ import (
 //     here it happens in the transaction that writes or deletes a ClusterRole,
 //     so a reader never sees an aggregated role behind its parts.
 //
-// The defaults (upstream's bootstrap policy, rbacdefaults/) are created when
-// the server starts.
+// The defaults (upstream's bootstrap policy, rbacdefaults/) are created and
+// reconciled when the server starts.
 
 var (
 	clusterRoleResource        = lookup(rbacv1.GroupName, "v1", "clusterroles")
@@ -563,23 +563,69 @@ func defaultRBAC() ([]*rbacv1.ClusterRole, []*rbacv1.ClusterRoleBinding, error) 
 	return crs, crbs, nil
 }
 
-// ensureDefaultRBAC creates the default ClusterRoles and ClusterRoleBindings
-// that do not exist. Existing ones are left as they are (kube-apiserver
-// reconciles those annotated autoupdate; minikit does not yet).
+// ensureDefaultRBAC creates the default ClusterRoles and ClusterRoleBindings,
+// and reconciles those that exist and keep the
+// rbac.authorization.kubernetes.io/autoupdate: "true" annotation as
+// kube-apiserver does at every start: missing rules, aggregation selectors
+// and subjects are added, nothing is removed (an administrator's additions
+// stay). Setting the annotation to "false" keeps one as it is.
 func (s *Server) ensureDefaultRBAC() error {
 	crs, crbs, err := defaultRBAC()
 	if err != nil {
 		return err
 	}
-	for _, cr := range crs {
-		if _, err := s.Create(clusterRoleResource, "", cr); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating clusterrole %s: %w", cr.Name, err)
+	for _, want := range crs {
+		_, err := s.Create(clusterRoleResource, "", want.DeepCopy())
+		if apierrors.IsAlreadyExists(err) {
+			_, err = s.Update(clusterRoleResource, "", want.Name, "", func(cur runtime.Object) (runtime.Object, error) {
+				cr := cur.(*rbacv1.ClusterRole)
+				if cr.Annotations[autoupdateAnnotation] != "true" {
+					return cr, nil
+				}
+				if want.AggregationRule != nil {
+					if cr.AggregationRule == nil {
+						cr.AggregationRule = &rbacv1.AggregationRule{}
+					}
+					for _, sel := range want.AggregationRule.ClusterRoleSelectors {
+						if !slices.ContainsFunc(cr.AggregationRule.ClusterRoleSelectors, func(x metav1.LabelSelector) bool { return apiequality.Semantic.DeepEqual(x, sel) }) {
+							cr.AggregationRule.ClusterRoleSelectors = append(cr.AggregationRule.ClusterRoleSelectors, sel)
+						}
+					}
+					return cr, nil // the rules are the aggregation's
+				}
+				if ok, missing := rbacvalidation.Covers(cr.Rules, want.Rules); !ok {
+					cr.Rules = append(cr.Rules, compactRules(missing)...)
+				}
+				return cr, nil
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("reconciling clusterrole %s: %w", want.Name, err)
 		}
 	}
-	for _, b := range crbs {
-		if _, err := s.Create(clusterRoleBindingResource, "", b); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating clusterrolebinding %s: %w", b.Name, err)
+	for _, want := range crbs {
+		_, err := s.Create(clusterRoleBindingResource, "", want.DeepCopy())
+		if apierrors.IsAlreadyExists(err) {
+			_, err = s.Update(clusterRoleBindingResource, "", want.Name, "", func(cur runtime.Object) (runtime.Object, error) {
+				b := cur.(*rbacv1.ClusterRoleBinding)
+				if b.Annotations[autoupdateAnnotation] != "true" || b.RoleRef != want.RoleRef {
+					// A binding's roleRef cannot change; kube-apiserver
+					// would recreate it, minikit leaves it.
+					return b, nil
+				}
+				for _, sub := range want.Subjects {
+					if !slices.Contains(b.Subjects, sub) {
+						b.Subjects = append(b.Subjects, sub)
+					}
+				}
+				return b, nil
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("reconciling clusterrolebinding %s: %w", want.Name, err)
 		}
 	}
 	return nil
 }
+
+const autoupdateAnnotation = "rbac.authorization.kubernetes.io/autoupdate"

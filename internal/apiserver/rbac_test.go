@@ -387,3 +387,39 @@ func TestRBACReviewDiscovery(t *testing.T) {
 		t.Errorf("review discovery:\n got %v\nwant %v", got, want)
 	}
 }
+
+// At every start the defaults annotated autoupdate get back what they lack,
+// keep what was added, and are left alone once the annotation says "false";
+// a start with nothing to do writes nothing.
+func TestRBACDefaultsReconciled(t *testing.T) {
+	a := newTestAPI(t)
+	var cr rbacv1.ClusterRole
+	a.read(clusterRolesPath+"/view", &cr)
+	viewRV := cr.ResourceVersion
+	a.patch(clusterRolesPath+"/system:discovery", "application/merge-patch+json",
+		`{"rules":[{"nonResourceURLs":["/extra"],"verbs":["get"]}]}`).mustCode(t, http.StatusOK, nil)
+	a.patch(clusterRolesPath+"/system:basic-user", "application/merge-patch+json",
+		`{"metadata":{"annotations":{"rbac.authorization.kubernetes.io/autoupdate":"false"}},"rules":[{"nonResourceURLs":["/extra"],"verbs":["get"]}]}`).
+		mustCode(t, http.StatusOK, nil)
+	a.patch(clusterBindingsPath+"/system:discovery", "application/merge-patch+json", `{"subjects":null}`).mustCode(t, http.StatusOK, nil)
+	a.close()
+	a = newTestAPIWith(t, apiOptions{dbPath: a.dbPath})
+
+	a.read(clusterRolesPath+"/system:discovery", &cr)
+	if len(cr.Rules) < 2 || !strings.Contains(fmt.Sprint(cr.Rules), "/extra") || !strings.Contains(fmt.Sprint(cr.Rules), "/openapi") {
+		t.Errorf("system:discovery not reconciled: %v", cr.Rules)
+	}
+	a.read(clusterRolesPath+"/system:basic-user", &cr)
+	if len(cr.Rules) != 1 {
+		t.Errorf("system:basic-user with autoupdate false was reconciled: %v", cr.Rules)
+	}
+	var b rbacv1.ClusterRoleBinding
+	a.read(clusterBindingsPath+"/system:discovery", &b)
+	if len(b.Subjects) != 1 || b.Subjects[0].Name != user.AllAuthenticated {
+		t.Errorf("system:discovery binding not reconciled: %v", b.Subjects)
+	}
+	a.read(clusterRolesPath+"/view", &cr)
+	if cr.ResourceVersion != viewRV {
+		t.Errorf("view was rewritten at start: resourceVersion %s, was %s", cr.ResourceVersion, viewRV)
+	}
+}
