@@ -158,6 +158,12 @@ func TestRBACDefaultsAndAggregation(t *testing.T) {
 
 	widgets := `{"metadata":{"name":"widgets-view","labels":{"rbac.authorization.k8s.io/aggregate-to-view":"true"}},
 		"rules":[{"apiGroups":["example.com"],"resources":["widgets"],"verbs":["get","list","watch"]}]}`
+	// A dry run aggregates nothing.
+	a.post(clusterRolesPath+"?dryRun=All", widgets).mustCode(t, http.StatusCreated, nil)
+	a.read(clusterRolesPath+"/view", &view)
+	if can(view.Rules, "list", "example.com", "widgets") {
+		t.Error("a dry run's ClusterRole was aggregated into view")
+	}
 	a.post(clusterRolesPath, widgets).mustCode(t, http.StatusCreated, nil)
 	for _, name := range []string{"view", "edit", "admin"} {
 		var cr rbacv1.ClusterRole
