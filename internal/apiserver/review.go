@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"slices"
@@ -253,7 +254,7 @@ func (s *Server) reviewToken(tok string, audiences []string) authenticationv1.To
 		}
 		return authenticationv1.TokenReviewStatus{Authenticated: true, User: userInfo(sa.info()), Audiences: sa.audiences}
 	}
-	if s.cfg.Token != "" && tok == s.cfg.Token {
+	if s.cfg.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1 {
 		st := authenticationv1.TokenReviewStatus{Authenticated: true, User: userInfo(adminUser)}
 		if len(audiences) > 0 {
 			// The cluster token is not audience-bound: it is for this API only.
