@@ -3,6 +3,7 @@ package apiserver
 import (
 	"crypto/subtle"
 	"net/http"
+	"net/url"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -123,7 +124,11 @@ func (s *Server) impersonate(r *http.Request, requester user.Info) (user.Info, e
 	extra := map[string][]string{}
 	for h, vs := range r.Header {
 		if key, ok := strings.CutPrefix(h, authenticationv1.ImpersonateUserExtraHeaderPrefix); ok {
+			// Keys are percent-encoded in header names, as client-go sends them.
 			key = strings.ToLower(key)
+			if k, err := url.PathUnescape(key); err == nil {
+				key = k
+			}
 			extra[key] = append(extra[key], vs...)
 		}
 	}
