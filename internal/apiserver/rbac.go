@@ -1,11 +1,13 @@
 package apiserver
 
 import (
+	"bytes"
 	_ "embed"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/minikit/minikit/internal/store"
 
@@ -64,16 +66,12 @@ type policy struct {
 func (s *Server) loadPolicy(ns string) (*policy, error) {
 	p := &policy{ns: ns, clusterRoles: map[string]*rbacv1.ClusterRole{}, roles: map[string]*rbacv1.Role{}}
 	list := func(res *resource, ns string, each func(runtime.Object)) error {
-		kvs, _, err := s.store.List(res.prefix(ns))
+		objs, err := s.rbacObjects.list(s.store, res, res.prefix(ns))
 		if err != nil {
-			return fmt.Errorf("listing %s: %w", res.name, err)
+			return err
 		}
-		for _, kv := range kvs {
-			obj := res.newObj()
-			if err := decodeStored(kv.Value, obj); err != nil {
-				return fmt.Errorf("decoding stored %s: %w", kv.Key, err)
-			}
-			each(obj)
+		for _, o := range objs {
+			each(o)
 		}
 		return nil
 	}
@@ -103,6 +101,59 @@ func (s *Server) loadPolicy(ns string) (*policy, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// decodedCache keeps the RBAC objects the authorizer last decoded, by store
+// key with their stored bytes: every request of a ServiceAccount reads the
+// policy, and decoding the default roles (edit and admin are long) costs
+// milliseconds where comparing bytes costs microseconds. Cached objects are
+// shared between requests and never modified.
+type decodedCache struct {
+	mu       sync.Mutex
+	byPrefix map[string]map[string]decodedObject
+}
+
+type decodedObject struct {
+	raw []byte
+	obj runtime.Object
+}
+
+// list reads the objects of res under prefix, decoding only those whose
+// stored bytes changed since the last read.
+func (c *decodedCache) list(st store.Interface, res *resource, prefix string) ([]runtime.Object, error) {
+	kvs, _, err := st.List(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", res.name, err)
+	}
+	c.mu.Lock()
+	old := c.byPrefix[prefix]
+	c.mu.Unlock()
+	next := make(map[string]decodedObject, len(kvs))
+	out := make([]runtime.Object, 0, len(kvs))
+	for _, kv := range kvs {
+		if e, ok := old[kv.Key]; ok && bytes.Equal(e.raw, kv.Value) {
+			next[kv.Key] = e
+			out = append(out, e.obj)
+			continue
+		}
+		obj := res.newObj()
+		if err := decodeStored(kv.Value, obj); err != nil {
+			return nil, fmt.Errorf("decoding stored %s: %w", kv.Key, err)
+		}
+		next[kv.Key] = decodedObject{raw: kv.Value, obj: obj}
+		out = append(out, obj)
+	}
+	c.mu.Lock()
+	if c.byPrefix == nil {
+		c.byPrefix = map[string]map[string]decodedObject{}
+	}
+	if len(next) == 0 {
+		delete(c.byPrefix, prefix)
+	} else {
+		c.byPrefix[prefix] = next
+	}
+	c.mu.Unlock()
+	return out, nil
 }
 
 // roleRefRules are the rules of the role ref names, for a binding in ns.

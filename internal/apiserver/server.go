@@ -76,6 +76,7 @@ type Server struct {
 	crds        crdRegistry
 	crdCleanups sync.Map // CRD UID -> true, cleanups running (crdcontroller.go)
 	stop        context.CancelFunc
+	rbacObjects decodedCache // the authorizer's decoded RBAC objects (rbac.go)
 	openapi     openAPIDocs
 	discovery   atomic.Pointer[aggregatedDocs] // aggregated discovery, built lazily (discovery.go)
 }
