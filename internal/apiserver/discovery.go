@@ -82,6 +82,18 @@ func (s *Server) groups() []metav1.APIGroup {
 	for _, r := range resources {
 		builtin[r.gv.Group] = true
 	}
+	// The review APIs (review.go), create-only, after the built-in groups
+	// and before the custom resources'.
+	at := slices.IndexFunc(out, func(g metav1.APIGroup) bool { return !builtin[g.Name] })
+	if at < 0 {
+		at = len(out)
+	}
+	for i, gv := range reviewGroupVersions {
+		v := metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}
+		out = slices.Insert(out, at+i, metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
+			Name: gv.Group, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v})
+		builtin[gv.Group] = true
+	}
 	for i := range out {
 		if builtin[out[i].Name] {
 			continue
@@ -188,6 +200,7 @@ func (s *Server) apiResources(gv schema.GroupVersion) []metav1.APIResource {
 			})
 		}
 	}
+	out = append(out, reviewAPIResources(gv)...)
 	return out
 }
 
