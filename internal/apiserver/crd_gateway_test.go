@@ -2,13 +2,13 @@ package apiserver
 
 import (
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minikit/minikit/internal/testutil"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,15 +60,7 @@ func gatewayAPICRDs(t testing.TB, channel string) []*apiextensionsv1.CustomResou
 // experimental) in the module cache.
 func gatewayAPIDir(t testing.TB, channel string) string {
 	t.Helper()
-	out, err := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/gateway-api@v1.6.3").Output()
-	var mod struct{ Dir, Error string }
-	if err == nil {
-		err = json.Unmarshal(out, &mod)
-	}
-	if err != nil || mod.Error != "" || mod.Dir == "" {
-		t.Fatalf("go mod download sigs.k8s.io/gateway-api@v1.6.3: %v %s\n%s", err, mod.Error, out)
-	}
-	return filepath.Join(mod.Dir, "config", "crd", channel)
+	return filepath.Join(testutil.ModuleDir(t, "sigs.k8s.io/gateway-api@v1.6.3"), "config", "crd", channel)
 }
 
 // TestGatewayAPIBundle installs the Gateway API standard CRDs unmodified;

@@ -9,7 +9,6 @@ package operator_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -304,21 +303,14 @@ func TestControllerRuntimeOperator(t *testing.T) {
 // own CEL message on a route that breaks one of its rules.
 func installGatewayAPI(t *testing.T, kubeconfig string) {
 	t.Helper()
-	out, err := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/gateway-api@v1.6.3").Output()
-	var mod struct{ Dir, Error string }
-	if err == nil {
-		err = json.Unmarshal(out, &mod)
-	}
-	if err != nil || mod.Error != "" || mod.Dir == "" {
-		t.Fatalf("go mod download sigs.k8s.io/gateway-api@v1.6.3: %v %s\n%s", err, mod.Error, out)
-	}
+	dir := testutil.ModuleDir(t, "sigs.k8s.io/gateway-api@v1.6.3")
 	kubectl := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
 		b, err := cmd.CombinedOutput()
 		return string(b), err
 	}
-	files, _ := filepath.Glob(filepath.Join(mod.Dir, "config", "crd", "experimental", "gateway.networking.*.yaml"))
+	files, _ := filepath.Glob(filepath.Join(dir, "config", "crd", "experimental", "gateway.networking.*.yaml"))
 	args := []string{"apply", "--server-side"}
 	for _, f := range files {
 		// The safe-upgrades ValidatingAdmissionPolicy is not served (docs/differences.md).
