@@ -3,12 +3,14 @@ package apiserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/minikit/minikit/internal/store"
 	"github.com/minikit/minikit/internal/store/etcdtest"
+	"github.com/minikit/minikit/internal/testutil"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,4 +103,31 @@ func TestCustomResourcesMigrate(t *testing.T) {
 	// The migrated ownership holds: another manager conflicts with alice.
 	b.patch(widgetsPath+"/w?fieldManager=bob", applyYAML, "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\nspec:\n  color: green\n").
 		wantStatus(t, http.StatusConflict, metav1.StatusReasonConflict, `conflict with "alice"`)
+}
+
+// TestCRDServedWhenEstablished: the moment a client sees a CRD Established,
+// discovery lists its resource and its path answers, as a client that waits
+// for Established (kubectl wait, envtest, controller-runtime) expects.
+func TestCRDServedWhenEstablished(t *testing.T) {
+	a := newTestAPI(t)
+	for i := range 5 {
+		crd := widgetCRD()
+		group := fmt.Sprintf("e%d.example.com", i)
+		crd.Name, crd.Spec.Group = "widgets."+group, group
+		a.post(crdsPath, crd).mustCode(t, http.StatusCreated, nil)
+		testutil.Eventually(t, waitTimeout, crd.Name+" Established", func() error {
+			var got apiextensionsv1.CustomResourceDefinition
+			a.read(crdsPath+"/"+crd.Name, &got)
+			if !crdConditionTrue(&got, apiextensionsv1.Established) {
+				return fmt.Errorf("conditions %v", got.Status.Conditions)
+			}
+			return nil
+		})
+		var list metav1.APIResourceList
+		a.get("/apis/"+group+"/v1").mustCode(t, http.StatusOK, &list)
+		if len(list.APIResources) == 0 || list.APIResources[0].Name != "widgets" {
+			t.Fatalf("discovery of %s right after Established: %+v", group, list.APIResources)
+		}
+		a.get("/apis/"+group+"/v1/namespaces/default/widgets").mustCode(t, http.StatusOK, nil)
+	}
 }

@@ -133,21 +133,33 @@ func servingKey(crd *apiextensionsv1.CustomResourceDefinition) string {
 
 // syncCRD brings the registry and the CRD's status up to date with crd.
 func (s *Server) syncCRD(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) {
-	established := crdConditionTrue(crd, apiextensionsv1.Established)
+	// The status this controller wants: the names other CRDs hold, read once,
+	// outside the write transaction (which the store may run more than once).
+	want := crd
+	var usedNames, usedKinds sets.Set[string]
+	if crd.DeletionTimestamp == nil {
+		usedNames, usedKinds = s.namesTaken(crd)
+		want = crd.DeepCopy()
+		acceptNames(want, usedNames, usedKinds)
+	}
+	// Serve by the wanted status, so a CRD is served (in discovery and at its
+	// paths) before the write that makes it Established: a client that waits
+	// for Established finds its resources.
+	established := crdConditionTrue(want, apiextensionsv1.Established)
 	switch {
 	case !established:
 		s.crds.set(crd.Name, "", nil, nil)
-	case s.crds.builtFrom(crd.Name) != servingKey(crd):
-		res, err := crdResources(crd)
+	case s.crds.builtFrom(crd.Name) != servingKey(want):
+		res, err := crdResources(want)
 		if err != nil {
 			s.log.Error("serving CustomResourceDefinition", "name", crd.Name, "err", err)
 			s.crds.set(crd.Name, "", nil, nil)
 		} else {
-			docs, err := buildCRDOpenAPI(crd)
+			docs, err := buildCRDOpenAPI(want)
 			if err != nil {
 				s.log.Error("building the OpenAPI of a CustomResourceDefinition", "name", crd.Name, "err", err)
 			}
-			s.crds.set(crd.Name, servingKey(crd), res, docs)
+			s.crds.set(crd.Name, servingKey(want), res, docs)
 		}
 	}
 	if crd.DeletionTimestamp != nil {
@@ -161,11 +173,6 @@ func (s *Server) syncCRD(ctx context.Context, crd *apiextensionsv1.CustomResourc
 		}
 		return
 	}
-	// The names other CRDs hold, read once, outside the write transaction
-	// (which the store may run more than once).
-	usedNames, usedKinds := s.namesTaken(crd)
-	want := crd.DeepCopy()
-	acceptNames(want, usedNames, usedKinds)
 	if reflect.DeepEqual(want.Status.AcceptedNames, crd.Status.AcceptedNames) && conditionsEqual(want, crd) {
 		return
 	}

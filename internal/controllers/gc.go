@@ -76,11 +76,14 @@ const (
 	crdGroup        = "apiextensions.k8s.io"
 )
 
-// ignoredResources are never watched, as upstream's collector ignores
-// events: many, and never owners.
+// ignoredResources are never watched: events, as upstream's collector
+// ignores them (many, and never owners), and extensions/v1beta1 ingresses,
+// which are the networking.k8s.io ingresses again under the group old
+// kubectl asks for.
 var ignoredResources = map[schema.GroupResource]bool{
 	{Group: "", Resource: "events"}:              true,
 	{Group: "events.k8s.io", Resource: "events"}: true,
+	{Group: "extensions", Resource: "ingresses"}: true,
 }
 
 type collector struct {
