@@ -14,14 +14,15 @@
 // fake client: validation, defaulting, resourceVersions and watches,
 // server-side apply with managed fields and conflicts, the status and scale
 // subresources, CustomResourceDefinitions (WithCRDs installs them from files
-// or directories and waits until they are Established), owner references
-// and garbage collection.
+// or directories and waits until they are Established and in discovery).
 //
 // What the controllers do: Deployments make ReplicaSets and ReplicaSets
 // make Pods, StatefulSets, DaemonSets and Jobs make theirs, Services get
-// Endpoints and EndpointSlices, namespaces get their default ServiceAccount,
-// deleted owners' dependents are garbage-collected
-// (background and foreground).
+// Endpoints and EndpointSlices, namespaces get their default ServiceAccount.
+// The garbage collector deletes the Pods, ReplicaSets and EndpointSlices of
+// deleted built-in owners; it does not yet collect objects owned by a custom
+// resource (a Deployment your operator made for its CR stays after the CR's
+// deletion), which Kubernetes does.
 //
 // What does not happen: no container ever runs, because there is no node
 // agent. The API starts with no Node, so Pods stay Pending and unscheduled;

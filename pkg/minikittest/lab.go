@@ -31,6 +31,13 @@ type labOptions struct {
 	binary    string
 	proxyMode string
 	logger    *slog.Logger
+	crdPaths  []string
+}
+
+// WithLabCRDs installs CustomResourceDefinitions into the lab before
+// StartLab returns, Established, as WithCRDs does for StartAPI.
+func WithLabCRDs(paths ...string) LabOption {
+	return func(o *labOptions) { o.crdPaths = append(o.crdPaths, paths...) }
 }
 
 // WithNodes sets the number of nodes (default 2; 1 to 50). node1 runs
@@ -161,6 +168,11 @@ func StartLab(t testing.TB, opts ...LabOption) *Lab {
 		t.Fatalf("minikittest: reading the lab's kubeconfig: %v", err)
 	}
 	cfg.QPS, cfg.Burst = 100, 200
+	if len(o.crdPaths) > 0 {
+		if err := installCRDs(ctx, cfg, o.crdPaths); err != nil {
+			t.Fatalf("minikittest: %v", err)
+		}
+	}
 	info := l.Info(ctx)
 	out := &Lab{Name: name, Dir: dir, Kubeconfig: l.Kubeconfig(), Config: cfg, Addresses: map[string]netip.Addr{},
 		lab: l, binary: bin}
