@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,4 +115,44 @@ func TestStartLabRemovedWhenTheProcessDies(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Without root, StartLab fails the test with a message that says why and
+// what to do; it never skips it. The helper process runs the test binary as
+// nobody.
+func TestStartLabWithoutRootFails(t *testing.T) {
+	if os.Getenv("MINIKITTEST_HELPER") == "nonroot" {
+		minikittest.StartLab(t)
+		fmt.Println("StartLab returned")
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Fatal("this test drops root to check StartLab's failure: it needs root")
+	}
+	// A copy that nobody may run: the test binary's own directory may be private.
+	dir, err := os.MkdirTemp("", "minikittest-nonroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "test")
+	if b, err := os.ReadFile(os.Args[0]); err != nil || os.WriteFile(bin, b, 0o755) != nil {
+		t.Fatalf("copying the test binary: %v", err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestStartLabWithoutRootFails$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "MINIKITTEST_HELPER=nonroot", "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	for _, want := range []string{"--- FAIL: TestStartLabWithoutRootFails", "StartLab needs root"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("StartLab as nobody (%v): output lacks %q:\n%s", err, want, out)
+		}
+	}
+	for _, unwanted := range []string{"--- SKIP", "StartLab returned"} {
+		if strings.Contains(string(out), unwanted) {
+			t.Errorf("StartLab as nobody: output has %q:\n%s", unwanted, out)
+		}
+	}
 }
