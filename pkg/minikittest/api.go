@@ -75,15 +75,7 @@ func StartAPI(t testing.TB, opts ...Option) *rest.Config {
 		t.Fatalf("minikittest: starting the API server: %v", err)
 	}
 	t.Cleanup(a.stop)
-	cfg := rest.CopyConfig(a.config)
-	if len(o.crdPaths) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), o.establishAfter)
-		defer cancel()
-		if err := installCRDs(ctx, cfg, o.crdPaths); err != nil {
-			t.Fatalf("minikittest: %v", err)
-		}
-	}
-	return cfg
+	return rest.CopyConfig(a.config)
 }
 
 // api is one started API server and what runs next to it.
@@ -98,16 +90,25 @@ type api struct {
 	once     sync.Once
 }
 
-func startAPI(dbPath string, o apiOptions) (a *api, err error) {
+func startAPI(dbPath string, o apiOptions) (*api, error) {
+	a := &api{}
+	if err := a.start(dbPath, o); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// start starts a; on failure, it stops what it started.
+func (a *api) start(dbPath string, o apiOptions) (err error) {
 	st, err := store.OpenBolt(dbPath, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Loopback only, whatever the machine's addresses: the API has no token.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		st.Close()
-		return nil, err
+		return err
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	srv, err := apiserver.New(apiserver.Config{Store: st, Logger: o.logger, Version: "minikittest",
@@ -115,9 +116,9 @@ func startAPI(dbPath string, o apiOptions) (a *api, err error) {
 	if err != nil {
 		ln.Close()
 		st.Close()
-		return nil, err
+		return err
 	}
-	a = &api{store: st, server: srv}
+	a.store, a.server = st, srv
 	baseCtx, cancelRequests := context.WithCancel(context.Background())
 	a.requests = cancelRequests
 	a.http = srv.HTTPServer()
@@ -138,9 +139,14 @@ func startAPI(dbPath string, o apiOptions) (a *api, err error) {
 			a.stop()
 		}
 	}()
-	client, err := kubernetes.NewForConfig(a.config)
+	// The controllers' own clients keep the API's deprecation warnings (the
+	// garbage collector lists every resource, extensions/v1beta1 Ingresses
+	// too) out of the test's output.
+	own := rest.CopyConfig(a.config)
+	own.WarningHandler = rest.NoWarnings{}
+	client, err := kubernetes.NewForConfig(own)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The default/kubernetes Service's endpoints, as every minikit server keeps them.
 	a.wg.Add(1)
@@ -150,10 +156,23 @@ func startAPI(dbPath string, o apiOptions) (a *api, err error) {
 			o.logger.Error("endpoint reconciler stopped", "component", "minikittest", "err", err)
 		}
 	}()
-	if o.noControllers {
-		return a, nil
+	// The CRDs before the controllers: the garbage collector then finds
+	// their resources in its first look at discovery.
+	if len(o.crdPaths) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, o.establishAfter)
+		defer cancel()
+		if err := installCRDs(cctx, a.config, o.crdPaths); err != nil {
+			return err
+		}
 	}
-	ctrl := controllers.New(client, o.logger, controllers.Config{})
+	if o.noControllers {
+		return nil
+	}
+	md, err := controllers.NewMetadataClient(own)
+	if err != nil {
+		return err
+	}
+	ctrl := controllers.New(client, o.logger, controllers.Config{Metadata: md})
 	ran := make(chan error, 1)
 	a.wg.Add(1)
 	go func() {
@@ -163,11 +182,11 @@ func startAPI(dbPath string, o apiOptions) (a *api, err error) {
 	select {
 	case <-ctrl.Ready():
 	case err := <-ran:
-		return nil, errors.Join(errors.New("the controllers stopped before they were ready"), err)
+		return errors.Join(errors.New("the controllers stopped before they were ready"), err)
 	case <-time.After(time.Minute):
-		return nil, errors.New("the controllers' caches did not sync within a minute")
+		return errors.New("the controllers' caches did not sync within a minute")
 	}
-	return a, nil
+	return nil
 }
 
 // stop ends the controllers first (clients of the API), then the API:

@@ -19,10 +19,9 @@
 // What the controllers do: Deployments make ReplicaSets and ReplicaSets
 // make Pods, StatefulSets, DaemonSets and Jobs make theirs, Services get
 // Endpoints and EndpointSlices, namespaces get their default ServiceAccount.
-// The garbage collector deletes the Pods, ReplicaSets and EndpointSlices of
-// deleted built-in owners; it does not yet collect objects owned by a custom
-// resource (a Deployment your operator made for its CR stays after the CR's
-// deletion), which Kubernetes does.
+// The garbage collector deletes the dependents of deleted owners of every
+// kind, custom resources included (background, foreground and orphan), so a
+// test sees an operator's Deployment go with its custom resource.
 //
 // What does not happen: no container ever runs, because there is no node
 // agent. The API starts with no Node, so Pods stay Pending and unscheduled;

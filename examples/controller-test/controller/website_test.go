@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -40,7 +41,8 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 // The controller's logic against an in-process API (no root): the Website's
 // Deployment and Service, applied by the controller's field manager and
 // owned by the Website; its status through the status subresource,
-// following the Deployment's ready replicas; a change of the spec.
+// following the Deployment's ready replicas; a change of the spec; garbage
+// collection of both when the Website goes.
 func TestWebsite(t *testing.T) {
 	t.Parallel()
 	cfg := minikittest.StartAPI(t, minikittest.WithCRDs("../config/crd"))
@@ -131,13 +133,18 @@ func TestWebsite(t *testing.T) {
 		return nil
 	})
 
-	// Deleting the Website leaves its Deployment and Service to the
-	// garbage collector, through their owner reference (checked above).
-	// minikit's collector does not yet delete objects owned by a custom
-	// resource (pkg/minikittest's doc says so), so this test stops here.
+	// The Website's deletion collects what it owns.
 	if err := c.Delete(ctx, &cur); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, 30*time.Second, "the Deployment and Service collected", func() error {
+		for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
+			if err := c.Get(ctx, key, o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T: %v", o, err)
+			}
+		}
+		return nil
+	})
 }
 
 func isReady(p *corev1.Pod) bool {
