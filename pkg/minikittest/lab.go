@@ -146,7 +146,7 @@ func StartLab(t testing.TB, opts ...LabOption) *Lab {
 	if err == nil {
 		err = l.WaitServices(ctx)
 		if err != nil {
-			err = fmt.Errorf("%w\n%s", err, hostLogs(dir, []string{lab.Client}))
+			err = fmt.Errorf("%w\n%s", err, hostLogs(dir))
 			l.Down()
 		}
 	}
@@ -156,7 +156,7 @@ func StartLab(t testing.TB, opts ...LabOption) *Lab {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Log(hostLogs(dir, l.Hosts()))
+			t.Log(hostLogs(dir))
 		}
 		if err := l.Down(); err != nil {
 			t.Errorf("minikittest: lab down: %v", err)
@@ -215,7 +215,7 @@ func (l *Lab) Run(ctx context.Context, host string, argv ...string) (string, err
 }
 
 // hostLogs is the end of every host's log, for a failed test.
-func hostLogs(dir string, hosts []string) string {
+func hostLogs(dir string) string {
 	var b strings.Builder
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	for _, p := range logs {
@@ -228,7 +228,6 @@ func hostLogs(dir string, hosts []string) string {
 		}
 		fmt.Fprintf(&b, "=== %s (last 4 KiB)\n%s\n", filepath.Base(p), data)
 	}
-	_ = hosts
 	return b.String()
 }
 
