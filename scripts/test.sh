@@ -61,6 +61,20 @@ if [ "$skipped" != 0 ]; then
   grep -A3 -E '^\s*--- SKIP' "$log"
   status=1
 fi
+# examples/controller-test: a module of its own (go.mod with a replace to this
+# repository) that uses pkg/minikittest as a user would: StartAPI with its CRD
+# and a controller-runtime manager, StartLab proving the Service answers by name.
+phase "examples/controller-test"
+if ! (cd examples/controller-test && go vet ./... && go test -race -count=1 -timeout 15m -v ./...) > "$log.example" 2>&1; then
+  cat "$log.example"
+  status=1
+elif grep -E '^\s*--- SKIP' "$log.example"; then
+  echo "examples/controller-test skipped tests (not allowed)"
+  status=1
+else
+  grep -E '^(\s*--- PASS|ok)' "$log.example" || true
+fi
+rm -f "$log.example"
 # Kubernetes' own specs, unmodified, against a lab (scripts/conformance.sh; the
 # first run builds upstream e2e.test, about 20-30 minutes cold on 2 cores, cached
 # in /var/cache/minikit/e2e): the 47 [sig-network] [Conformance] specs and the

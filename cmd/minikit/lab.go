@@ -52,6 +52,7 @@ func addDNSFlags(fl *pflag.FlagSet, o *cluster.DNSConfig) {
 func newLabCommand() *cobra.Command {
 	var cfg lab.Config
 	var output string
+	var wait bool
 	merge := true
 	root := &cobra.Command{Use: "lab", Short: "A cluster of network namespaces on this machine: nodes, a client and an external host",
 		Long: `A cluster of network namespaces on this machine: nodes, a client and an external host.
@@ -94,7 +95,8 @@ lab down removes them again and makes the previous context current again.
   sudo minikit lab up --pod-network vxlan --topology routed
   sudo minikit lab up --nodes 4 --servers 3
   sudo minikit lab up --datastore etcd
-  sudo minikit lab up --kubeconfig-merge=false -o json`,
+  sudo minikit lab up --kubeconfig-merge=false -o json
+  sudo minikit lab up --wait -o json > lab.json`,
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, args []string) error { return checkLabOutput() },
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -117,6 +119,11 @@ lab down removes them again and makes the previous context current again.
 			l, err := lab.Up(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if wait {
+				if err := l.WaitServices(cmd.Context()); err != nil {
+					return fmt.Errorf("lab %q is up, but not ready for pods: %w (minikit lab logs --name %s --dir DIR collects its logs)", l.Name(), err, l.Name())
+				}
 			}
 			w := cmd.OutOrStdout()
 			info := l.Info(cmd.Context())
@@ -144,6 +151,7 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().IntVar(&cfg.Servers, "servers", 1, "how many nodes run `minikit server`: 1 (bbolt), or 3, 5, 7 for an HA control plane on an etcd embedded in them")
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")
 	up.Flags().StringVar(&cfg.UserKubeconfig, "kubeconfig", "", "the kubeconfig to merge the context into (default: the invoking user's ~/.kube/config)")
+	up.Flags().BoolVar(&wait, "wait", false, "also wait until, from every node, the cluster DNS Service answers (the proxies' rules and the DNS servers are ready): what a CI job needs before kubectl apply")
 	addProxyModeFlag(up, &cfg.ProxyMode)
 	addPodNetworkFlag(up, &cfg.PodNetwork)
 	up.Flags().StringVar(&cfg.Topology, "topology", "flat", "flat (every host on one segment) or routed (node2 and up on a second subnet behind a router; needs --pod-network vxlan)")
@@ -317,7 +325,31 @@ if anything is; the lab then stays registered, and down can be run again.`,
 	startCmd.Flags().StringVar(&podNetwork, "pod-network", "", "restart the node with this pod network (host-gw or vxlan); default: the one it ran with")
 	addName(startCmd)
 	startCmd.ValidArgsFunction = completeLabHost(&cfg.Name, &cfg.Dir, true)
-	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd)
+	logs := &cobra.Command{
+		Use:   "logs OUT_DIR",
+		Short: "Copy every log of a lab (each host's, each etcd member's) into a directory",
+		Long: `Copy every log of a lab into OUT_DIR, made if missing: each host's
+minikit process (node1.log, node2.log, client.log, external.log, forwarder.log...)
+and each embedded etcd member's (NODE-etcd.log). It reads only the lab's
+directory, so it also works after the lab's processes died; run it before
+lab down, which removes them. CI jobs keep the directory as an artifact.`,
+		Example: `  sudo minikit lab logs lab-logs
+  sudo minikit lab logs --name ci "$CI_PROJECT_DIR/lab-logs"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := pickAndLoadLab(cfg.Name, cfg.Dir)
+			if err != nil {
+				return err
+			}
+			wrote, err := lab.CollectLogs(st.Dir, args[0])
+			for _, f := range wrote {
+				fmt.Fprintln(cmd.OutOrStdout(), f)
+			}
+			return err
+		},
+	}
+	addName(logs)
+	root.AddCommand(up, down, status, list, kubeconfig, execCmd, stop, startCmd, logs)
 	root.AddCommand(newLabGraphCommand())
 	return root
 }

@@ -388,25 +388,13 @@ func Up(ctx context.Context, cfg Config) (l *Lab, err error) {
 // keepLogs copies a failed lab's logs (its processes' and each embedded etcd
 // member's) out of the lab directory that Down removes, and returns where.
 func (l *Lab) keepLogs() string {
-	logs, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*.log"))
-	etcd, _ := filepath.Glob(filepath.Join(l.cfg.Dir, "*", "etcd", "etcd.log"))
-	if len(logs)+len(etcd) == 0 {
-		return ""
-	}
 	dst, err := os.MkdirTemp("", "minikit-lab-"+l.cfg.Name+"-logs-")
 	if err != nil {
 		return ""
 	}
-	for _, p := range append(logs, etcd...) {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		name := filepath.Base(p)
-		if filepath.Base(filepath.Dir(p)) == "etcd" {
-			name = filepath.Base(filepath.Dir(filepath.Dir(p))) + "-etcd.log"
-		}
-		os.WriteFile(filepath.Join(dst, name), b, 0o600)
+	if wrote, _ := CollectLogs(l.cfg.Dir, dst); len(wrote) == 0 {
+		os.RemoveAll(dst)
+		return ""
 	}
 	return dst
 }

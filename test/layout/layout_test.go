@@ -137,9 +137,10 @@ func componentOf(p string) string {
 }
 
 // isTestHelper says whether p exists only for tests: the shared toolkit,
-// the *test packages next to what they fake, and everything under test/.
+// the *test packages next to what they fake, everything under test/, and
+// the public package for other people's tests with its subpackages.
 func isTestHelper(p string) bool {
-	return under(p, "internal/testutil") || under(p, "test") ||
+	return under(p, "internal/testutil") || under(p, "test") || under(p, "pkg/minikittest") ||
 		strings.HasPrefix(p, module+"/") && strings.HasSuffix(p, "test")
 }
 
