@@ -2,11 +2,13 @@ package apiserver
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minikit/minikit/internal/testutil"
 
@@ -173,11 +175,16 @@ func TestGatewayAPIBundleWithKubectl(t *testing.T) {
 					t.Fatalf("kubectl apply (%s, %s channel): %v\n%s%s", mode, channel, err, out, errOut)
 				}
 			}
-			out, errOut, err := k.run(t, "wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
-			if err != nil {
-				t.Fatalf("kubectl wait: %v\n%s%s", err, out, errOut)
-			}
-			out, _, err = k.run(t, "get", "crd", "httproutes.gateway.networking.k8s.io", "-o", "jsonpath={.metadata.annotations.gateway\\.networking\\.k8s\\.io/channel}")
+			// kubectl wait fails at once on a CRD whose controller has not
+			// written its status yet, on any cluster: ask again until it holds.
+			testutil.Eventually(t, 60*time.Second, "kubectl wait --for=condition=Established crd --all", func() error {
+				out, errOut, err := k.run(t, "wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
+				if err != nil {
+					return fmt.Errorf("%v\n%s%s", err, out, errOut)
+				}
+				return nil
+			})
+			out, errOut, err := k.run(t, "get", "crd", "httproutes.gateway.networking.k8s.io", "-o", "jsonpath={.metadata.annotations.gateway\\.networking\\.k8s\\.io/channel}")
 			want := "experimental"
 			if mode == "client-side" {
 				want = "standard"

@@ -324,9 +324,14 @@ func installGatewayAPI(t *testing.T, kubeconfig string) {
 	if out, err := kubectl("", args...); err != nil {
 		t.Fatalf("kubectl apply --server-side of the Gateway API bundle: %v\n%s", err, out)
 	}
-	if out, err := kubectl("", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
-		t.Fatalf("kubectl wait: %v\n%s", err, out)
-	}
+	// kubectl wait fails at once on a CRD whose controller has not written
+	// its status yet, on any cluster: ask again until it holds.
+	testutil.Eventually(t, 90*time.Second, "kubectl wait --for=condition=Established crd --all", func() error {
+		if out, err := kubectl("", "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"); err != nil {
+			return fmt.Errorf("%v\n%s", err, out)
+		}
+		return nil
+	})
 	if out, err := kubectl("", "explain", "httproute.spec.rules.matches"); err != nil || !strings.Contains(out, "headers") {
 		t.Fatalf("kubectl explain httproute.spec.rules.matches: %v\n%s", err, out)
 	}
