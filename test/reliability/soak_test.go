@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // The soak's shape: soakMinutesCI minutes (MINIKIT_SOAK_MINUTES, or
@@ -278,14 +279,20 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+// scale reads the Deployment's Scale and writes it back with n replicas, as
+// kubectl scale with --resource-version does; a write that lost the race with
+// the controller's status update (409) reads again, as client-go's
+// RetryOnConflict does.
 func scale(ctx context.Context, c kubernetes.Interface, name string, n int32) error {
-	s, err := c.AppsV1().Deployments("default").GetScale(ctx, name, metav1.GetOptions{})
-	if err != nil {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := c.AppsV1().Deployments("default").GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = c.AppsV1().Deployments("default").UpdateScale(ctx, name, s, metav1.UpdateOptions{})
 		return err
-	}
-	s.Spec.Replicas = n
-	_, err = c.AppsV1().Deployments("default").UpdateScale(ctx, name, s, metav1.UpdateOptions{})
-	return err
+	})
 }
 
 func summarize(list []string) string {
