@@ -86,9 +86,14 @@ func TestCRDWithKubectl(t *testing.T) {
 	if out, errOut, err := apply(string(crd)); err != nil {
 		t.Fatalf("kubectl apply of the CRD: %v\n%s%s", err, out, errOut)
 	}
-	if out, errOut, err := k.run(t, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=10s"); err != nil {
-		t.Fatalf("kubectl wait: %v\n%s%s", err, out, errOut)
-	}
+	// kubectl wait fails at once on a CRD whose controller has not written
+	// its status yet, on any cluster: ask again until it holds.
+	testutil.Eventually(t, waitTimeout, "kubectl wait --for=condition=Established crd/widgets.example.com", func() error {
+		if out, errOut, err := k.run(t, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=10s"); err != nil {
+			return fmt.Errorf("%v\n%s%s", err, out, errOut)
+		}
+		return nil
+	})
 	a.waitEstablished("widgets.example.com", widgetsPath)
 	w := "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  color: red\n"
 	if out, errOut, err := apply(w); err != nil {
