@@ -124,7 +124,6 @@ func TestReplicaSetScalesUpAndDown(t *testing.T) {
 
 func TestReplicaSetAdoptsAndReleases(t *testing.T) {
 	tc := newTestCluster(t)
-	tc.startControllers(Config{})
 	orphan := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "stray", Namespace: "default", Labels: map[string]string{"app": "front"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "v1"}}},
@@ -132,6 +131,10 @@ func TestReplicaSetAdoptsAndReleases(t *testing.T) {
 	if _, err := tc.client.CoreV1().Pods("default").Create(tc.ctx, orphan, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The controllers start with the stray pod in their caches, so the set's
+	// first sync finds it to adopt (a pod its informer has not seen yet would
+	// be adopted later, one too many, and scaled away).
+	tc.startControllers(Config{})
 	rs, err := tc.client.AppsV1().ReplicaSets("default").Create(tc.ctx, testReplicaSet("front", 2, "v1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
