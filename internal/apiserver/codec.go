@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,6 +82,12 @@ func protobufToJSON(body []byte) ([]byte, error) {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("unknown kind in protobuf request body: %v", err))
 	}
 	return encodeObject(obj, gvks[0])
+}
+
+// patchTypeOf is a PATCH request's patch type: its Content-Type without
+// parameters.
+func patchTypeOf(r *http.Request) types.PatchType {
+	return types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
 }
 
 // fieldValidation is the request's fieldValidation mode: Ignore, Warn (default) or Strict.

@@ -385,7 +385,7 @@ func (s *Server) serveCustom(w http.ResponseWriter, r *http.Request, rq request)
 		return apierrors.NewMethodNotSupported(rq.res.gr(), "create")
 	}
 	if r.Method == http.MethodPatch {
-		pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+		pt := patchTypeOf(r)
 		if pt == types.StrategicMergePatchType {
 			return apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schemaGR, "",
 				fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",

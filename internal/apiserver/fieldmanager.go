@@ -55,6 +55,19 @@ type writeOpts struct {
 	// FieldManager.Apply, or by a write through the scale subresource).
 	applied bool
 	dryRun  bool // dryRun=All: everything but the commit
+	// check, when set, vets the object to be written against the stored
+	// one (nil on create) before anything is written (escalationCheck).
+	check func(obj, old runtime.Object) error
+}
+
+// requestWrite is how a request's write of rq.res is made: its manager,
+// dryRun, and the RBAC escalation check of its user (rbac.go).
+func (s *Server) requestWrite(r *http.Request, rq request) (writeOpts, error) {
+	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	if err != nil {
+		return writeOpts{}, err
+	}
+	return writeOpts{manager: managerFor(r), dryRun: isDryRun(r), check: check}, nil
 }
 
 // managerFor is the manager a request writes as: its fieldManager
@@ -437,8 +450,7 @@ func scaleWrite(r *http.Request, res *resource, body []byte, parent runtime.Obje
 
 // isApply reports whether r is a server-side apply.
 func isApply(r *http.Request) bool {
-	return r.Method == http.MethodPatch &&
-		types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0])) == types.ApplyYAMLPatchType
+	return r.Method == http.MethodPatch && patchTypeOf(r) == types.ApplyYAMLPatchType
 }
 
 // applyError is kube-apiserver's answer to an apply the library refused:

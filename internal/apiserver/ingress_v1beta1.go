@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -124,7 +123,7 @@ func (s *Server) patchIngressV1beta1(w http.ResponseWriter, r *http.Request, rq 
 	if err != nil {
 		return err
 	}
-	pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+	pt := patchTypeOf(r)
 	mode := fieldValidation(r)
 	updated, err := s.Update(ingressV1Resource, rq.namespace, rq.name, rq.sub, func(cur runtime.Object) (runtime.Object, error) {
 		old := IngressV1ToV1beta1(cur.(*networkingv1.Ingress))

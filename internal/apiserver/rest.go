@@ -286,19 +286,11 @@ func (s *Server) serveCreate(w http.ResponseWriter, r *http.Request, rq request)
 	if err := checkWriteOptions(r, "CreateOptions", false); err != nil {
 		return err
 	}
-	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	wo, err := s.requestWrite(r, rq)
 	if err != nil {
 		return err
 	}
-	if check != nil {
-		if m := metaOf(obj); rq.res.namespaced && m.GetNamespace() == "" {
-			m.SetNamespace(rq.namespace)
-		}
-		if err := check(obj, nil); err != nil {
-			return err
-		}
-	}
-	created, err := s.create(rq.res, rq.namespace, obj, writeOpts{manager: managerFor(r), dryRun: isDryRun(r)})
+	created, err := s.create(rq.res, rq.namespace, obj, wo)
 	if err != nil {
 		return err
 	}
@@ -333,6 +325,11 @@ func (s *Server) create(res *resource, ns string, obj runtime.Object, wo writeOp
 		return nil, apierrors.NewInvalid(res.gvk().GroupKind(), "", field.ErrorList{
 			field.Required(field.NewPath("metadata", "name"), "name or generateName is required"),
 		})
+	}
+	if wo.check != nil {
+		if err := wo.check(obj, nil); err != nil {
+			return nil, err
+		}
 	}
 	m.SetUID(uuid.NewUUID())
 	m.SetCreationTimestamp(metav1.NewTime(s.now().Truncate(time.Second)))
@@ -482,22 +479,12 @@ func (s *Server) servePut(w http.ResponseWriter, r *http.Request, rq request) er
 	if err := checkWriteOptions(r, "UpdateOptions", false); err != nil {
 		return err
 	}
-	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	wo, err := s.requestWrite(r, rq)
 	if err != nil {
 		return err
 	}
 	// A copy per run: Update may run mutate more than once and changes what it returns.
-	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: managerFor(r), dryRun: isDryRun(r)},
-		func(cur runtime.Object) (runtime.Object, error) {
-			o := obj.DeepCopyObject()
-			if check != nil {
-				metaOf(o).SetNamespace(rq.namespace)
-				if err := check(o, cur); err != nil {
-					return nil, err
-				}
-			}
-			return o, nil
-		})
+	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, wo, func(runtime.Object) (runtime.Object, error) { return obj.DeepCopyObject(), nil })
 	if err != nil {
 		return err
 	}
@@ -555,6 +542,11 @@ func (s *Server) update(res *resource, ns, name, sub string, wo writeOpts, mutat
 		m.SetSelfLink("")
 		if m.GetGenerateName() == "" {
 			m.SetGenerateName(om.GetGenerateName())
+		}
+		if wo.check != nil {
+			if err := wo.check(obj, old); err != nil {
+				return err
+			}
 		}
 		if obj, err = s.recordUpdate(res, sub, wo, old.DeepCopyObject(), obj); err != nil {
 			return err
@@ -658,7 +650,7 @@ func specChanged(a, b runtime.Object) bool {
 }
 
 func (s *Server) servePatch(w http.ResponseWriter, r *http.Request, rq request) error {
-	pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+	pt := patchTypeOf(r)
 	if pt == types.ApplyYAMLPatchType {
 		// As written: the apply's own decoding reports duplicate fields.
 		patch, err := readRawBody(r)
@@ -674,11 +666,11 @@ func (s *Server) servePatch(w http.ResponseWriter, r *http.Request, rq request) 
 	if err := checkWriteOptions(r, "PatchOptions", false); err != nil {
 		return err
 	}
-	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	wo, err := s.requestWrite(r, rq)
 	if err != nil {
 		return err
 	}
-	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), writeOpts{manager: managerFor(r), dryRun: isDryRun(r)}, check)
+	updated, err := s.patch(rq.res, rq.namespace, rq.name, rq.sub, pt, patch, fieldValidation(r), wo)
 	if err != nil {
 		return err
 	}
@@ -693,30 +685,17 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 	if err := checkWriteOptions(r, "PatchOptions", true); err != nil {
 		return err
 	}
-	dryRun := isDryRun(r)
-	manager, force, mode := r.URL.Query().Get("fieldManager"), r.URL.Query().Get("force") == "true", fieldValidation(r)
-	check, err := s.escalationCheck(userFrom(r), rq.res, rq.namespace)
+	wo, err := s.requestWrite(r, rq)
 	if err != nil {
 		return err
 	}
+	wo.applied = true
+	force, mode := r.URL.Query().Get("force") == "true", fieldValidation(r)
 	var warnings []string
 	apply := func(live runtime.Object) (runtime.Object, error) {
-		obj, wn, err := s.serverSideApply(rq.res, rq.sub, live, patch, manager, force, mode)
+		obj, wn, err := s.serverSideApply(rq.res, rq.sub, live, patch, wo.manager, force, mode)
 		if err != nil {
 			return nil, err
-		}
-		if check != nil {
-			var old runtime.Object
-			if metaOf(live).GetUID() != "" {
-				old = live
-			}
-			o := obj.DeepCopyObject()
-			if m := metaOf(o); rq.res.namespaced && m.GetNamespace() == "" {
-				m.SetNamespace(rq.namespace)
-			}
-			if err := check(o, old); err != nil {
-				return nil, err
-			}
 		}
 		warnings = wn
 		if n := metaOf(obj).GetName(); n != rq.name {
@@ -730,7 +709,7 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 		return obj, nil
 	}
 	code := http.StatusOK
-	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, writeOpts{manager: manager, applied: true, dryRun: dryRun}, func(cur runtime.Object) (runtime.Object, error) {
+	updated, err := s.update(rq.res, rq.namespace, rq.name, rq.sub, wo, func(cur runtime.Object) (runtime.Object, error) {
 		obj, err := apply(cur)
 		if err != nil {
 			return nil, err
@@ -753,7 +732,7 @@ func (s *Server) serveApply(w http.ResponseWriter, r *http.Request, rq request, 
 		if m.GetResourceVersion() != "" {
 			return apierrors.NewConflict(rq.res.gr(), rq.name, errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 		}
-		updated, err = s.create(rq.res, rq.namespace, obj, writeOpts{manager: manager, applied: true, dryRun: dryRun})
+		updated, err = s.create(rq.res, rq.namespace, obj, wo)
 		code = http.StatusCreated
 	}
 	if err != nil {
@@ -777,12 +756,10 @@ func addObjectWarnings(w http.ResponseWriter, obj runtime.Object) {
 // Patch applies a JSON merge, JSON or strategic merge patch to the current object and
 // stores the result with Update semantics, as the server's own write.
 func (s *Server) Patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string) (runtime.Object, error) {
-	return s.patch(res, ns, name, sub, pt, patch, mode, writeOpts{manager: internalManager}, nil)
+	return s.patch(res, ns, name, sub, pt, patch, mode, writeOpts{manager: internalManager})
 }
 
-// check, when not nil, vets the patched object against the current one
-// (escalationCheck).
-func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string, wo writeOpts, check func(obj, old runtime.Object) error) (runtime.Object, error) {
+func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, patch []byte, mode string, wo writeOpts) (runtime.Object, error) {
 	return s.update(res, ns, name, sub, wo, func(cur runtime.Object) (runtime.Object, error) {
 		curJSON, err := encodeObject(cur, res.gvk())
 		if err != nil {
@@ -804,11 +781,6 @@ func (s *Server) patch(res *resource, ns, name, sub string, pt types.PatchType, 
 		// Without a resourceVersion in the patch, the patch applies to the current object.
 		if rv := metaOf(obj).GetResourceVersion(); rv == "" || rv == metaOf(cur).GetResourceVersion() {
 			metaOf(obj).SetResourceVersion("")
-		}
-		if check != nil {
-			if err := check(obj, cur); err != nil {
-				return nil, err
-			}
 		}
 		return obj, nil
 	})

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // scaleParts reads what the scale subresource shows of obj: the spec's
@@ -136,7 +135,7 @@ func requestedScale(r *http.Request, body []byte, cur *autoscalingv1.Scale) (*au
 		if err != nil {
 			return nil, err
 		}
-		pt := types.PatchType(strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0]))
+		pt := patchTypeOf(r)
 		if body, err = applyPatch(pt, cj, body, &autoscalingv1.Scale{}); err != nil {
 			return nil, err
 		}
