@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured/unstructuredscheme"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -83,7 +84,7 @@ func managerFor(r *http.Request) string {
 		if !unicode.IsPrint(c) {
 			continue
 		}
-		if b.Len()+utf8.RuneLen(c) > fieldManagerMaxLength {
+		if b.Len()+utf8.RuneLen(c) > metav1validation.FieldManagerMaxLength {
 			break
 		}
 		b.WriteRune(c)
@@ -91,39 +92,28 @@ func managerFor(r *http.Request) string {
 	return b.String()
 }
 
-const fieldManagerMaxLength = 128
-
-// checkWriteOptions validates fieldManager and force as upstream validates
-// Create/Update/PatchOptions: 422 with the options kind and the field.
+// checkWriteOptions validates a write's fieldManager, force and dryRun with
+// upstream's checks of PatchOptions (fieldManager required to apply,
+// printable, at most 128 bytes; force only to apply): 422 naming the options
+// kind and the field.
 func checkWriteOptions(r *http.Request, optionsKind string, apply bool) error {
 	q := r.URL.Query()
-	var errs field.ErrorList
-	m := q.Get("fieldManager")
-	switch {
-	case apply && m == "":
-		errs = append(errs, field.Required(field.NewPath("fieldManager"), "is required for apply patch"))
-	case len(m) > fieldManagerMaxLength:
-		errs = append(errs, field.TooLong(field.NewPath("fieldManager"), "", fieldManagerMaxLength))
-	default:
-		for _, c := range m {
-			if !unicode.IsPrint(c) {
-				errs = append(errs, field.Invalid(field.NewPath("fieldManager"), m, "must only contain printable characters"))
-				break
-			}
-		}
-	}
 	if err := checkDryRun(q["dryRun"], optionsKind); err != nil {
 		return err
 	}
+	opts := &metav1.PatchOptions{FieldManager: q.Get("fieldManager")}
 	if f := q.Get("force"); f != "" {
-		switch {
-		case f != "true" && f != "false":
+		if f != "true" && f != "false" {
 			return apierrors.NewBadRequest(fmt.Sprintf("invalid value for force: %q", f))
-		case !apply:
-			errs = append(errs, field.Forbidden(field.NewPath("force"), "may not be specified for non-apply patch"))
 		}
+		force := f == "true"
+		opts.Force = &force
 	}
-	if len(errs) > 0 {
+	pt := types.MergePatchType
+	if apply {
+		pt = types.ApplyYAMLPatchType
+	}
+	if errs := metav1validation.ValidatePatchOptions(opts, pt); len(errs) > 0 {
 		return apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: optionsKind}, "", errs)
 	}
 	return nil
