@@ -24,6 +24,9 @@ const (
 	ServiceCIDR = "10.96.0.0/12"
 	ClusterCIDR = "10.244.0.0/16"
 	ClusterDNS  = "10.96.0.10"
+	// KubernetesIP is the default/kubernetes Service's ClusterIP, the first
+	// of ServiceCIDR.
+	KubernetesIP = "10.96.0.1"
 )
 
 // Info is what `lab up -o json`, `lab status -o json` and `lab list -o json`

@@ -70,11 +70,11 @@ func (l *Lab) queryClusterDNS(ctx context.Context, host string) error {
 		return fmt.Errorf("%s: %s", kubernetesName, dns.RcodeToString[r.Rcode])
 	}
 	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok && a.A.String() == "10.96.0.1" {
+		if a, ok := rr.(*dns.A); ok && a.A.String() == KubernetesIP {
 			return nil
 		}
 	}
-	return fmt.Errorf("%s: no A record 10.96.0.1 in %v", kubernetesName, r.Answer)
+	return fmt.Errorf("%s: no A record %s in %v", kubernetesName, KubernetesIP, r.Answer)
 }
 
 // CollectLogs copies every log of the lab in dir (each host's HOST.log, each
