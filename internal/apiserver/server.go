@@ -157,6 +157,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 	case "version":
 		writeValue(w, r, http.StatusOK, s.versionInfo())
 		return nil
+	case oidcConfigPath, oidcJWKSPath:
+		return s.serveOIDC(w, r, path)
 	case "api", "apis":
 		if wantsAggregated(r) {
 			return s.serveAggregated(w, r, path == "api")

@@ -19,20 +19,23 @@ type agnhostCommand struct {
 }
 
 // agnhostCommands are the subcommands minikit implements: the ones the Kubernetes
-// networking docs and the sig-network conformance specs run.
+// networking docs, the sig-network conformance specs and the sig-auth
+// ServiceAccounts specs run.
 var agnhostCommands = map[string]agnhostCommand{
 	"connect":         {"Attempts a TCP, UDP or SCTP connection and returns useful errors", connect},
 	"dns-server-list": {"Prints the host's DNS Server list", dnsServerList},
 	"dns-suffix":      {"Prints the host's DNS suffix list", dnsSuffix},
 	"etc-hosts":       {"Prints the host's /etc/hosts file", etcHosts},
 	"liveness":        {"Starts a server that fails liveness probes after 10 seconds", liveness},
+	"mounttest":       {"Creates files with given permissions and outputs FS type, owner, mode, permissions, contents of files", mounttest},
 	"netexec":         {"Creates HTTP(S) and UDP servers with various endpoints", netexec},
 	"pause":           {"Pauses the execution", agnhostPause},
 	"porter":          {"Serves requested data on ports specified in ENV variables", porter},
 	"serve-hostname": {"Serves the hostname", func(ctx context.Context, c *container, args []string) error {
 		return serveHostname(ctx, c, args, true)
 	}},
-	"test-webserver": {"Starts a simple HTTP fileserver", testWebserver},
+	"test-service-account-issuer-discovery": {"Tests the ServiceAccountIssuerDiscovery feature", testIssuerDiscovery},
+	"test-webserver":                        {"Starts a simple HTTP fileserver", testWebserver},
 }
 
 // runAgnhost is registry.k8s.io/e2e-test-images/agnhost: its first argument picks

@@ -20,111 +20,204 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// A pod's service account volume, as the kubelet materialises the projected
-// volume kube-api-access-XXXXX: a directory per pod with the files token (a
-// TokenRequest bound to the pod, fetched with the node's credentials and
-// refreshed at 80% of its lifetime, as the kubelet's token manager does),
-// ca.crt (from the namespace's kube-root-ca.crt) and namespace, bind-mounted
-// read-only at the volume's mount path in the pod's mount namespace. Files
-// are replaced by rename, so a reader never sees half a token.
+// A pod's projected volumes, as the kubelet materialises them (the service
+// account's kube-api-access-XXXXX among them): a directory per volume with
+// the files of its sources — serviceAccountToken (a TokenRequest bound to
+// the pod, fetched with the node's credentials and refreshed at 80% of its
+// lifetime, as the kubelet's token manager does), configMap, secret and
+// downwardAPI — bind-mounted read-only at the volume's mount paths in the
+// pod's mount namespace. Files are replaced by rename, so a reader never sees
+// half a token. Ownership and modes follow pkg/volume/projected: a token is
+// 0600 when the pod's containers all run as one user (owned by that user) or
+// the pod has an fsGroup, and with an fsGroup every file and directory of
+// the volume is given that group and group read (volumeOwnership).
 
-// tokenState is when the pod's token must be fetched again.
+// tokenState is when each projected token (by volume and path) must be
+// fetched again.
 type tokenState struct {
-	refreshAt time.Time
+	refreshAt map[string]time.Time
 }
 
-// projectedVolume is the pod's projected volume with a service account token
-// source, and the path a container mounts it at.
-func projectedVolume(pod *corev1.Pod) (*corev1.Volume, string) {
+func (w *podWorker) volumeDir(name string) string { return filepath.Join(w.dir(), "volumes", name) }
+
+// ensureServiceAccountFiles writes the files of every projected volume,
+// fetching a new token when none is held or the held one is due for refresh.
+func (w *podWorker) ensureServiceAccountFiles(ctx context.Context, pod *corev1.Pod) error {
+	fsUser, fsGroup := fsUserOf(pod), fsGroupOf(pod)
 	for i := range pod.Spec.Volumes {
 		v := &pod.Spec.Volumes[i]
 		if v.Projected == nil {
 			continue
 		}
-		hasToken := false
-		for _, src := range v.Projected.Sources {
-			hasToken = hasToken || src.ServiceAccountToken != nil
-		}
-		if !hasToken {
-			continue
-		}
-		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-			for _, c := range cs {
-				for _, m := range c.VolumeMounts {
-					if m.Name == v.Name && m.MountPath != "" {
-						return v, m.MountPath
-					}
-				}
-			}
+		if err := w.ensureProjected(ctx, pod, v, fsUser, fsGroup); err != nil {
+			return err
 		}
 	}
-	return nil, ""
+	return nil
 }
 
-func (w *podWorker) volumeDir(name string) string { return filepath.Join(w.dir(), "volumes", name) }
-
-// ensureServiceAccountFiles writes the projected volume's files, fetching a
-// new token when none is held or the held one is due for refresh.
-func (w *podWorker) ensureServiceAccountFiles(ctx context.Context, pod *corev1.Pod) error {
-	v, _ := projectedVolume(pod)
-	if v == nil {
-		return nil
-	}
+func (w *podWorker) ensureProjected(ctx context.Context, pod *corev1.Pod, v *corev1.Volume, fsUser, fsGroup *int64) error {
 	dir := w.volumeDir(v.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	mode := os.FileMode(0o644)
 	if v.Projected.DefaultMode != nil {
-		mode = os.FileMode(*v.Projected.DefaultMode)
+		mode = os.FileMode(*v.Projected.DefaultMode) & os.ModePerm
 	}
-	refresh := time.Now().After(w.token.refreshAt)
+	if w.token.refreshAt == nil {
+		w.token.refreshAt = map[string]time.Time{}
+	}
+	write := func(name string, data []byte, m os.FileMode, itemMode *int32) error {
+		if itemMode != nil {
+			m = os.FileMode(*itemMode) & os.ModePerm
+		}
+		p := filepath.Join(dir, filepath.Clean("/"+name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		return writeAtomic(p, data, m)
+	}
 	for _, src := range v.Projected.Sources {
 		switch {
 		case src.ServiceAccountToken != nil:
-			p := filepath.Join(dir, src.ServiceAccountToken.Path)
-			if _, err := os.Stat(p); err == nil && !refresh {
+			key := v.Name + "/" + src.ServiceAccountToken.Path
+			p := filepath.Join(dir, filepath.Clean("/"+src.ServiceAccountToken.Path))
+			if _, err := os.Stat(p); err == nil && time.Now().Before(w.token.refreshAt[key]) {
 				continue
 			}
 			tok, next, err := w.requestToken(ctx, pod, src.ServiceAccountToken)
 			if err != nil {
 				return err
 			}
-			if err := writeAtomic(p, []byte(tok), mode); err != nil {
+			m := mode
+			if fsUser != nil || fsGroup != nil {
+				m = 0o600
+			}
+			if err := write(src.ServiceAccountToken.Path, []byte(tok), m, nil); err != nil {
 				return err
 			}
-			w.token.refreshAt = next
-		case src.ConfigMap != nil:
-			if !refresh && filesExist(dir, src.ConfigMap.Items) {
-				continue
-			}
-			cm, err := w.a.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, src.ConfigMap.Name, metav1.GetOptions{})
-			if err != nil {
-				if src.ConfigMap.Optional != nil && *src.ConfigMap.Optional {
-					continue
+			if fsUser != nil {
+				if err := os.Lchown(p, int(*fsUser), -1); err != nil {
+					return fmt.Errorf("giving the token of volume %q to user %d: %w", v.Name, *fsUser, err)
 				}
-				return fmt.Errorf("reading configmap %s/%s for volume %q: %w", pod.Namespace, src.ConfigMap.Name, v.Name, err)
 			}
-			for _, it := range src.ConfigMap.Items {
-				if err := writeAtomic(filepath.Join(dir, it.Path), []byte(cm.Data[it.Key]), mode); err != nil {
+			w.token.refreshAt[key] = next
+		case src.ConfigMap != nil:
+			files, err := w.configMapFiles(ctx, pod, v.Name, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional)
+			if err != nil {
+				return err
+			}
+			for name, data := range files {
+				if err := write(name, data, mode, itemMode(src.ConfigMap.Items, name)); err != nil {
+					return err
+				}
+			}
+		case src.Secret != nil:
+			files, err := w.secretFiles(ctx, pod, v.Name, src.Secret.Name, src.Secret.Items, src.Secret.Optional)
+			if err != nil {
+				return err
+			}
+			for name, data := range files {
+				if err := write(name, data, mode, itemMode(src.Secret.Items, name)); err != nil {
 					return err
 				}
 			}
 		case src.DownwardAPI != nil:
-			for _, it := range src.DownwardAPI.Items {
-				if it.FieldRef == nil {
-					continue
+			for name, data := range downwardAPIFiles(pod, src.DownwardAPI.Items) {
+				var m *int32
+				for _, it := range src.DownwardAPI.Items {
+					if it.Path == name {
+						m = it.Mode
+					}
 				}
-				val := map[string]string{"metadata.namespace": pod.Namespace, "metadata.name": pod.Name,
-					"metadata.uid": string(pod.UID), "spec.serviceAccountName": pod.Spec.ServiceAccountName,
-					"spec.nodeName": pod.Spec.NodeName}[it.FieldRef.FieldPath]
-				if err := writeAtomic(filepath.Join(dir, it.Path), []byte(val), mode); err != nil {
+				if err := write(name, data, mode, m); err != nil {
 					return err
 				}
 			}
 		}
 	}
+	return volumeOwnership(dir, fsGroup, true)
+}
+
+// itemMode is the mode the item writing path asks for, if any.
+func itemMode(items []corev1.KeyToPath, path string) *int32 {
+	for _, it := range items {
+		if it.Path == path {
+			return it.Mode
+		}
+	}
 	return nil
+}
+
+// fsUserOf is the user every container of the pod runs as, when they all run
+// as one (volumeutil.FsUserFrom): a container's runAsUser, else the pod's.
+func fsUserOf(pod *corev1.Pod) *int64 {
+	var podUser *int64
+	if pod.Spec.SecurityContext != nil {
+		podUser = pod.Spec.SecurityContext.RunAsUser
+	}
+	var scs []*corev1.SecurityContext
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			scs = append(scs, c.SecurityContext)
+		}
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		scs = append(scs, c.SecurityContext)
+	}
+	var user *int64
+	for _, sc := range scs {
+		u := podUser
+		if sc != nil && sc.RunAsUser != nil {
+			u = sc.RunAsUser
+		}
+		if u == nil || (user != nil && *user != *u) {
+			return nil
+		}
+		user = u
+	}
+	return user
+}
+
+func fsGroupOf(pod *corev1.Pod) *int64 {
+	if pod.Spec.SecurityContext == nil {
+		return nil
+	}
+	return pod.Spec.SecurityContext.FSGroup
+}
+
+// volumeOwnership gives every file and directory under dir the pod's
+// fsGroup and group access, as the kubelet's SetVolumeOwnership does:
+// read (and write, for a writable volume) for files, plus search and setgid
+// for directories. Without an fsGroup it changes nothing.
+func volumeOwnership(dir string, fsGroup *int64, readOnly bool) error {
+	if fsGroup == nil {
+		return nil
+	}
+	mask := os.FileMode(0o660)
+	if readOnly {
+		mask = 0o440
+	}
+	return filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, -1, int(*fsGroup)); err != nil {
+			return fmt.Errorf("giving %s to group %d: %w", p, *fsGroup, err)
+		}
+		if info.Mode()&os.ModeSymlink != 0 {
+			return nil
+		}
+		m := mask
+		if info.IsDir() {
+			m |= os.ModeSetgid | 0o110
+		}
+		if want := info.Mode() | m; want != info.Mode() {
+			return os.Chmod(p, want)
+		}
+		return nil
+	})
 }
 
 // requestToken fetches a token bound to pod and returns when to refresh it:
@@ -148,15 +241,6 @@ func (w *podWorker) requestToken(ctx context.Context, pod *corev1.Pod, p *corev1
 	}
 	ttl := got.Status.ExpirationTimestamp.Sub(issued)
 	return got.Status.Token, issued.Add(min(ttl*8/10, 24*time.Hour)), nil
-}
-
-func filesExist(dir string, items []corev1.KeyToPath) bool {
-	for _, it := range items {
-		if _, err := os.Stat(filepath.Join(dir, it.Path)); err != nil {
-			return false
-		}
-	}
-	return true
 }
 
 // writeAtomic replaces path durably (fsutil.WriteFileAtomic), unless it

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,23 +38,96 @@ func TestAPIServiceEnv(t *testing.T) {
 	}
 }
 
-// The token volume is found by its token projection and the mount of it.
-func TestProjectedVolume(t *testing.T) {
-	vol := corev1.Volume{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}
-	pod := &corev1.Pod{Spec: corev1.PodSpec{
-		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}, vol},
-		Containers: []corev1.Container{{Name: "app", VolumeMounts: []corev1.VolumeMount{
-			{Name: "data", MountPath: "/data"},
-			{Name: vol.Name, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}}},
-	}}
-	v, path := projectedVolume(pod)
-	if v == nil || v.Name != vol.Name || path != "/var/run/secrets/kubernetes.io/serviceaccount" {
-		t.Errorf("projectedVolume = %v, %q", v, path)
+// The user a projected token belongs to is the one user all the pod's
+// containers run as, the container's runAsUser before the pod's.
+func TestFsUserOf(t *testing.T) {
+	u := func(v int64) *int64 { return &v }
+	sc := func(v int64) *corev1.SecurityContext { return &corev1.SecurityContext{RunAsUser: &v} }
+	for _, tt := range []struct {
+		name       string
+		pod        *corev1.PodSecurityContext
+		init, main []*corev1.SecurityContext
+		want       *int64
+	}{
+		{name: "nothing set", main: []*corev1.SecurityContext{nil}},
+		{name: "the pod's", pod: &corev1.PodSecurityContext{RunAsUser: u(1000)}, main: []*corev1.SecurityContext{nil, nil}, want: u(1000)},
+		{name: "the containers' agree", main: []*corev1.SecurityContext{sc(7), sc(7)}, want: u(7)},
+		{name: "a container overrides the pod", pod: &corev1.PodSecurityContext{RunAsUser: u(1000)}, main: []*corev1.SecurityContext{sc(7)}, want: u(7)},
+		{name: "two users", pod: &corev1.PodSecurityContext{RunAsUser: u(1000)}, main: []*corev1.SecurityContext{sc(7), nil}},
+		{name: "an init container without one", init: []*corev1.SecurityContext{nil}, main: []*corev1.SecurityContext{sc(7)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: tt.pod}}
+			for _, c := range tt.init {
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{SecurityContext: c})
+			}
+			for _, c := range tt.main {
+				pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{SecurityContext: c})
+			}
+			got := fsUserOf(pod)
+			if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
+				t.Errorf("fsUserOf = %v, want %v", ptrString(got), ptrString(tt.want))
+			}
+		})
 	}
-	pod.Spec.Containers[0].VolumeMounts = pod.Spec.Containers[0].VolumeMounts[:1]
-	if v, _ := projectedVolume(pod); v != nil {
-		t.Errorf("an unmounted token volume was found: %v", v.Name)
+}
+
+func ptrString(p *int64) string {
+	if p == nil {
+		return "nil"
+	}
+	return fmt.Sprint(*p)
+}
+
+// A projected token's mode and owner follow runAsUser and fsGroup as the
+// kubelet sets them (the cases of the [sig-auth] spec "should set ownership
+// and permission when RunAsUser or FsGroup is present").
+func TestProjectedTokenOwnership(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root: it gives files to other users")
+	}
+	u := func(v int64) *int64 { return &v }
+	for _, tt := range []struct {
+		name               string
+		runAsUser, fsGroup *int64
+		perm               os.FileMode
+		uid, gid           uint32
+	}{
+		{name: "runAsUser", runAsUser: u(1000), perm: 0o600, uid: 1000},
+		{name: "fsGroup", fsGroup: u(10000), perm: 0o640, gid: 10000},
+		{name: "both", runAsUser: u(1000), fsGroup: u(10000), perm: 0o640, uid: 1000, gid: 10000},
+		{name: "neither", perm: 0o644},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewSimpleClientset()
+			client.PrependReactor("create", "serviceaccounts", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				tr := action.(k8stesting.CreateActionImpl).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+				tr.Status.Token = "header.payload.signature"
+				tr.Status.ExpirationTimestamp = metav1.NewTime(time.Now().Add(time.Hour))
+				return true, tr, nil
+			})
+			a := &Agent{cfg: Config{DataDir: t.TempDir()}, client: client}
+			mode, exp := int32(0o644), int64(3600)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"},
+				Spec: corev1.PodSpec{ServiceAccountName: "default",
+					SecurityContext: &corev1.PodSecurityContext{RunAsUser: tt.runAsUser, FSGroup: tt.fsGroup},
+					Volumes: []corev1.Volume{{Name: "test-volume", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+						DefaultMode: &mode, Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: &exp}}}}}}},
+					Containers: []corev1.Container{{Name: "c", VolumeMounts: []corev1.VolumeMount{{Name: "test-volume", MountPath: "/test-volume", ReadOnly: true}}}},
+				}}
+			w := newPodWorker(a, "ns", "p", pod.UID)
+			if err := w.ensureServiceAccountFiles(context.Background(), pod); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(filepath.Join(w.volumeDir("test-volume"), "token"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := fi.Sys().(*syscall.Stat_t)
+			if fi.Mode().Perm() != tt.perm || st.Uid != tt.uid || st.Gid != tt.gid {
+				t.Errorf("token is %v %d:%d, want %v %d:%d", fi.Mode().Perm(), st.Uid, st.Gid, tt.perm, tt.uid, tt.gid)
+			}
+		})
 	}
 }
 
@@ -113,10 +187,10 @@ func TestServiceAccountFilesAndRefresh(t *testing.T) {
 	if bound == nil || bound.Kind != "Pod" || bound.Name != "web" || bound.UID != "uid-1" {
 		t.Errorf("token bound to %+v, want the pod", bound)
 	}
-	if due := time.Until(w.token.refreshAt); due < 47*time.Minute || due > 49*time.Minute {
+	if due := time.Until(w.token.refreshAt["kube-api-access-abcde/token"]); due < 47*time.Minute || due > 49*time.Minute {
 		t.Errorf("refresh due in %v, want 80%% of 3607 s", due)
 	}
-	w.token.refreshAt = time.Now().Add(-time.Second) // 80% of the lifetime has passed
+	w.token.refreshAt["kube-api-access-abcde/token"] = time.Now().Add(-time.Second) // 80% of the lifetime has passed
 	if err := w.ensureServiceAccountFiles(ctx, pod); err != nil {
 		t.Fatal(err)
 	}

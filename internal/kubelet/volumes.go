@@ -160,6 +160,9 @@ func (w *podWorker) ensureVolumeFiles(ctx context.Context, pod *corev1.Pod) erro
 				return err
 			}
 		}
+		if err := volumeOwnership(dir, fsGroupOf(pod), true); err != nil {
+			return err
+		}
 	}
 	w.volumesRefreshAt = time.Now().Add(volumeRefresh)
 	return nil
