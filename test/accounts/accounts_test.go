@@ -1,7 +1,9 @@
 // Package accounts_test checks service accounts and namespace deletion end to
 // end in a lab: a client-go program in a pod works with rest.InClusterConfig
 // and its token reads once RBAC grants it (the 403 before is kube-apiserver's)
-// but cannot write; kubectl delete ns stops the
+// but cannot write; a controller's install manifest (ServiceAccount, CRD,
+// ClusterRole, Deployment) applies with kubectl, and its pod is refused with
+// the server's words until the ClusterRoleBinding is applied; kubectl delete ns stops the
 // namespace's pods on their nodes before the namespace goes; and a server
 // killed with SIGKILL in the middle of a namespace deletion finishes it after
 // restart.
@@ -86,6 +88,10 @@ func TestAccountsAndNamespaces(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "incluster")
 	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/incluster").CombinedOutput(); err != nil {
 		t.Fatalf("building the in-cluster program: %v: %s", err, out)
+	}
+	lister := filepath.Join(t.TempDir(), "lister")
+	if out, err := exec.Command("go", "build", "-o", lister, "./testdata/lister").CombinedOutput(); err != nil {
+		t.Fatalf("building the lister: %v: %s", err, out)
 	}
 	l := testenv.NewLab(t, 2)
 	c := testenv.Client(t, l)
@@ -175,6 +181,53 @@ func TestAccountsAndNamespaces(t *testing.T) {
 		} {
 			runInCluster(t, c, bin, tc.pod, tc.host, tc.env, "listed services: kubernetes")
 		}
+	})
+
+	t.Run("an install manifest applies; its controller is refused until its ClusterRoleBinding is applied", func(t *testing.T) {
+		kubectl := func(stdin string, args ...string) string {
+			t.Helper()
+			cmd := exec.Command("kubectl", append([]string{"--kubeconfig", l.Kubeconfig()}, args...)...)
+			cmd.Stdin = strings.NewReader(stdin)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
+			}
+			return string(out)
+		}
+		// What a controller's install YAML carries: its namespace,
+		// ServiceAccount, CRD, ClusterRole and Deployment; the binding comes
+		// in a second file, applied later.
+		out := kubectl(fmt.Sprintf(widgetInstall, lister), "apply", "-f", "-")
+		for _, want := range []string{"namespace/widget-system created", "serviceaccount/widget-controller created",
+			"customresourcedefinition.apiextensions.k8s.io/widgets.example.com created",
+			"clusterrole.rbac.authorization.k8s.io/widget-controller created", "deployment.apps/widget-controller created"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("kubectl apply said %q, want %q", out, want)
+			}
+		}
+		kubectl("", "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=30s")
+		kubectl("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\n  namespace: widget-system\n", "apply", "-f", "-")
+		logs := func(want string) {
+			t.Helper()
+			testutil.Eventually(t, 90*time.Second, "the controller's log to say "+want, func() error {
+				pods, err := c.CoreV1().Pods("widget-system").List(ctx, metav1.ListOptions{LabelSelector: "app=widget-controller"})
+				if err != nil || len(pods.Items) != 1 {
+					return fmt.Errorf("controller pods: %v (%d)", err, len(pods.Items))
+				}
+				b, err := c.CoreV1().Pods("widget-system").GetLogs(pods.Items[0].Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+				if err != nil {
+					return err
+				}
+				if !strings.Contains(string(b), want) {
+					return fmt.Errorf("log %q", b)
+				}
+				return nil
+			})
+		}
+		logs(`list: widgets.example.com is forbidden: User "system:serviceaccount:widget-system:widget-controller" cannot list resource "widgets" in API group "example.com" at the cluster scope`)
+		kubectl(widgetBinding, "apply", "-f", "-")
+		logs("listed widgets: widget-system/w1")
+		kubectl(fmt.Sprintf(widgetInstall, lister)+"---\n"+widgetBinding, "delete", "-f", "-", "--timeout=90s")
 	})
 
 	t.Run("new namespaces get their default account and kube-root-ca.crt", func(t *testing.T) {
@@ -300,6 +353,80 @@ func TestAccountsAndNamespaces(t *testing.T) {
 
 // runInCluster runs the in-cluster program in a pod on node2 and checks what
 // it printed: list is what its list of services gives.
+// widgetInstall is a controller's install manifest (%q: the controller's
+// program on the node); widgetBinding grants its ServiceAccount the
+// ClusterRole.
+const widgetInstall = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: widget-system
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: widget-controller
+  namespace: widget-system
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: widget-controller
+rules:
+- apiGroups: [example.com]
+  resources: [widgets]
+  verbs: [get, list, watch]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: widget-controller
+  namespace: widget-system
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: widget-controller}
+  template:
+    metadata:
+      labels: {app: widget-controller}
+    spec:
+      serviceAccountName: widget-controller
+      containers:
+      - name: manager
+        image: busybox
+        command: [%q, example.com, v1, widgets]
+`
+
+const widgetBinding = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: widget-controller
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: widget-controller
+subjects:
+- kind: ServiceAccount
+  name: widget-controller
+  namespace: widget-system
+`
+
 func runInCluster(t *testing.T, c kubernetes.Interface, bin, name, host string, env []corev1.EnvVar, list string) {
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
