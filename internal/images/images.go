@@ -1,7 +1,8 @@
 // Package images owns minikit's built-in container images: Go re-implementations
 // of the images the Kubernetes documentation and the e2e conformance suite use
 // for networking (serve_hostname, agnhost and its subcommands, pause, nginx,
-// httpd, nginxdemos/hello) plus minikit's own echo server, so those manifests
+// httpd, nginxdemos/hello), the Gateway API conformance suite's echo-basic,
+// plus minikit's own echo server, so those manifests
 // run unchanged on a machine without a container runtime.
 //
 // The node agent asks Resolve how to start a container, and ResolveExec whether
@@ -173,6 +174,15 @@ var builtins = []builtin{
 		name:  "minikit/echo",
 		repos: []string{"minikit/echo"},
 		run:   runEcho,
+	},
+	{
+		// The Gateway API conformance suite's backend (its Dockerfile's
+		// ENTRYPOINT is /echo-basic).
+		name:        "registry.k8s.io/gateway-api/echo-basic",
+		repos:       []string{"gateway-api/echo-basic", "k8s-staging-gateway-api/echo-basic"},
+		entrypoints: []string{"/echo-basic", "echo-basic", "./echo-basic"},
+		programs:    []string{"/echo-basic"},
+		run:         echoBasic,
 	},
 }
 
