@@ -44,6 +44,7 @@ require (
 	k8s.io/streaming v0.37.2
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/controller-runtime v0.25.3
+	sigs.k8s.io/gateway-api v1.6.3
 	sigs.k8s.io/gateway-api/conformance v1.6.3
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2

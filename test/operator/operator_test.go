@@ -1,6 +1,7 @@
 // Package operator_test installs what users install in a lab and runs the
 // kind of controller they test in CI against it: the Gateway API CRD bundle
-// with kubectl apply --server-side, then a controller-runtime manager, in the test process, reconciles a
+// with kubectl apply --server-side (then a route through its typed client, read
+// back with the bundle's defaults), then a controller-runtime manager, in the test process, reconciles a
 // custom resource (a Website) into a Deployment and a Service with
 // server-side apply, and writes the Website's status through the status
 // subresource with server-side apply; the Service answers a pod, and
@@ -27,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -38,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -339,5 +342,40 @@ func installGatewayAPI(t *testing.T, kubeconfig string) {
 		"    - path:\n        type: PathPrefix\n        value: no-slash\n"
 	if out, err := kubectl(route, "apply", "--server-side", "-f", "-"); err == nil || !strings.Contains(out, "value must be an absolute path and start with '/'") {
 		t.Fatalf("a route breaking the bundle's rule: %v\n%s", err, out)
+	}
+	// The typed client controllers use (sigs.k8s.io/gateway-api's types in
+	// controller-runtime's scheme) writes a route with a bare rule and reads
+	// it back with the bundle's defaults: a PathPrefix "/" match, a Service
+	// backend of weight 1.
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := gatewayv1.Install(scheme); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	typed := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "typed", Namespace: "default"},
+		Spec: gatewayv1.HTTPRouteSpec{Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{
+			BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Port: ptr.To(gatewayv1.PortNumber(80))}}}}}}}}
+	if err := gc.Create(ctx, typed); err != nil {
+		t.Fatalf("creating an HTTPRoute with the typed client: %v", err)
+	}
+	var back gatewayv1.HTTPRoute
+	if err := gc.Get(ctx, client.ObjectKeyFromObject(typed), &back); err != nil {
+		t.Fatal(err)
+	}
+	r := back.Spec.Rules[0]
+	if len(r.Matches) != 1 || r.Matches[0].Path == nil || *r.Matches[0].Path.Type != gatewayv1.PathMatchPathPrefix || *r.Matches[0].Path.Value != "/" ||
+		r.BackendRefs[0].Kind == nil || *r.BackendRefs[0].Kind != "Service" || r.BackendRefs[0].Weight == nil || *r.BackendRefs[0].Weight != 1 {
+		t.Errorf("the route as stored: %+v", r)
+	}
+	if err := gc.Delete(ctx, typed); err != nil {
+		t.Fatal(err)
 	}
 }
