@@ -169,12 +169,12 @@ func (n *Network) ConnectedPrefixes() ([]netip.Prefix, error) {
 		if name == n.Bridge || name == VXLANDevice || l.Attrs().Flags&net.FlagLoopback != 0 {
 			continue
 		}
-		addrs, err := RetryDump(func() ([]netlink.Addr, error) { return hs.h.AddrList(l, netlink.FAMILY_V4) })
+		addrs, err := RetryDump(func() ([]netlink.Addr, error) { return hs.h.AddrList(l, netlink.FAMILY_ALL) })
 		if err != nil {
 			return nil, fmt.Errorf("listing addresses of %s: %w", name, err)
 		}
 		for _, a := range addrs {
-			if p, ok := prefixOf(a.IPNet); ok {
+			if p, ok := prefixOf(a.IPNet); ok && !p.Addr().IsLinkLocalUnicast() {
 				out = append(out, p.Masked())
 			}
 		}
