@@ -126,7 +126,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		defer wg.Done()
 		err := leader.Run(ctx, leader.Config{Client: client, Identity: identity, Timing: s.cfg.LeaderElection, Logger: s.cfg.Logger},
 			func(lctx context.Context) {
-				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM, Metadata: md})
+				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, SecondaryPodCIDR: s.cfg.SecondaryPodCIDR, RootCA: caPEM, Metadata: md})
 			})
 		if err != nil {
 			s.log.Error("leader election stopped", "err", err)
