@@ -283,7 +283,7 @@ func newServerCommand() *cobra.Command {
 				cfg.JoinToken = strings.TrimSpace(string(b))
 			}
 			if nodeIP != "" {
-				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
+				if cfg.NodeIP, cfg.SecondaryNodeIP, err = parseNodeIPs(nodeIP); err != nil {
 					return fmt.Errorf("parsing --node-ip: %w", err)
 				}
 			}
@@ -338,7 +338,7 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.BoolVar(&disableAgent, "disable-agent", false, "run the API and controllers only: no node agent, no pods, no kernel changes")
 	fl.StringVar(&nodeName, "node-name", "", "name of this node (default: the hostname)")
-	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
+	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address); two comma-separated, of different families, on a dual-stack node")
 	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it (a /64 of an IPv6 one); two comma-separated ranges of different families give pods both")
 	addDNSFlags(fl, &dnsOpts)
 	addProxyModeFlag(cmd, &proxyMode)
@@ -388,6 +388,25 @@ func parseDualStackCIDRs(v string) (primary, secondary netip.Prefix, err error) 
 	}
 	if len(parts) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
 		return primary, secondary, fmt.Errorf("%q: the two CIDRs must be of different IP families", v)
+	}
+	return out[0], out[1], nil
+}
+
+// parseNodeIPs parses --node-ip: one address, or two of different IP
+// families separated by a comma (the primary first), as the kubelet's.
+func parseNodeIPs(v string) (primary, secondary netip.Addr, err error) {
+	parts := strings.Split(v, ",")
+	if len(parts) > 2 {
+		return primary, secondary, fmt.Errorf("%q: at most two addresses, one of each IP family", v)
+	}
+	var out [2]netip.Addr
+	for i, p := range parts {
+		if out[i], err = netip.ParseAddr(strings.TrimSpace(p)); err != nil {
+			return primary, secondary, err
+		}
+	}
+	if len(parts) == 2 && out[0].Is4() == out[1].Is4() {
+		return primary, secondary, fmt.Errorf("%q: the two addresses must be of different IP families", v)
 	}
 	return out[0], out[1], nil
 }

@@ -36,6 +36,9 @@ type nodeContext struct {
 	ProxyMode ProxyMode
 	// PodNetwork is the node's pod network ("" is host-gw).
 	PodNetwork PodNetwork
+
+	// SecondaryNodeIP is the node's InternalIP of the other family (dual-stack).
+	SecondaryNodeIP netip.Addr
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each
@@ -133,7 +136,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		}
 	}()
 	if !s.cfg.DisableAgent {
-		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
+		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, SecondaryNodeIP: s.cfg.SecondaryNodeIP, DataDir: s.cfg.DataDir,
 			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
 			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})

@@ -94,6 +94,10 @@ type ServerConfig struct {
 	// LoadBalancer allocator, ingress control plane); zero fields take
 	// kube-controller-manager's defaults (15s/10s/2s). The identity is NodeName.
 	LeaderElection leader.Timing
+
+	// SecondaryNodeIP is this node's InternalIP of the other family on a
+	// dual-stack node (--node-ip v4,v6).
+	SecondaryNodeIP netip.Addr
 }
 
 // Server is a running minikit server.

@@ -164,6 +164,11 @@ func hostGWRoutes(self string, nodes []*corev1.Node, connected []netip.Prefix) (
 			continue
 		}
 		want[cidr.Masked()] = ip
+		// Dual-stack: the node's IPv6 pod range via its IPv6 InternalIP.
+		if c6, ip6 := secondaryPodCIDR(n), internalIPv6(n); c6.IsValid() && ip6.IsValid() &&
+			(connected == nil || slices.ContainsFunc(connected, func(p netip.Prefix) bool { return p.Contains(ip6) })) {
+			want[c6] = ip6
+		}
 	}
 	slices.Sort(notAdjacent)
 	return want, notAdjacent
