@@ -118,7 +118,7 @@ func TestDualStackServices(t *testing.T) {
 		t.Errorf("headless selectorless: families %v clusterIPs %v", hl.Spec.IPFamilies, hl.Spec.ClusterIPs)
 	}
 
-	a.delete(servicesPath + "/dual").mustCode(t, http.StatusOK, nil)
+	a.delete(servicesPath+"/dual").mustCode(t, http.StatusOK, nil)
 	for _, ip := range dual.Spec.ClusterIPs {
 		if a.exists("/apis/networking.k8s.io/v1/ipaddresses/" + ip) {
 			t.Errorf("deleted service left IPAddress %s", ip)
