@@ -144,3 +144,28 @@ func TestSingleStackClusterRefusesDualStack(t *testing.T) {
 		a.post(servicesPath, tc.svc).wantStatus(t, http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, tc.msg)
 	}
 }
+
+// TestDefaultServiceCIDRUpgradedToDualStack: a single-stack cluster
+// restarted with a secondary service CIDR gets it added to its default
+// ServiceCIDR, as kube-apiserver upgrades the "kubernetes" one; its
+// Services keep their single family until asked (PreferDualStack is not
+// applied behind their back).
+func TestDefaultServiceCIDRUpgradedToDualStack(t *testing.T) {
+	a := newTestAPI(t)
+	old := newService("old")
+	a.create(servicesPath, old)
+	a.close()
+
+	b := newTestAPIWith(t, apiOptions{vcfg: dualStackConfig, dbPath: a.dbPath})
+	var sc networkingv1.ServiceCIDR
+	b.read("/apis/networking.k8s.io/v1/servicecidrs/kubernetes", &sc)
+	if want := []string{"10.96.0.0/12", "fd00:10:96::/112"}; !slices.Equal(sc.Spec.CIDRs, want) {
+		t.Errorf("default ServiceCIDR after the restart has %v, want %v", sc.Spec.CIDRs, want)
+	}
+	var got corev1.Service
+	b.read(servicesPath+"/old", &got)
+	wantIPs(t, b, &got, corev1.IPv4Protocol)
+	got.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyRequireDualStack)
+	b.put(servicesPath+"/old", &got).mustCode(t, http.StatusOK, &got)
+	wantIPs(t, b, &got, corev1.IPv4Protocol, corev1.IPv6Protocol)
+}
