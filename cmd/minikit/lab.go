@@ -457,7 +457,7 @@ func checkIPFamily(f string) error {
 	case lab.IPFamilyDual, lab.IPFamilyIPv6:
 		return fmt.Errorf("--ip-family %s is not available yet: the API (dual-stack Services, IPv6 ClusterIPs), node IPAM and the pod network (IPv6 pod addresses, host-gw routes) are built, "+
 			"but the service proxies (ip6tables and nftables ip6 rules), cluster DNS (AAAA, ip6.arpa), the LoadBalancer stub (NDP), NetworkPolicy (ip6tables), "+
-			"VXLAN over IPv6 and an IPv6 primary family are not (issue 33)", f)
+			"VXLAN over an IPv6 underlay and an IPv6 primary family are not (issue 33)", f)
 	}
 	return fmt.Errorf("unknown --ip-family %q: want ipv4, ipv6 or dual", f)
 }

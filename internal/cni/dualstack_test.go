@@ -146,3 +146,47 @@ func TestDualStackPods(t *testing.T) {
 	requirePodOK(t, n, a)
 	requirePing6(t, b.NetNS, a6)
 }
+
+// TestVXLANDualStackPeers: on a dual-stack node the VXLAN device also holds
+// its IPv6 subnet's network address, and a peer with an IPv6 subnet gets a
+// permanent IPv6 neighbour (its VTEP MAC) and an onlink IPv6 route through
+// the same IPv4 tunnel; a second sync changes nothing, and a peer that
+// loses its IPv6 subnet loses them.
+func TestVXLANDualStackPeers(t *testing.T) {
+	requireRoot(t)
+	n := newVXLANTestNode(t)
+	n.SecondaryPodCIDR = netip.MustParsePrefix("fd00:10:244::/64")
+	if err := n.EnsureBridge(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.EnsureVXLAN(netip.MustParseAddr("192.168.56.10"), 1450); err != nil {
+		t.Fatal(err)
+	}
+	inNode(t, n, func(h *netlink.Handle) {
+		l := mustLink(t, h, VXLANDevice)
+		if ok, _ := hasAddr(h, l, netip.MustParsePrefix("fd00:10:244::/128")); !ok {
+			t.Errorf("%s lacks fd00:10:244::/128", VXLANDevice)
+		}
+	})
+	p := peer("10.244.1.0/24", "0a:00:00:00:01:01", "192.168.56.11")
+	p.Subnet6 = netip.MustParsePrefix("fd00:10:244:1::/64")
+	changed, err := n.SyncVXLANPeers([]VXLANPeer{p})
+	if err != nil || len(changed) != 5 {
+		t.Fatalf("SyncVXLANPeers: %v, changed %q; want 2 neighbours, 1 FDB entry, 2 routes", err, changed)
+	}
+	out, err := run("ip", "netns", "exec", n.HostNS, "ip", "-6", "route", "show", "proto", "77")
+	if err != nil || !strings.Contains(out, "fd00:10:244:1::/64 via fd00:10:244:1:: dev flannel.1") || !strings.Contains(out, "onlink") {
+		t.Errorf("IPv6 route over the tunnel: %v\n%s", err, out)
+	}
+	out, err = run("ip", "netns", "exec", n.HostNS, "ip", "-6", "neigh", "show", "dev", VXLANDevice)
+	if err != nil || !strings.Contains(out, "fd00:10:244:1:: lladdr 0a:00:00:00:01:01 PERMANENT") {
+		t.Errorf("IPv6 neighbour of the peer: %v\n%s", err, out)
+	}
+	if changed, err := n.SyncVXLANPeers([]VXLANPeer{p}); err != nil || len(changed) != 0 {
+		t.Fatalf("a second sync changed %q (%v)", changed, err)
+	}
+	p.Subnet6 = netip.Prefix{}
+	if changed, err := n.SyncVXLANPeers([]VXLANPeer{p}); err != nil || len(changed) != 2 {
+		t.Fatalf("dropping the peer's IPv6 subnet changed %q (%v); want its neighbour and route deleted", changed, err)
+	}
+}

@@ -139,7 +139,8 @@ func vxlanPeers(self string, nodes []*corev1.Node) (peers []cni.VXLANPeer, skipp
 			skip("%v", err)
 			continue
 		}
-		peers = append(peers, cni.VXLANPeer{Subnet: cidr.Masked(), VtepMAC: mac, PublicIP: ip})
+		// A dual-stack node's IPv6 pod range crosses the same IPv4 tunnel.
+		peers = append(peers, cni.VXLANPeer{Subnet: cidr.Masked(), VtepMAC: mac, PublicIP: ip, Subnet6: secondaryPodCIDR(n)})
 	}
 	return peers, skipped
 }

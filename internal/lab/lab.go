@@ -217,8 +217,8 @@ func (c *Config) defaults() error {
 	if c.IPFamily == IPFamilyIPv6 {
 		return fmt.Errorf("an IPv6-only lab is not built yet: pods, the service proxies and DNS need an IPv6 primary family")
 	}
-	if c.IPFamily == IPFamilyDual && (c.Topology != TopologyFlat || c.PodNetwork != "host-gw" || c.Servers > 1 || c.Datastore == "etcd") {
-		return fmt.Errorf("a dual-stack lab is built only with --topology flat, --pod-network host-gw and one bbolt server so far")
+	if c.IPFamily == IPFamilyDual && (c.Topology != TopologyFlat || c.Servers > 1 || c.Datastore == "etcd") {
+		return fmt.Errorf("a dual-stack lab is built only with --topology flat and one bbolt server so far")
 	}
 	if c.Topology == TopologyRouted && (c.Subnet.Bits() < 16 || c.Subnet.Bits() > 24 || !c.Subnet.Addr().Is4()) {
 		return fmt.Errorf("the routed topology's underlay subnet %s must be an IPv4 prefix of /16 to /24", c.Subnet)

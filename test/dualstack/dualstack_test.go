@@ -1,6 +1,6 @@
 // Package dualstack_test runs a dual-stack lab (the first slice of issue 33:
 // API, node IPAM and the pod network; the service proxies and DNS are IPv4
-// only so far) and checks what is built: nodes with podCIDRs and
+// only so far), in both pod networks, and checks what is built: nodes with podCIDRs and
 // InternalIPs of both families, pods with podIPs of both on one eth0 that
 // reach each other over IPv6 across nodes through host-gw routes, the
 // downward API's status.podIPs, a dual-stack Service with a ClusterIP and
@@ -29,6 +29,24 @@ import (
 const wait = 30 * time.Second
 
 func TestDualStackPodNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		podNetwork string
+		// route is node1's route to node2's IPv6 pod range.
+		route func(l *lab.Lab, cidr netip.Prefix) string
+	}{
+		{"host-gw", func(l *lab.Lab, cidr netip.Prefix) string {
+			return cidr.String() + " via " + l.Addr6("node2").String() + " dev eth1 proto 77"
+		}},
+		// IPv6 frames cross flannel.1's IPv4 tunnel to node2's VTEP.
+		{"vxlan", func(l *lab.Lab, cidr netip.Prefix) string {
+			return cidr.String() + " via " + cidr.Addr().String() + " dev flannel.1 proto 77"
+		}},
+	} {
+		t.Run(tc.podNetwork, func(t *testing.T) { dualStackPodNetwork(t, tc.podNetwork, tc.route) })
+	}
+}
+
+func dualStackPodNetwork(t *testing.T, podNetwork string, wantRoute func(*lab.Lab, netip.Prefix) string) {
 	testenv.RequireRoot(t)
 	var name string
 	mine := func(n string) bool { return name != "" && strings.HasPrefix(n, name+"-") }
@@ -38,7 +56,7 @@ func TestDualStackPodNetwork(t *testing.T) {
 			t.Errorf("lab down left the root namespace changed:\n--- before\n%s\n--- after\n%s", before, after)
 		}
 	})
-	l := testenv.NewLabConfig(t, lab.Config{Nodes: 2, IPFamily: lab.IPFamilyDual})
+	l := testenv.NewLabConfig(t, lab.Config{Nodes: 2, IPFamily: lab.IPFamilyDual, PodNetwork: podNetwork})
 	name = l.Name()
 	c := testenv.Client(t, l)
 	ctx := context.Background()
@@ -108,8 +126,8 @@ func TestDualStackPodNetwork(t *testing.T) {
 	})
 
 	// Across nodes over IPv6: host-gw routes each node's IPv6 pod range via
-	// the other's IPv6 InternalIP.
-	route := v6CIDR["node2"].String() + " via " + l.Addr6("node2").String() + " dev eth1 proto 77"
+	// the other's IPv6 InternalIP, vxlan through the IPv4 tunnel.
+	route := wantRoute(l, v6CIDR["node2"])
 	if out, err := testenv.Run(l, "node1", "ip", "-6", "route"); err != nil || !strings.Contains(out, route) {
 		t.Errorf("node1 lacks the route %q: %v\n%s", route, err, out)
 	}
