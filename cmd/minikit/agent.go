@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -31,7 +30,7 @@ func (f agentFlags) config(cfg cluster.AgentConfig) (cluster.AgentConfig, error)
 		return cfg, fmt.Errorf("parsing --pod-network: %w", err)
 	}
 	if f.nodeIP != "" {
-		if cfg.NodeIP, err = netip.ParseAddr(f.nodeIP); err != nil {
+		if cfg.NodeIP, cfg.SecondaryNodeIP, err = parseNodeIPs(f.nodeIP); err != nil {
 			return cfg, fmt.Errorf("parsing --node-ip: %w", err)
 		}
 	}
@@ -80,7 +79,7 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&cfg.CAFile, "ca-file", "", "the server's CA certificate (its DATA_DIR/tls/ca.crt)")
 	fl.StringVar(&cfg.DataDir, "data-dir", cluster.DefaultDataDir, "directory for this node's state")
 	fl.StringVar(&cfg.NodeName, "node-name", "", "name of this node (default: the hostname)")
-	fl.StringVar(&f.nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address); two comma-separated, of different families, on a dual-stack node")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	addDNSFlags(fl, &cfg.DNS)
 	addProxyModeFlag(cmd, &f.proxyMode)

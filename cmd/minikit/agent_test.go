@@ -51,3 +51,52 @@ func TestAgentCommandErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestParseNodeIPs(t *testing.T) {
+	for _, tc := range []struct{ in, p, s, err string }{
+		{"192.168.56.10", "192.168.56.10", "invalid IP", ""},
+		{"192.168.56.10,fd00:56::10", "192.168.56.10", "fd00:56::10", ""},
+		{"fd00:56::10,192.168.56.10", "fd00:56::10", "192.168.56.10", ""},
+		{"192.168.56.10,192.168.56.11", "", "", `"192.168.56.10,192.168.56.11": the two addresses must be of different IP families`},
+		{"a,b,c", "", "", `"a,b,c": at most two addresses, one of each IP family`},
+	} {
+		p, s, err := parseNodeIPs(tc.in)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("parseNodeIPs(%q) error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || p.String() != tc.p || s.String() != tc.s {
+			t.Errorf("parseNodeIPs(%q) = %s, %s, %v", tc.in, p, s, err)
+		}
+	}
+}
+
+func TestParseDualStackCIDRs(t *testing.T) {
+	p, s, err := parseDualStackCIDRs("10.96.0.0/12,fd00:10:96::/112")
+	if err != nil || p.String() != "10.96.0.0/12" || s.String() != "fd00:10:96::/112" {
+		t.Errorf("got %s %s %v", p, s, err)
+	}
+	if _, _, err := parseDualStackCIDRs("10.96.0.0/12,10.100.0.0/16"); err == nil || !strings.Contains(err.Error(), "different IP families") {
+		t.Errorf("two IPv4 CIDRs: %v", err)
+	}
+}
+
+// TestLabIPFamilyRefused: lab up refuses the families it cannot build
+// whole yet, before touching anything, and says what is missing.
+func TestLabIPFamilyRefused(t *testing.T) {
+	for _, f := range []string{"dual", "ipv6"} {
+		err := checkIPFamily(f)
+		if err == nil || !strings.Contains(err.Error(), "--ip-family "+f+" is not available yet") ||
+			!strings.Contains(err.Error(), "service proxies") || !strings.Contains(err.Error(), "cluster DNS") {
+			t.Errorf("checkIPFamily(%q) = %v", f, err)
+		}
+	}
+	if err := checkIPFamily("ipv4"); err != nil {
+		t.Errorf("ipv4 refused: %v", err)
+	}
+	if err := checkIPFamily("ipv5"); err == nil || err.Error() != `unknown --ip-family "ipv5": want ipv4, ipv6 or dual` {
+		t.Errorf("ipv5: %v", err)
+	}
+}

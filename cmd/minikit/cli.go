@@ -283,20 +283,23 @@ func newServerCommand() *cobra.Command {
 				cfg.JoinToken = strings.TrimSpace(string(b))
 			}
 			if nodeIP != "" {
-				if cfg.NodeIP, err = netip.ParseAddr(nodeIP); err != nil {
+				if cfg.NodeIP, cfg.SecondaryNodeIP, err = parseNodeIPs(nodeIP); err != nil {
 					return fmt.Errorf("parsing --node-ip: %w", err)
 				}
 			}
 			// A joining server takes the cluster's ranges unless told otherwise.
 			if cfg.Join == "" || cmd.Flags().Changed("cluster-cidr") {
-				if cfg.PodCIDR, err = netip.ParsePrefix(podCIDR); err != nil {
+				if cfg.PodCIDR, cfg.SecondaryPodCIDR, err = parseDualStackCIDRs(podCIDR); err != nil {
 					return fmt.Errorf("parsing --cluster-cidr: %w", err)
 				}
 			}
 			if cfg.Join == "" || cmd.Flags().Changed("service-cidr") {
-				if cfg.ServiceCIDR, err = netip.ParsePrefix(serviceCIDR); err != nil {
+				if cfg.ServiceCIDR, cfg.SecondaryServiceCIDR, err = parseDualStackCIDRs(serviceCIDR); err != nil {
 					return fmt.Errorf("parsing --service-cidr: %w", err)
 				}
+			}
+			if cfg.Join != "" && (cfg.SecondaryPodCIDR.IsValid() || cfg.SecondaryServiceCIDR.IsValid()) {
+				return fmt.Errorf("--join with dual-stack ranges is not supported yet: a joining server takes one range of each kind")
 			}
 			if cfg.ProxyMode, err = cluster.ParseProxyMode(proxyMode); err != nil {
 				return fmt.Errorf("parsing --proxy-mode: %w", err)
@@ -328,15 +331,15 @@ func newServerCommand() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&dataDir, "data-dir", cluster.DefaultDataDir, "directory for the store, credentials and kubeconfig")
 	fl.StringVar(&listen, "listen", "127.0.0.1:6443", "address of the API; any non-loopback address serves TLS with a bearer token")
-	fl.StringVar(&serviceCIDR, "service-cidr", "10.96.0.0/12", "range of ClusterIPs")
+	fl.StringVar(&serviceCIDR, "service-cidr", "10.96.0.0/12", "range of ClusterIPs; two comma-separated ranges of different families make Services dual-stack, the first primary")
 	fl.StringVar(&nodePorts, "service-node-port-range", "30000-32767", "range of NodePorts")
 	fl.StringVar(&advertise, "advertise-address", "", "address other nodes and the kubernetes Service use to reach the API")
 	fl.StringSliceVar(&sans, "tls-san", nil, "extra names or addresses for the serving certificate")
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.BoolVar(&disableAgent, "disable-agent", false, "run the API and controllers only: no node agent, no pods, no kernel changes")
 	fl.StringVar(&nodeName, "node-name", "", "name of this node (default: the hostname)")
-	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address)")
-	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it")
+	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address); two comma-separated, of different families, on a dual-stack node")
+	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it (a /64 of an IPv6 one); two comma-separated ranges of different families give pods both")
 	addDNSFlags(fl, &dnsOpts)
 	addProxyModeFlag(cmd, &proxyMode)
 	addPodNetworkFlag(cmd, &podNetwork)
@@ -367,4 +370,43 @@ func parsePortRange(s string) (int32, int32, error) {
 		return 0, 0, fmt.Errorf("want LOW-HIGH within 1-65535, got %q", s)
 	}
 	return int32(a), int32(b), nil
+}
+
+// parseDualStackCIDRs parses one CIDR, or two of different IP families
+// separated by a comma (the primary first), as kube-apiserver's
+// --service-cluster-ip-range and kube-controller-manager's --cluster-cidr do.
+func parseDualStackCIDRs(v string) (primary, secondary netip.Prefix, err error) {
+	parts := strings.Split(v, ",")
+	if len(parts) > 2 {
+		return primary, secondary, fmt.Errorf("%q: at most two CIDRs, one of each IP family", v)
+	}
+	var out [2]netip.Prefix
+	for i, p := range parts {
+		if out[i], err = netip.ParsePrefix(strings.TrimSpace(p)); err != nil {
+			return primary, secondary, err
+		}
+	}
+	if len(parts) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+		return primary, secondary, fmt.Errorf("%q: the two CIDRs must be of different IP families", v)
+	}
+	return out[0], out[1], nil
+}
+
+// parseNodeIPs parses --node-ip: one address, or two of different IP
+// families separated by a comma (the primary first), as the kubelet's.
+func parseNodeIPs(v string) (primary, secondary netip.Addr, err error) {
+	parts := strings.Split(v, ",")
+	if len(parts) > 2 {
+		return primary, secondary, fmt.Errorf("%q: at most two addresses, one of each IP family", v)
+	}
+	var out [2]netip.Addr
+	for i, p := range parts {
+		if out[i], err = netip.ParseAddr(strings.TrimSpace(p)); err != nil {
+			return primary, secondary, err
+		}
+	}
+	if len(parts) == 2 && out[0].Is4() == out[1].Is4() {
+		return primary, secondary, fmt.Errorf("%q: the two addresses must be of different IP families", v)
+	}
+	return out[0], out[1], nil
 }

@@ -301,18 +301,31 @@ func (s *Server) allocateService(tx store.Tx, svc, old *corev1.Service) error {
 	}
 
 	if needsClusterIP(svc) {
-		if svc.Spec.ClusterIP == "" {
-			ip, err := s.allocateIP(tx, svc)
-			if err != nil {
-				return err
-			}
-			svc.Spec.ClusterIP = ip
-		} else if err := s.claimIP(tx, svc.Spec.ClusterIP, svc); err != nil {
-			// Kubernetes names the whole list, not its first element.
-			errs = append(errs, field.Invalid(spec.Child("clusterIPs"), []string{svc.Spec.ClusterIP},
-				"failed to allocate IP "+svc.Spec.ClusterIP+": provided IP is already allocated"))
+		// One ClusterIP per family, in ipFamilies' order (validation made
+		// them agree): the ones asked for are claimed, the rest allocated.
+		if svc.Spec.ClusterIP != "" && len(svc.Spec.ClusterIPs) == 0 {
+			svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
 		}
-		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+		fams := svc.Spec.IPFamilies
+		if len(fams) == 0 {
+			fams = s.cfg.Validation.Families()[:1]
+		}
+		ips := make([]string, len(fams))
+		copy(ips, svc.Spec.ClusterIPs)
+		for i, fam := range fams {
+			if ips[i] == "" {
+				ip, err := s.allocateIP(tx, svc, fam)
+				if err != nil {
+					return err
+				}
+				ips[i] = ip
+			} else if err := s.claimIP(tx, ips[i], svc); err != nil {
+				// Kubernetes names the whole list, not its element.
+				errs = append(errs, field.Invalid(spec.Child("clusterIPs"), svc.Spec.ClusterIPs,
+					"failed to allocate IP "+ips[i]+": provided IP is already allocated"))
+			}
+		}
+		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ips[0], ips
 	}
 	for i := range svc.Spec.Ports {
 		p := &svc.Spec.Ports[i]
@@ -390,9 +403,13 @@ var fixedClusterIPs = map[string]int{"default/kubernetes": 1, "kube-system/kube-
 
 // allocateIP picks a free ClusterIP. Like Kubernetes (KEP-3070) the lowest band of
 // the range is kept for static addresses and dynamic ones come from above it first.
-func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service) (string, error) {
-	cidr := s.cfg.Validation.ServiceCIDR.Masked()
-	if n, ok := fixedClusterIPs[svc.Namespace+"/"+svc.Name]; ok {
+func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service, fam corev1.IPFamily) (string, error) {
+	cidr, ok := s.cfg.Validation.CIDRFor(fam)
+	if !ok {
+		// Validation refuses a family the cluster lacks; this is a bug.
+		return "", apierrors.NewInternalError(fmt.Errorf("no service CIDR of family %s", fam))
+	}
+	if n, ok := fixedClusterIPs[svc.Namespace+"/"+svc.Name]; ok && cidr == s.cfg.Validation.ServiceCIDR.Masked() {
 		ip := nthAddr(cidr.Addr(), n).String()
 		if s.claimIP(tx, ip, svc) == nil {
 			return ip, nil
@@ -402,9 +419,9 @@ func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service) (string, error) {
 		return ip, err
 	}
 	// The configured range is full: as kube-apiserver's allocator does, take
-	// one from the other ServiceCIDRs of the cluster's family.
+	// one from the other ServiceCIDRs of the family.
 	for _, p := range readyServiceCIDRs(tx.List) {
-		if p.Addr().Is4() != cidr.Addr().Is4() || p == cidr || !p.Addr().Is4() {
+		if p.Addr().Is4() != cidr.Addr().Is4() || p == cidr {
 			continue
 		}
 		if ip, ok, err := s.allocateFrom(tx, svc, p, false); ok || err != nil {
@@ -414,12 +431,21 @@ func (s *Server) allocateIP(tx store.Tx, svc *corev1.Service) (string, error) {
 	return "", apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: range is full"))
 }
 
-// nthAddr is the IPv4 address n after base.
+// nthAddr is the address n after base, of base's family.
 func nthAddr(base netip.Addr, n int) netip.Addr {
-	a := base.As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
-	v += uint32(n)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	if base.Is4() {
+		a := base.As4()
+		v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+		v += uint32(n)
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	a := base.As16()
+	carry := uint64(n)
+	for i := 15; i >= 0 && carry > 0; i-- {
+		v := uint64(a[i]) + carry
+		a[i], carry = byte(v), v>>8
+	}
+	return netip.AddrFrom16(a)
 }
 
 // allocateFrom claims a free address of cidr for svc, at random, skipping the
@@ -427,9 +453,9 @@ func nthAddr(base netip.Addr, n int) netip.Addr {
 // (kept for addresses users choose) only when the rest are taken.
 func (s *Server) allocateFrom(tx store.Tx, svc *corev1.Service, cidr netip.Prefix, band bool) (string, bool, error) {
 	base := cidr.Addr()
-	size := 1 << (base.BitLen() - cidr.Bits())
-	if size > 1<<24 {
-		size = 1 << 24
+	size := 1 << 24 // a bigger range is only searched in its first 2^24
+	if bits := base.BitLen() - cidr.Bits(); bits < 24 {
+		size = 1 << bits
 	}
 	low := 0
 	if band {

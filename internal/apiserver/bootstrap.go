@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/minikit/minikit/internal/apiserver/validation"
@@ -73,10 +74,13 @@ var serviceCIDRResource = lookup(networkingv1.GroupName, "v1", "servicecidrs")
 // and never on a range that differs from the configuration (someone changed
 // it: that needs an administrator, not an overwrite).
 func (s *Server) ensureDefaultServiceCIDR() error {
-	cidr := s.cfg.Validation.ServiceCIDR.Masked().String()
+	cidrs := []string{s.cfg.Validation.ServiceCIDR.Masked().String()}
+	if p := s.cfg.Validation.SecondaryServiceCIDR; p.IsValid() {
+		cidrs = append(cidrs, p.Masked().String())
+	}
 	sc := &networkingv1.ServiceCIDR{
 		ObjectMeta: metav1.ObjectMeta{Name: defaultServiceCIDRName},
-		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: cidrs},
 	}
 	obj, err := s.Create(serviceCIDRResource, "", sc)
 	if apierrors.IsAlreadyExists(err) {
@@ -86,9 +90,22 @@ func (s *Server) ensureDefaultServiceCIDR() error {
 		return fmt.Errorf("creating servicecidr %s: %w", defaultServiceCIDRName, err)
 	}
 	cur := obj.(*networkingv1.ServiceCIDR)
-	if cur.DeletionTimestamp != nil || len(cur.Spec.CIDRs) != 1 || cur.Spec.CIDRs[0] != cidr {
+	if cur.DeletionTimestamp == nil && len(cur.Spec.CIDRs) == 1 && len(cidrs) == 2 && cur.Spec.CIDRs[0] == cidrs[0] {
+		// A single-stack cluster restarted dual-stack: kube-apiserver
+		// upgrades its default ServiceCIDR the same way.
+		obj, err = s.Update(serviceCIDRResource, "", defaultServiceCIDRName, "", func(o runtime.Object) (runtime.Object, error) {
+			sc := o.(*networkingv1.ServiceCIDR)
+			sc.Spec.CIDRs = cidrs
+			return sc, nil
+		})
+		if err != nil {
+			return fmt.Errorf("upgrading servicecidr %s to dual-stack: %w", defaultServiceCIDRName, err)
+		}
+		cur = obj.(*networkingv1.ServiceCIDR)
+	}
+	if cur.DeletionTimestamp != nil || !slices.Equal(cur.Spec.CIDRs, cidrs) {
 		if cur.DeletionTimestamp == nil {
-			s.log.Warn("the default ServiceCIDR does not match the configured service CIDR", "servicecidr", cur.Spec.CIDRs, "configured", cidr)
+			s.log.Warn("the default ServiceCIDR does not match the configured service CIDRs", "servicecidr", cur.Spec.CIDRs, "configured", cidrs)
 		}
 		return nil
 	}
@@ -121,11 +138,13 @@ func (s *Server) validationFor(obj runtime.Object, list func(prefix string) []st
 	if !ok {
 		return cfg
 	}
-	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || cfg.ServiceCIDR.Contains(ip) {
-		return cfg
+	for _, c := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
+		ip, err := netip.ParseAddr(c)
+		if err == nil && !cfg.ServiceCIDR.Contains(ip) && !cfg.SecondaryServiceCIDR.Contains(ip) {
+			cfg.ExtraServiceCIDRs = readyServiceCIDRs(list)
+			return cfg
+		}
 	}
-	cfg.ExtraServiceCIDRs = readyServiceCIDRs(list)
 	return cfg
 }
 

@@ -596,7 +596,7 @@ func (s *Server) update(res *resource, ns, name, sub string, wo writeOpts, mutat
 		}
 		if res.ext == nil {
 			vcfg := s.validationFor(obj, tx.List)
-			validation.Default(obj, vcfg)
+			validation.DefaultUpdate(obj, old, vcfg)
 			if errs := validation.Validate(obj, old, vcfg); len(errs) > 0 {
 				return apierrors.NewInvalid(res.gvk().GroupKind(), name, errs)
 			}

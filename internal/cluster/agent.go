@@ -55,6 +55,10 @@ type AgentConfig struct {
 	// PodNetwork is how this node reaches other nodes' pods: host-gw
 	// (default) or vxlan.
 	PodNetwork PodNetwork
+
+	// SecondaryNodeIP is the node's InternalIP of the other family on a
+	// dual-stack node (--node-ip v4,v6).
+	SecondaryNodeIP netip.Addr
 }
 
 // Agent is a running `minikit agent`.
@@ -124,7 +128,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fail(err)
 	}
-	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, DataDir: cfg.DataDir,
+	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, SecondaryNodeIP: cfg.SecondaryNodeIP, DataDir: cfg.DataDir,
 		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
 		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork}
 	if !nc.ServiceCIDR.IsValid() {
@@ -167,7 +171,7 @@ func runNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext, token stri
 	if !nc.NodeIP.IsValid() {
 		nc.NodeIP, _ = netip.ParseAddr(firstAddress())
 	}
-	ncfg := kubelet.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, DataDir: agentDir(nc.DataDir),
+	ncfg := kubelet.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, SecondaryNodeIP: nc.SecondaryNodeIP, DataDir: agentDir(nc.DataDir),
 		ClusterCIDR: nc.ClusterCIDR, Labels: labels, Version: nc.Version, Client: nc.Client, Logger: nc.Logger, Token: token,
 		ResolvConf: nc.DNS.ResolvConf, PodNetwork: string(nc.PodNetwork)}
 	if !nc.DNS.Disabled {

@@ -36,6 +36,9 @@ type nodeContext struct {
 	ProxyMode ProxyMode
 	// PodNetwork is the node's pod network ("" is host-gw).
 	PodNetwork PodNetwork
+
+	// SecondaryNodeIP is the node's InternalIP of the other family (dual-stack).
+	SecondaryNodeIP netip.Addr
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each
@@ -126,14 +129,14 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		defer wg.Done()
 		err := leader.Run(ctx, leader.Config{Client: client, Identity: identity, Timing: s.cfg.LeaderElection, Logger: s.cfg.Logger},
 			func(lctx context.Context) {
-				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, NodeCIDRMaskSize: 24, RootCA: caPEM, Metadata: md})
+				runSingletons(lctx, sc, controllers.Config{PodCIDR: podCIDR, SecondaryPodCIDR: s.cfg.SecondaryPodCIDR, RootCA: caPEM, Metadata: md})
 			})
 		if err != nil {
 			s.log.Error("leader election stopped", "err", err)
 		}
 	}()
 	if !s.cfg.DisableAgent {
-		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
+		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, SecondaryNodeIP: s.cfg.SecondaryNodeIP, DataDir: s.cfg.DataDir,
 			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
 			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})

@@ -40,8 +40,11 @@ type ServerConfig struct {
 	DataDir     string
 	Listen      string // host:port of the API; loopback means plain HTTP
 	ServiceCIDR netip.Prefix
-	NodePortMin int32
-	NodePortMax int32
+	// SecondaryServiceCIDR, of the other IP family, makes Services
+	// dual-stack (--service-cidr's second value); zero is single-stack.
+	SecondaryServiceCIDR netip.Prefix
+	NodePortMin          int32
+	NodePortMax          int32
 	// AdvertiseAddress is the address other nodes and the kubernetes Service use.
 	AdvertiseAddress string
 	// ExtraSANs are added to the serving certificate.
@@ -58,6 +61,9 @@ type ServerConfig struct {
 	NodeIP   netip.Addr
 	// PodCIDR is the cluster's pod range; each node gets a /24 of it.
 	PodCIDR netip.Prefix
+	// SecondaryPodCIDR, of the other IP family, gives each node a podCIDR
+	// of both families (--cluster-cidr's second value).
+	SecondaryPodCIDR netip.Prefix
 	// LBPool is the LoadBalancer address pool (--lb-pool): CIDRs and
 	// FIRST-LAST ranges, comma-separated; empty leaves LoadBalancer Services
 	// pending.
@@ -88,6 +94,10 @@ type ServerConfig struct {
 	// LoadBalancer allocator, ingress control plane); zero fields take
 	// kube-controller-manager's defaults (15s/10s/2s). The identity is NodeName.
 	LeaderElection leader.Timing
+
+	// SecondaryNodeIP is this node's InternalIP of the other family on a
+	// dual-stack node (--node-ip v4,v6).
+	SecondaryNodeIP netip.Addr
 }
 
 // Server is a running minikit server.
@@ -241,6 +251,7 @@ func (cfg *ServerConfig) plan() (serverPlan, error) {
 	if cfg.ServiceCIDR.IsValid() {
 		vcfg.ServiceCIDR = cfg.ServiceCIDR
 	}
+	vcfg.SecondaryServiceCIDR = cfg.SecondaryServiceCIDR
 	if cfg.NodePortMin != 0 {
 		vcfg.NodePortMin, vcfg.NodePortMax = cfg.NodePortMin, cfg.NodePortMax
 	}

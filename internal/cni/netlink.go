@@ -64,8 +64,16 @@ func ipNetOf(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// familyOf is the netlink family of a's addresses.
+func familyOf(a netip.Addr) int {
+	if a.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
+}
+
 func hasAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) (bool, error) {
-	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, familyOf(want.Addr())) })
 	if err != nil {
 		return false, err
 	}
@@ -77,18 +85,24 @@ func hasAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) (bool, err
 	return false, nil
 }
 
-// ensureOnlyAddr makes want the only IPv4 address of link. The link is
-// ours (bridge or pod eth0), so any other IPv4 address is stale state, e.g.
-// from a previous pod CIDR.
+// ensureOnlyAddr makes want the only address of its family on link (IPv6
+// link-local addresses aside). The link is ours (bridge or pod eth0), so
+// any other address is stale state, e.g. from a previous pod CIDR. An IPv6
+// address skips duplicate address detection (nodad), as the CNI bridge
+// plugin's addresses do not wait for it either: the pod CIDR is ours alone.
 func ensureOnlyAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) error {
-	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, netlink.FAMILY_V4) })
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(link, familyOf(want.Addr())) })
 	if err != nil {
 		return err
 	}
 	have := false
 	for _, a := range addrs {
-		if p, ok := prefixOf(a.IPNet); ok && p == want {
+		p, ok := prefixOf(a.IPNet)
+		if ok && p == want {
 			have = true
+			continue
+		}
+		if ok && p.Addr().IsLinkLocalUnicast() {
 			continue
 		}
 		if err := h.AddrDel(link, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -98,11 +112,15 @@ func ensureOnlyAddr(h *netlink.Handle, link netlink.Link, want netip.Prefix) err
 	if have {
 		return nil
 	}
-	return h.AddrReplace(link, &netlink.Addr{IPNet: ipNetOf(want)})
+	addr := &netlink.Addr{IPNet: ipNetOf(want)}
+	if want.Addr().Is6() {
+		addr.Flags = unix.IFA_F_NODAD
+	}
+	return h.AddrReplace(link, addr)
 }
 
 func hasDefaultRoute(h *netlink.Handle, link netlink.Link, gw netip.Addr) (bool, error) {
-	routes, err := RetryDump(func() ([]netlink.Route, error) { return h.RouteList(link, netlink.FAMILY_V4) })
+	routes, err := RetryDump(func() ([]netlink.Route, error) { return h.RouteList(link, familyOf(gw)) })
 	if err != nil {
 		return false, err
 	}

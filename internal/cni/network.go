@@ -40,6 +40,11 @@ type Network struct {
 	// PodCIDR is the node's pod subnet, e.g. 10.244.1.0/24. The bridge gets
 	// its first host address (.1), which is every pod's default gateway.
 	PodCIDR netip.Prefix
+	// SecondaryPodCIDR is the node's IPv6 pod subnet in a dual-stack
+	// cluster (zero: IPv4 only). The bridge gets its first host address
+	// too, and each pod the address SecondaryPodIP maps its IPv4 one to,
+	// on the same eth0, with a default route via that gateway.
+	SecondaryPodCIDR netip.Prefix
 	// MTU of the bridge and veths; 0 keeps the kernel default.
 	MTU int
 	// Log receives repairs and warnings; nil discards them.
@@ -66,6 +71,41 @@ type PodNet struct {
 // host address of PodCIDR.
 func (n *Network) Gateway() netip.Addr { return n.PodCIDR.Masked().Addr().Next() }
 
+// SecondaryGateway is the bridge's IPv6 address, the first host address of
+// SecondaryPodCIDR (invalid when the node is IPv4 only).
+func (n *Network) SecondaryGateway() netip.Addr {
+	if !n.SecondaryPodCIDR.IsValid() {
+		return netip.Addr{}
+	}
+	return n.SecondaryPodCIDR.Masked().Addr().Next()
+}
+
+// SecondaryPodIP is the IPv6 address of the pod whose IPv4 address is ip:
+// the same offset in secondary as ip has in primary (10.244.1.5 in
+// 10.244.1.0/24 is fd00:10:244:1::5 in fd00:10:244:1::/64). The mapping
+// is one to one, so the IPv4 IPAM's uniqueness, persistence and adoption
+// after a restart carry over to IPv6 with no second allocator. Invalid when
+// secondary is unset, not IPv6, or smaller than primary.
+func SecondaryPodIP(primary, secondary netip.Prefix, ip netip.Addr) netip.Addr {
+	if !secondary.IsValid() || !secondary.Addr().Is6() || !primary.Contains(ip) ||
+		128-secondary.Bits() < 32-primary.Bits() {
+		return netip.Addr{}
+	}
+	a, b := primary.Masked().Addr().As4(), ip.As4()
+	off := (uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])) -
+		(uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]))
+	out := secondary.Masked().Addr().As16()
+	for i := 15; i >= 12; i-- {
+		out[i] |= byte(off)
+		off >>= 8
+	}
+	return netip.AddrFrom16(out)
+}
+
+// secondaryIP is p's IPv6 address, invalid on an IPv4-only node.
+func (n *Network) secondaryIP(p PodNet) netip.Addr {
+	return SecondaryPodIP(n.PodCIDR, n.SecondaryPodCIDR, p.IP)
+}
 func (n *Network) log() *slog.Logger {
 	l := n.Log
 	if l == nil {
@@ -85,6 +125,9 @@ func (n *Network) validate() error {
 	}
 	if !n.PodCIDR.IsValid() || !n.PodCIDR.Addr().Is4() || n.PodCIDR.Bits() > 30 {
 		return fmt.Errorf("pod CIDR %s is not an IPv4 prefix of at most /30", n.PodCIDR)
+	}
+	if p := n.SecondaryPodCIDR; p.IsValid() && (!p.Addr().Is6() || 128-p.Bits() < 32-n.PodCIDR.Bits()) {
+		return fmt.Errorf("secondary pod CIDR %s is not an IPv6 prefix with room for %s", p, n.PodCIDR)
 	}
 	return nil
 }
@@ -212,6 +255,11 @@ func (n *Network) ensureBridge(hs *host) (netlink.Link, error) {
 	if err := ensureOnlyAddr(hs.h, br, netip.PrefixFrom(n.Gateway(), n.PodCIDR.Bits())); err != nil {
 		return nil, wrap("addressing", err)
 	}
+	if gw := n.SecondaryGateway(); gw.IsValid() {
+		if err := ensureOnlyAddr(hs.h, br, netip.PrefixFrom(gw, n.SecondaryPodCIDR.Bits())); err != nil {
+			return nil, wrap("addressing (IPv6)", err)
+		}
+	}
 	if br.Attrs().Flags&net.FlagUp == 0 {
 		if err := hs.h.LinkSetUp(br); err != nil {
 			return nil, wrap("bringing up", err)
@@ -220,11 +268,17 @@ func (n *Network) ensureBridge(hs *host) (netlink.Link, error) {
 	if err := n.ensureSysctls(hs.ns); err != nil {
 		return nil, wrap("setting sysctls for", err)
 	}
+	if n.SecondaryPodCIDR.IsValid() {
+		if err := netns.Do(hs.ns, func() error { return n.writeSysctl(sysctlIPv6Forward, "1") }); err != nil {
+			return nil, wrap("setting IPv6 forwarding for", err)
+		}
+	}
 	return br, nil
 }
 
 const (
 	sysctlIPForward     = "net/ipv4/ip_forward"
+	sysctlIPv6Forward   = "net/ipv6/conf/all/forwarding"
 	sysctlBridgeNF      = "net/bridge/bridge-nf-call-iptables"
 	sysctlRouteLocalnet = "net/ipv4/conf/all/route_localnet"
 )
@@ -623,11 +677,22 @@ func (n *Network) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error 
 			return wrap("bringing up "+PodIfName, err)
 		}
 	}
+	if ip6 := n.secondaryIP(p); ip6.IsValid() {
+		if err := ensureOnlyAddr(pod.h, eth0, netip.PrefixFrom(ip6, n.SecondaryPodCIDR.Bits())); err != nil {
+			return wrap("setting address "+ip6.String(), err)
+		}
+	}
 	// The gateway is only reachable once eth0 is up with its address, so
 	// the route comes last.
 	route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: n.Gateway().AsSlice()}
 	if err := pod.h.RouteReplace(route); err != nil {
 		return wrap("setting default route via "+n.Gateway().String(), err)
+	}
+	if gw := n.SecondaryGateway(); gw.IsValid() {
+		route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw.AsSlice(), Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
+		if err := pod.h.RouteReplace(route); err != nil {
+			return wrap("setting IPv6 default route via "+gw.String(), err)
+		}
 	}
 	return nil
 }
@@ -691,6 +756,14 @@ func (n *Network) PodOK(p PodNet) (bool, string) {
 	}
 	if ok, err := hasDefaultRoute(pod.h, eth0, n.Gateway()); err != nil || !ok {
 		return false, "default route missing"
+	}
+	if ip6 := n.secondaryIP(p); ip6.IsValid() {
+		if ok, err := hasAddr(pod.h, eth0, netip.PrefixFrom(ip6, n.SecondaryPodCIDR.Bits())); err != nil || !ok {
+			return false, "IPv6 address missing"
+		}
+		if ok, err := hasDefaultRoute(pod.h, eth0, n.SecondaryGateway()); err != nil || !ok {
+			return false, "IPv6 default route missing"
+		}
 	}
 	return true, ""
 }

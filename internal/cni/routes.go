@@ -43,7 +43,8 @@ func (n *Network) SyncRoutes(want map[netip.Prefix]netip.Addr) (changed []string
 // to want: a route with another gateway, link or onlink flag is replaced.
 func syncRoutes(hs *host, want map[netip.Prefix]routeSpec) (changed []string, err error) {
 	have, err := RetryDump(func() ([]netlink.Route, error) {
-		return hs.h.RouteListFiltered(unix.AF_INET, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
+		// Both families: a dual-stack node routes other nodes' IPv6 pod CIDRs too.
+		return hs.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol, Table: unix.RT_TABLE_MAIN},
 			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {

@@ -35,10 +35,23 @@ type VXLANPeer struct {
 	Subnet   netip.Prefix
 	VtepMAC  net.HardwareAddr
 	PublicIP netip.Addr
+	// Subnet6 is the peer's IPv6 pod subnet on a dual-stack node (zero
+	// otherwise): its IPv6 frames cross the same IPv4 tunnel, to the same
+	// VTEP MAC, via Gateway6.
+	Subnet6 netip.Prefix
 }
 
 // Gateway is the peer's tunnel endpoint address: its subnet's network address.
 func (p VXLANPeer) Gateway() netip.Addr { return p.Subnet.Masked().Addr() }
+
+// Gateway6 is the peer's IPv6 tunnel endpoint address, its IPv6 subnet's
+// network address (invalid without one).
+func (p VXLANPeer) Gateway6() netip.Addr {
+	if !p.Subnet6.IsValid() {
+		return netip.Addr{}
+	}
+	return p.Subnet6.Masked().Addr()
+}
 
 // String describes the peer for logs: subnet, gateway, VTEP MAC and public IP.
 func (p VXLANPeer) String() string {
@@ -101,6 +114,11 @@ func (n *Network) EnsureVXLAN(local netip.Addr, mtu int) (mac net.HardwareAddr, 
 	}
 	if err := ensureOnlyAddr(hs.h, l, netip.PrefixFrom(n.PodCIDR.Masked().Addr(), 32)); err != nil {
 		return nil, false, wrap("addressing", err)
+	}
+	if p := n.SecondaryPodCIDR; p.IsValid() {
+		if err := ensureOnlyAddr(hs.h, l, netip.PrefixFrom(p.Masked().Addr(), 128)); err != nil {
+			return nil, false, wrap("addressing (IPv6)", err)
+		}
 	}
 	if l.Attrs().Flags&net.FlagUp == 0 {
 		if err := hs.h.LinkSetUp(l); err != nil {
@@ -169,12 +187,12 @@ func (n *Network) ConnectedPrefixes() ([]netip.Prefix, error) {
 		if name == n.Bridge || name == VXLANDevice || l.Attrs().Flags&net.FlagLoopback != 0 {
 			continue
 		}
-		addrs, err := RetryDump(func() ([]netlink.Addr, error) { return hs.h.AddrList(l, netlink.FAMILY_V4) })
+		addrs, err := RetryDump(func() ([]netlink.Addr, error) { return hs.h.AddrList(l, netlink.FAMILY_ALL) })
 		if err != nil {
 			return nil, fmt.Errorf("listing addresses of %s: %w", name, err)
 		}
 		for _, a := range addrs {
-			if p, ok := prefixOf(a.IPNet); ok {
+			if p, ok := prefixOf(a.IPNet); ok && !p.Addr().IsLinkLocalUnicast() {
 				out = append(out, p.Masked())
 			}
 		}
@@ -214,6 +232,11 @@ func (n *Network) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error
 	if err != nil {
 		return nil, fmt.Errorf("listing neighbours of %s: %w", VXLANDevice, err)
 	}
+	neighs6, err := RetryDump(func() ([]netlink.Neigh, error) { return hs.h.NeighList(idx, unix.AF_INET6) })
+	if err != nil {
+		return nil, fmt.Errorf("listing IPv6 neighbours of %s: %w", VXLANDevice, err)
+	}
+	neighs = append(neighs, neighs6...)
 	fdb, err := RetryDump(func() ([]netlink.Neigh, error) { return hs.h.NeighList(idx, unix.AF_BRIDGE) })
 	if err != nil {
 		return nil, fmt.Errorf("listing FDB of %s: %w", VXLANDevice, err)
@@ -222,6 +245,9 @@ func (n *Network) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error
 	wantFDB := map[string]netip.Addr{}
 	for _, p := range peers {
 		wantNeigh[p.Gateway()] = p.VtepMAC.String()
+		if gw6 := p.Gateway6(); gw6.IsValid() {
+			wantNeigh[gw6] = p.VtepMAC.String()
+		}
 		wantFDB[p.VtepMAC.String()] = p.PublicIP
 	}
 	// Stale entries go first, so a peer whose MAC moved is rewritten cleanly.
@@ -232,6 +258,9 @@ func (n *Network) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error
 			continue
 		}
 		ip = ip.Unmap()
+		if ip.IsMulticast() || ip.IsLinkLocalUnicast() {
+			continue // the kernel's own (IPv6 multicast groups, NOARP)
+		}
 		if mac, want := wantNeigh[ip]; want && mac == e.HardwareAddr.String() && e.State&netlink.NUD_PERMANENT != 0 && !haveNeigh[ip] {
 			haveNeigh[ip] = true
 			continue
@@ -261,9 +290,15 @@ func (n *Network) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error
 		changed = append(changed, fmt.Sprintf("deleted fdb %s dst %s", mac, ip.Unmap()))
 	}
 	for _, p := range peers {
-		gw := p.Gateway()
-		if !haveNeigh[gw] {
-			e := &netlink.Neigh{LinkIndex: idx, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		for _, gw := range []netip.Addr{p.Gateway(), p.Gateway6()} {
+			if !gw.IsValid() || haveNeigh[gw] {
+				continue
+			}
+			fam := unix.AF_INET
+			if gw.Is6() {
+				fam = unix.AF_INET6
+			}
+			e := &netlink.Neigh{LinkIndex: idx, Family: fam, State: netlink.NUD_PERMANENT,
 				IP: net.IP(gw.AsSlice()), HardwareAddr: p.VtepMAC}
 			if err := hs.h.NeighSet(e); err != nil {
 				return changed, fmt.Errorf("adding neighbour %s lladdr %s on %s: %w", gw, p.VtepMAC, VXLANDevice, err)
@@ -282,6 +317,9 @@ func (n *Network) SyncVXLANPeers(peers []VXLANPeer) (changed []string, err error
 	want := map[netip.Prefix]routeSpec{}
 	for _, p := range peers {
 		want[p.Subnet.Masked()] = routeSpec{gw: p.Gateway(), dev: idx, onlink: true}
+		if gw6 := p.Gateway6(); gw6.IsValid() {
+			want[p.Subnet6.Masked()] = routeSpec{gw: gw6, dev: idx, onlink: true}
+		}
 	}
 	more, err := syncRoutes(hs, want)
 	return append(changed, more...), err

@@ -55,6 +55,11 @@ type Config struct {
 	PodCIDR netip.Prefix
 	// NodeCIDRMaskSize is the prefix length of each node's range (default 24).
 	NodeCIDRMaskSize int
+	// SecondaryPodCIDR, of the other IP family, gives every node a second
+	// range (dual-stack), of SecondaryNodeCIDRMaskSize bits (default 24 for
+	// IPv4, 64 for IPv6, as kube-controller-manager's per-family sizes).
+	SecondaryPodCIDR          netip.Prefix
+	SecondaryNodeCIDRMaskSize int
 	// RootCA is the PEM CA bundle published in every namespace's
 	// kube-root-ca.crt ConfigMap (empty when the API serves plain HTTP).
 	RootCA []byte
@@ -76,6 +81,15 @@ func (o Config) withDefaults() Config {
 		o.NodeCIDRMaskSize = 24
 		if o.PodCIDR.Addr().Is6() {
 			o.NodeCIDRMaskSize = 64
+		}
+	}
+	if o.SecondaryPodCIDR.IsValid() {
+		o.SecondaryPodCIDR = o.SecondaryPodCIDR.Masked()
+		if o.SecondaryNodeCIDRMaskSize == 0 {
+			o.SecondaryNodeCIDRMaskSize = 24
+			if o.SecondaryPodCIDR.Addr().Is6() {
+				o.SecondaryNodeCIDRMaskSize = 64
+			}
 		}
 	}
 	if o.Workers <= 0 {

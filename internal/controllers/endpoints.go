@@ -489,8 +489,7 @@ type sliceGroup struct {
 	endpoints map[string]discoveryv1.Endpoint // by address
 }
 
-func (e *endpointsController) desiredSliceGroups(svc *corev1.Service, pods []*corev1.Pod) []*sliceGroup {
-	family := serviceFamily(svc)
+func (e *endpointsController) desiredSliceGroups(svc *corev1.Service, pods []*corev1.Pod, family corev1.IPFamily) []*sliceGroup {
 	publish := svc.Spec.PublishNotReadyAddresses
 	groups := map[string]*sliceGroup{}
 	for _, pod := range pods {
@@ -634,8 +633,44 @@ func (e *endpointsController) syncSlices(ctx context.Context, svc *corev1.Servic
 			return errStale
 		}
 	}
+	// One set of slices per IP family of the service, as upstream's
+	// reconciler (getAddressTypesForService). Slices of an address type the
+	// service no longer has go with the first family's pass.
+	fams := sliceFamilies(svc)
+	var errs []error
+	for i, fam := range fams {
+		var mine []*discoveryv1.EndpointSlice
+		for _, s := range existing {
+			if s.AddressType == discoveryv1.AddressType(fam) ||
+				(i == 0 && !slices.Contains(fams, corev1.IPFamily(s.AddressType))) {
+				mine = append(mine, s)
+			}
+		}
+		errs = append(errs, e.syncFamilySlices(ctx, svc, pods, fam, mine))
+	}
+	return errors.Join(errs...)
+}
+
+// sliceFamilies are the address families a service's slices have: its
+// ipFamilies; else its ClusterIP's; else (headless) both, as upstream.
+func sliceFamilies(svc *corev1.Service) []corev1.IPFamily {
+	if len(svc.Spec.IPFamilies) > 0 {
+		return svc.Spec.IPFamilies
+	}
+	if a, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
+		if a.Is6() && !a.Is4In6() {
+			return []corev1.IPFamily{corev1.IPv6Protocol}
+		}
+		return []corev1.IPFamily{corev1.IPv4Protocol}
+	}
+	return []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+}
+
+// syncFamilySlices reconciles the slices of one address family; existing
+// are the owned slices of that family (and obsolete ones to delete).
+func (e *endpointsController) syncFamilySlices(ctx context.Context, svc *corev1.Service, pods []*corev1.Pod, family corev1.IPFamily, existing []*discoveryv1.EndpointSlice) error {
 	addrType := discoveryv1.AddressTypeIPv4
-	if serviceFamily(svc) == corev1.IPv6Protocol {
+	if family == corev1.IPv6Protocol {
 		addrType = discoveryv1.AddressTypeIPv6
 	}
 
@@ -652,7 +687,7 @@ func (e *endpointsController) syncSlices(ctx context.Context, svc *corev1.Servic
 		sig := slicePortsSig(normalizeSlicePorts(s.Ports))
 		bySig[sig] = append(bySig[sig], s)
 	}
-	groups := e.desiredSliceGroups(svc, pods)
+	groups := e.desiredSliceGroups(svc, pods, family)
 	var wants []sliceWant
 	for _, g := range groups {
 		reuse := bySig[g.sig]

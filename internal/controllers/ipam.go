@@ -22,7 +22,9 @@ import (
 // allocator. Which ranges are taken is derived from the Node objects alone,
 // so a restarted controller never hands out a range twice; nodes are
 // served in name order, so the same cluster gets the same ranges. Ranges
-// outside the cluster CIDR, set by hand, are left alone.
+// outside the cluster CIDR, set by hand, are left alone. A dual-stack
+// cluster (a secondary pod CIDR) gives each node one range of each, the
+// primary's first, as the range allocator does per family.
 
 const ipamKey = "nodes" // the whole node set is one unit of work
 
@@ -32,13 +34,13 @@ type nodeIPAM struct {
 
 	mu sync.Mutex
 	// pending holds ranges we assigned that the cache does not show yet.
-	pending map[string]netip.Prefix
+	pending map[string][]netip.Prefix
 	// warned holds nodes told once that no range is left.
 	warned map[string]bool
 }
 
 func newNodeIPAM(c *Controllers) *nodeIPAM {
-	m := &nodeIPAM{c: c, pending: map[string]netip.Prefix{}, warned: map[string]bool{}}
+	m := &nodeIPAM{c: c, pending: map[string][]netip.Prefix{}, warned: map[string]bool{}}
 	m.loop = c.newLoop("nodeipam", 1, m.sync)
 	c.factory.Core().V1().Nodes().Informer().AddEventHandler(handlers(
 		func(any) { m.loop.add(ipamKey) },
@@ -53,10 +55,29 @@ func newNodeIPAM(c *Controllers) *nodeIPAM {
 	return m
 }
 
+// podRange is one cluster pod CIDR and the size of its node ranges.
+type podRange struct {
+	cidr netip.Prefix
+	mask int
+}
+
+func (m *nodeIPAM) ranges() []podRange {
+	out := []podRange{{m.c.opts.PodCIDR, m.c.opts.NodeCIDRMaskSize}}
+	if p := m.c.opts.SecondaryPodCIDR; p.IsValid() {
+		out = append(out, podRange{p, m.c.opts.SecondaryNodeCIDRMaskSize})
+	}
+	return out
+}
+
 func (m *nodeIPAM) check() error {
-	cluster, mask := m.c.opts.PodCIDR, m.c.opts.NodeCIDRMaskSize
-	if mask < cluster.Bits() || mask > cluster.Addr().BitLen() {
-		return fmt.Errorf("node CIDR mask size /%d does not fit in pod CIDR %s", mask, cluster)
+	rs := m.ranges()
+	for _, r := range rs {
+		if r.mask < r.cidr.Bits() || r.mask > r.cidr.Addr().BitLen() {
+			return fmt.Errorf("node CIDR mask size /%d does not fit in pod CIDR %s", r.mask, r.cidr)
+		}
+	}
+	if len(rs) == 2 && rs[0].cidr.Addr().Is4() == rs[1].cidr.Addr().Is4() {
+		return fmt.Errorf("pod CIDRs %s and %s must be of different IP families", rs[0].cidr, rs[1].cidr)
 	}
 	return nil
 }
@@ -77,14 +98,17 @@ func (m *nodeIPAM) sync(ctx context.Context, _ string) error {
 		return err
 	}
 	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	cluster, mask := m.c.opts.PodCIDR, m.c.opts.NodeCIDRMaskSize
+	ranges := m.ranges()
+	inCluster := func(p netip.Prefix) bool {
+		return slices.ContainsFunc(ranges, func(r podRange) bool { return r.cidr.Overlaps(p) })
+	}
 	used := map[netip.Prefix]string{}
 	byName := map[string]*corev1.Node{}
 	for _, n := range nodes {
 		byName[n.Name] = n
 		for _, s := range nodeCIDRs(n) {
 			p, err := netip.ParsePrefix(s)
-			if err != nil || !cluster.Overlaps(p) {
+			if err != nil || !inCluster(p) {
 				continue
 			}
 			p = p.Masked()
@@ -95,12 +119,14 @@ func (m *nodeIPAM) sync(ctx context.Context, _ string) error {
 		}
 	}
 	m.mu.Lock()
-	for name, p := range m.pending {
+	for name, ps := range m.pending {
 		if n := byName[name]; n == nil || len(nodeCIDRs(n)) > 0 {
 			delete(m.pending, name)
 			continue
 		}
-		used[p] = name
+		for _, p := range ps {
+			used[p] = name
+		}
 	}
 	m.mu.Unlock()
 
@@ -115,36 +141,52 @@ func (m *nodeIPAM) sync(ctx context.Context, _ string) error {
 		if waiting {
 			continue
 		}
-		p, ok := freeSubnet(cluster, mask, used)
-		if !ok {
-			// Nothing frees a range but a node going, which queues a sync:
-			// report once, do not retry.
-			if !m.warned[n.Name] {
-				m.warned[n.Name] = true
-				m.loop.log.Error("no pod CIDR left for node", "node", n.Name, "podCIDR", cluster, "maskSize", mask)
-				m.c.recordEvent(ctx, "node-ipam-controller", n, "Node", "v1", corev1.EventTypeWarning, "CIDRNotAvailable",
-					fmt.Sprintf("Node %s status is now: CIDRNotAvailable", n.Name))
+		var ps []netip.Prefix
+		for _, r := range ranges {
+			p, ok := freeSubnet(r.cidr, r.mask, used)
+			if !ok {
+				// Nothing frees a range but a node going, which queues a sync:
+				// report once, do not retry.
+				if !m.warned[n.Name] {
+					m.warned[n.Name] = true
+					m.loop.log.Error("no pod CIDR left for node", "node", n.Name, "podCIDR", r.cidr, "maskSize", r.mask)
+					m.c.recordEvent(ctx, "node-ipam-controller", n, "Node", "v1", corev1.EventTypeWarning, "CIDRNotAvailable",
+						fmt.Sprintf("Node %s status is now: CIDRNotAvailable", n.Name))
+				}
+				ps = nil
+				break
 			}
+			ps = append(ps, p)
+		}
+		if ps == nil {
 			continue
 		}
-		used[p] = n.Name
+		for _, p := range ps {
+			used[p] = n.Name
+		}
 		m.mu.Lock()
-		m.pending[n.Name] = p
+		m.pending[n.Name] = ps
 		m.mu.Unlock()
-		if err := m.assign(ctx, n.Name, p); err != nil {
+		if err := m.assign(ctx, n.Name, ps); err != nil {
 			m.mu.Lock()
 			delete(m.pending, n.Name)
 			m.mu.Unlock()
-			delete(used, p)
+			for _, p := range ps {
+				delete(used, p)
+			}
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// assign writes p into the node's spec, unless the node got a range
-// meanwhile.
-func (m *nodeIPAM) assign(ctx context.Context, name string, p netip.Prefix) error {
+// assign writes ps (one range per family, the primary first) into the
+// node's spec, unless the node got a range meanwhile.
+func (m *nodeIPAM) assign(ctx context.Context, name string, ps []netip.Prefix) error {
+	cidrs := make([]string, len(ps))
+	for i, p := range ps {
+		cidrs[i] = p.String()
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := m.c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -153,8 +195,8 @@ func (m *nodeIPAM) assign(ctx context.Context, name string, p netip.Prefix) erro
 		if len(nodeCIDRs(n)) > 0 {
 			return nil
 		}
-		n.Spec.PodCIDR = p.String()
-		n.Spec.PodCIDRs = []string{p.String()}
+		n.Spec.PodCIDR = cidrs[0]
+		n.Spec.PodCIDRs = cidrs
 		_, err = m.c.client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -162,9 +204,9 @@ func (m *nodeIPAM) assign(ctx context.Context, name string, p netip.Prefix) erro
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("assigning pod CIDR %s to node %q: %w", p, name, err)
+		return fmt.Errorf("assigning pod CIDRs %v to node %q: %w", cidrs, name, err)
 	}
-	m.loop.log.Info("assigned pod CIDR", "node", name, "cidr", p)
+	m.loop.log.Info("assigned pod CIDR", "node", name, "cidrs", cidrs)
 	return nil
 }
 

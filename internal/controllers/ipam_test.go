@@ -152,3 +152,56 @@ func TestFreeSubnet(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeIPAMDualStack: with a secondary pod CIDR every node gets one range
+// of each family, the primary's first in podCIDRs (podCIDR is the primary),
+// as kube-controller-manager's range allocator with two --cluster-cidr
+// values; a restart keeps them.
+func TestNodeIPAMDualStack(t *testing.T) {
+	tc := newTestCluster(t)
+	cfg := Config{PodCIDR: netip.MustParsePrefix("10.244.0.0/16"), SecondaryPodCIDR: netip.MustParsePrefix("fd00:10:244::/56")}
+	tc.createNode("node-a", true, nil)
+	tc.createNode("node-b", true, nil)
+	tc.startControllers(cfg)
+	want := map[string][]string{
+		"node-a": {"10.244.0.0/24", "fd00:10:244::/64"},
+		"node-b": {"10.244.1.0/24", "fd00:10:244:1::/64"},
+	}
+	podCIDRs := func() map[string][]string {
+		l, err := tc.client.CoreV1().Nodes().List(tc.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]string{}
+		for _, n := range l.Items {
+			if len(n.Spec.PodCIDRs) > 0 && n.Spec.PodCIDR != n.Spec.PodCIDRs[0] {
+				t.Errorf("node %s: podCIDR %q is not podCIDRs[0] of %q", n.Name, n.Spec.PodCIDR, n.Spec.PodCIDRs)
+			}
+			out[n.Name] = n.Spec.PodCIDRs
+		}
+		return out
+	}
+	wait := func() {
+		t.Helper()
+		testutil.Eventually(t, waitTimeout, "dual-stack pod CIDRs", func() error {
+			if got := podCIDRs(); !maps.EqualFunc(got, want, slices.Equal) {
+				return fmt.Errorf("%v", got)
+			}
+			return nil
+		})
+	}
+	wait()
+	tc.stopControllers()
+	tc.createNode("node-c", true, nil)
+	tc.startControllers(cfg)
+	want["node-c"] = []string{"10.244.2.0/24", "fd00:10:244:2::/64"}
+	wait()
+}
+
+func TestRunRejectsPodCIDRsOfOneFamily(t *testing.T) {
+	tc := newTestCluster(t)
+	c := New(tc.client, testutil.Logger(t), Config{PodCIDR: netip.MustParsePrefix("10.244.0.0/16"), SecondaryPodCIDR: netip.MustParsePrefix("10.245.0.0/16")})
+	if err := c.Run(context.Background()); err == nil {
+		t.Fatal("Run accepted two IPv4 pod CIDRs")
+	}
+}

@@ -66,6 +66,9 @@ const resyncPeriod = 5 * time.Second
 type Config struct {
 	NodeName string
 	NodeIP   netip.Addr
+	// SecondaryNodeIP is the node's InternalIP of the other family, on a
+	// dual-stack node (kubelet's --node-ip v4,v6); zero when it has none.
+	SecondaryNodeIP netip.Addr
 	// HostNS is the named network namespace the node lives in ("" for the current one).
 	HostNS string
 	// DataDir holds the IPAM file, pod state and container logs.
@@ -114,6 +117,10 @@ type Agent struct {
 	net  Network
 	ipam *cni.IPAM
 	pods corelisters.PodLister
+
+	// podCIDR and secondaryPodCIDR are the node's pod ranges (spec.podCIDRs),
+	// set once by Run before any pod starts.
+	podCIDR, secondaryPodCIDR netip.Prefix
 
 	// clock times container starts, exits and restart back-off, probes and
 	// the resync; procs runs the containers' processes and prober their
@@ -438,6 +445,13 @@ func (a *Agent) fillNode(n *corev1.Node) {
 	if a.cfg.NodeIP.IsValid() {
 		n.Status.Addresses = append([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.cfg.NodeIP.String()}}, n.Status.Addresses...)
 	}
+	if ip := a.cfg.SecondaryNodeIP; ip.IsValid() {
+		// After the primary InternalIP, before the hostname, as the kubelet
+		// lists a dual-stack node's addresses.
+		host := n.Status.Addresses[len(n.Status.Addresses)-1]
+		n.Status.Addresses = append(n.Status.Addresses[:len(n.Status.Addresses)-1],
+			corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()}, host)
+	}
 	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 10250
 	n.Status.Capacity = corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
@@ -481,6 +495,7 @@ func (a *Agent) waitPodCIDR(ctx context.Context, node *corev1.Node) (netip.Prefi
 			if err != nil {
 				return netip.Prefix{}, fmt.Errorf("parsing podCIDR %q of node %q: %w", node.Spec.PodCIDR, node.Name, err)
 			}
+			a.podCIDR, a.secondaryPodCIDR = p, secondaryPodCIDR(node)
 			return p, nil
 		}
 		select {

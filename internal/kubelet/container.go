@@ -202,7 +202,7 @@ func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
 func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	w := c.w
 	// The container's own env wins over the Service variables (it comes later).
-	env, lookup := containerEnv(pod, spec, w.a.cfg.NodeName, w.state.IP, w.a.hostIP(), w.a.apiServiceEnv(context.Background()))
+	env, lookup := containerEnv(pod, spec, w.a.cfg.NodeName, w.a.podIPs(w.state.IP), w.a.hostIPs(), w.a.apiServiceEnv(context.Background()))
 	plan, err := images.Resolve(images.Spec{Image: spec.Image, Command: expandArgv(spec.Command, lookup), Args: expandArgv(spec.Args, lookup)})
 	if err != nil {
 		c.mu.Lock()
@@ -361,7 +361,7 @@ func (c *container) closeProbes() {
 // Service variables and the env entries before it, as the kubelet does; lookup
 // resolves $(VAR) in the container's command and args (the Service variables
 // and the container's env, not the image's PATH or HOSTNAME).
-func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP, hostIP string, svcEnv []string) (env []string, lookup func(string) (string, bool)) {
+func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName string, podIPs, hostIPs []string, svcEnv []string) (env []string, lookup func(string) (string, bool)) {
 	env = append(slices.Clone(svcEnv),
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOSTNAME="+podHostname(pod),
@@ -395,10 +395,16 @@ func containerEnv(pod *corev1.Pod, spec corev1.Container, nodeName, podIP, hostI
 				v = nodeName
 			case "spec.serviceAccountName":
 				v = pod.Spec.ServiceAccountName
-			case "status.podIP", "status.podIPs":
-				v = podIP
-			case "status.hostIP", "status.hostIPs":
-				v = hostIP
+			// The plural fields are every address, comma-separated, as
+			// the kubelet's downward API renders them.
+			case "status.podIP":
+				v = first(podIPs)
+			case "status.podIPs":
+				v = strings.Join(podIPs, ",")
+			case "status.hostIP":
+				v = first(hostIPs)
+			case "status.hostIPs":
+				v = strings.Join(hostIPs, ",")
 			}
 		}
 		vars[e.Name] = v

@@ -48,7 +48,7 @@ func TestContainerEnvExpansion(t *testing.T) {
 		{Name: "THIRD", Value: "$(SECOND)-$(KUBERNETES_SERVICE_HOST)-$$(x)"},
 		{Name: "HOST", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
 	}}
-	env, lookup := containerEnv(pod, spec, "node1", "10.244.1.5", "192.168.0.2", []string{"KUBERNETES_SERVICE_HOST=10.96.0.1"})
+	env, lookup := containerEnv(pod, spec, "node1", []string{"10.244.1.5"}, []string{"192.168.0.2"}, []string{"KUBERNETES_SERVICE_HOST=10.96.0.1"})
 	for _, want := range []string{"FIRST=1-$(SECOND)", "SECOND=2", "THIRD=2-10.96.0.1-$(x)", "HOST=192.168.0.2", "KUBERNETES_SERVICE_HOST=10.96.0.1"} {
 		if !slices.Contains(env, want) {
 			t.Errorf("env lacks %q: %q", want, env)

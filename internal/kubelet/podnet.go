@@ -62,7 +62,7 @@ type cniNetwork struct{ node *cni.Network }
 // the VXLAN device's, 50 bytes less for the outer headers; a switch of pod
 // network changes the running pods' MTU in place.
 func (a *Agent) newCNINetwork(podCIDR netip.Prefix) (Network, error) {
-	n := &cni.Network{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: podCIDR, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	n := &cni.Network{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: podCIDR, SecondaryPodCIDR: a.secondaryPodCIDR, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	if mtu, err := n.UnderlayMTU(a.cfg.NodeIP); err == nil {
 		n.MTU = mtu
 		if a.cfg.PodNetwork == PodNetworkVXLAN {

@@ -21,13 +21,18 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 	if w.a.cfg.NodeIP.IsValid() {
 		st.HostIP = w.a.cfg.NodeIP.String()
 		st.HostIPs = []corev1.HostIP{{IP: st.HostIP}}
+		if ip := w.a.cfg.SecondaryNodeIP; ip.IsValid() {
+			st.HostIPs = append(st.HostIPs, corev1.HostIP{IP: ip.String()})
+		}
 	}
 	if w.state != nil {
 		t := mtime(w.state.StartTime)
 		st.StartTime = &t
 		if w.sandboxOK && w.state.IP != "" {
 			st.PodIP = w.state.IP
-			st.PodIPs = []corev1.PodIP{{IP: w.state.IP}}
+			for _, ip := range w.a.podIPs(w.state.IP) {
+				st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
+			}
 		}
 	}
 	allReady, running, terminated, failed := true, 0, 0, 0

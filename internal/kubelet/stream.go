@@ -208,7 +208,7 @@ func (f frameWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // runs from the node's file system. A non-zero exit is returned as a
 // utilexec.ExitError, which the library reports to the client as the exit code.
 func (t *streamTarget) ExecInContainer(ctx context.Context, _, _, _ string, argv []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize, _ time.Duration) error {
-	env, _ := containerEnv(t.pod, t.spec, t.a.cfg.NodeName, t.pod.Status.PodIP, t.a.hostIP(), t.a.apiServiceEnv(ctx))
+	env, _ := containerEnv(t.pod, t.spec, t.a.cfg.NodeName, statusPodIPs(t.pod), t.a.hostIPs(), t.a.apiServiceEnv(ctx))
 	argv = t.a.execImageArgv(t.spec.Image, argv)
 	argv = cni.ExecArgv(t.netnsPath(), cni.PodUTSPath(t.netns), cni.PodMntPath(t.netns), argv)
 	cmd := exec.Command(argv[0], argv[1:]...)

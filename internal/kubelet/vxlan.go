@@ -139,7 +139,8 @@ func vxlanPeers(self string, nodes []*corev1.Node) (peers []cni.VXLANPeer, skipp
 			skip("%v", err)
 			continue
 		}
-		peers = append(peers, cni.VXLANPeer{Subnet: cidr.Masked(), VtepMAC: mac, PublicIP: ip})
+		// A dual-stack node's IPv6 pod range crosses the same IPv4 tunnel.
+		peers = append(peers, cni.VXLANPeer{Subnet: cidr.Masked(), VtepMAC: mac, PublicIP: ip, Subnet6: secondaryPodCIDR(n)})
 	}
 	return peers, skipped
 }
@@ -164,6 +165,11 @@ func hostGWRoutes(self string, nodes []*corev1.Node, connected []netip.Prefix) (
 			continue
 		}
 		want[cidr.Masked()] = ip
+		// Dual-stack: the node's IPv6 pod range via its IPv6 InternalIP.
+		if c6, ip6 := secondaryPodCIDR(n), internalIPv6(n); c6.IsValid() && ip6.IsValid() &&
+			(connected == nil || slices.ContainsFunc(connected, func(p netip.Prefix) bool { return p.Contains(ip6) })) {
+			want[c6] = ip6
+		}
 	}
 	slices.Sort(notAdjacent)
 	return want, notAdjacent

@@ -69,7 +69,30 @@ type Config struct {
 	// one segment, or TopologyRouted, node2 and up on a second subnet behind
 	// a router namespace, where host-gw cannot work.
 	Topology string
+
+	// IPFamily is the cluster's: IPFamilyIPv4 (default) or IPFamilyDual,
+	// where every host also has an IPv6 underlay address (Subnet6), the
+	// nodes both InternalIPs and podCIDRs, and Services may be dual-stack.
+	// `minikit lab up` does not offer dual yet (the service proxies and DNS
+	// serve IPv4 only); the pod network and the API are complete.
+	IPFamily string
 }
+
+// IP families of a lab.
+const (
+	IPFamilyIPv4 = "ipv4"
+	IPFamilyIPv6 = "ipv6"
+	IPFamilyDual = "dual"
+)
+
+// The IPv6 ranges of a dual-stack lab (ULA, as kind's): the underlay beside
+// 192.168.56.0/24, the service and pod CIDRs beside 10.96.0.0/12 and
+// 10.244.0.0/16 (a /64 per node).
+var (
+	Subnet6      = netip.MustParsePrefix("fd00:56::/64")
+	ServiceCIDR6 = netip.MustParsePrefix("fd00:10:96::/112")
+	PodCIDR6     = netip.MustParsePrefix("fd00:10:244::/56")
+)
 
 // Underlay topologies.
 const (
@@ -182,6 +205,7 @@ func (c *Config) defaults() error {
 		{&c.ProxyMode, "proxy mode", []string{"iptables", "nftables"}},
 		{&c.PodNetwork, "pod network", []string{"host-gw", "vxlan"}},
 		{&c.Topology, "topology", []string{TopologyFlat, TopologyRouted}},
+		{&c.IPFamily, "IP family", []string{IPFamilyIPv4, IPFamilyDual, IPFamilyIPv6}},
 	} {
 		switch {
 		case *o.v == "":
@@ -189,6 +213,12 @@ func (c *Config) defaults() error {
 		case !slices.Contains(o.allowed, *o.v):
 			return fmt.Errorf("unknown %s %q: want %s", o.what, *o.v, strings.Join(o.allowed, " or "))
 		}
+	}
+	if c.IPFamily == IPFamilyIPv6 {
+		return fmt.Errorf("an IPv6-only lab is not built yet: pods, the service proxies and DNS need an IPv6 primary family")
+	}
+	if c.IPFamily == IPFamilyDual && (c.Topology != TopologyFlat || c.Servers > 1 || c.Datastore == "etcd") {
+		return fmt.Errorf("a dual-stack lab is built only with --topology flat and one bbolt server so far")
 	}
 	if c.Topology == TopologyRouted && (c.Subnet.Bits() < 16 || c.Subnet.Bits() > 24 || !c.Subnet.Addr().Is4()) {
 		return fmt.Errorf("the routed topology's underlay subnet %s must be an IPv4 prefix of /16 to /24", c.Subnet)
@@ -266,6 +296,21 @@ func hostAddr(subnet netip.Prefix, host string) netip.Addr {
 
 // Addr is a host's underlay address.
 func (l *Lab) Addr(host string) netip.Addr { return hostAddr(l.cfg.subnetOf(host), host) }
+
+// Addr6 is a host's IPv6 underlay address in a dual-stack lab (invalid in an
+// IPv4 one): the IPv4 address's last number written in the IPv6 one's last
+// group, so node1's 192.168.56.10 goes with fd00:56::10.
+func (l *Lab) Addr6(host string) netip.Addr {
+	if l.cfg.IPFamily != IPFamilyDual {
+		return netip.Addr{}
+	}
+	last := l.Addr(host).As4()[3]
+	a, _ := netip.ParseAddr(Subnet6.Addr().String() + strconv.Itoa(int(last)))
+	return a
+}
+
+// IPFamily is the lab's IP family (IPFamilyIPv4 or IPFamilyDual).
+func (l *Lab) IPFamily() string { return l.cfg.IPFamily }
 
 // PodNetworkMode is the lab's --pod-network at lab up.
 func (l *Lab) PodNetworkMode() string { return l.cfg.PodNetwork }
@@ -496,6 +541,11 @@ func (l *Lab) buildNetwork() error {
 			{"ip", "-n", netNS, "link", "set", port, "master", br, "up"},
 			{"ip", "-n", ns, "addr", "add", addr.String() + "/" + strconv.Itoa(sub.Bits()), "dev", "eth1"},
 			{"ip", "-n", ns, "link", "set", "eth1", "up"},
+		}
+		if a6 := l.Addr6(h); a6.IsValid() {
+			// nodad: the lab's underlay is ours alone, and a tentative
+			// address would not answer for a second or so.
+			steps = append(steps, []string{"ip", "-n", ns, "addr", "add", a6.String() + "/" + strconv.Itoa(Subnet6.Bits()), "dev", "eth1", "nodad"})
 		}
 		if routed {
 			other := sub2

@@ -97,7 +97,11 @@ func (l *Lab) caFile() string { return filepath.Join(l.cfg.Dir, nodeName(1), "tl
 func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 	h := nodeName(i)
 	dir1 := filepath.Join(l.cfg.Dir, nodeName(1))
-	common := []string{"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", l.Addr(h).String()}
+	nodeIP := l.Addr(h).String()
+	if a6 := l.Addr6(h); a6.IsValid() {
+		nodeIP += "," + a6.String()
+	}
+	common := []string{"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", nodeIP}
 	modes := []string{"--dns-upstream", l.Addr(External).String(), "--proxy-mode", l.cfg.ProxyMode, "--pod-network", l.cfg.PodNetwork}
 	var urls []string
 	for _, s := range l.apiServers() {
@@ -112,6 +116,9 @@ func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
 		"--advertise-address", l.Addr(h).String()}, common[2:]...)
 	args = append(append(args, "--lb-pool", l.LBPool()), modes...)
+	if l.cfg.IPFamily == IPFamilyDual {
+		args = append(args, "--service-cidr", "10.96.0.0/12,"+ServiceCIDR6.String(), "--cluster-cidr", "10.244.0.0/16,"+PodCIDR6.String())
+	}
 	switch {
 	case i > 1:
 		args = append(args, "--join", urls[0], "--token-file", filepath.Join(dir1, "server-token"))

@@ -3,7 +3,6 @@ package validation
 //lint:file-ignore SA1019 core/v1 Endpoints is deprecated upstream but still served, so still validated
 
 import (
-	"net/netip"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -134,6 +133,13 @@ func defaultNode(node *corev1.Node) {
 }
 
 func defaultService(svc *corev1.Service, cfg Config) {
+	defaultServiceFields(svc)
+	initIPFamilyFields(svc, nil, cfg)
+}
+
+// defaultServiceFields are the defaults of a Service that do not depend on
+// the stored object or the cluster.
+func defaultServiceFields(svc *corev1.Service) {
 	spec := &svc.Spec
 	setIfEmpty(&spec.SessionAffinity, corev1.ServiceAffinityNone)
 	switch spec.SessionAffinity {
@@ -169,35 +175,6 @@ func defaultService(svc *corev1.Service, cfg Config) {
 	// registry does on create.
 	if spec.ClusterIP != "" && len(spec.ClusterIPs) == 0 {
 		spec.ClusterIPs = []string{spec.ClusterIP}
-	}
-	if spec.Type == corev1.ServiceTypeExternalName {
-		return
-	}
-	// IP families are chosen by Kubernetes' allocator; minikit serves one
-	// family, so the choice is made here, from a requested IP if any.
-	if len(spec.IPFamilies) == 0 {
-		if addr, err := netip.ParseAddr(spec.ClusterIP); err == nil {
-			fam := corev1.IPv4Protocol
-			if addr.Is6() && !addr.Is4In6() {
-				fam = corev1.IPv6Protocol
-			}
-			spec.IPFamilies = []corev1.IPFamily{fam}
-		}
-	}
-	if spec.IPFamilyPolicy == nil {
-		switch {
-		case isHeadless(svc) && len(spec.Selector) == 0 && len(spec.IPFamilies) == 0:
-			// Selectorless headless services take every family the
-			// cluster has; Kubernetes spells that RequireDualStack.
-			spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack)
-		case len(spec.IPFamilies) > 1:
-			spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyPreferDualStack)
-		default:
-			spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicySingleStack)
-		}
-	}
-	if len(spec.IPFamilies) == 0 {
-		spec.IPFamilies = []corev1.IPFamily{cfg.ipFamily()}
 	}
 }
 

@@ -130,7 +130,9 @@ func TestDefault(t *testing.T) {
 				s.Spec.Type = corev1.ServiceTypeClusterIP
 				s.Spec.SessionAffinity = corev1.ServiceAffinityNone
 				s.Spec.InternalTrafficPolicy = ptr(corev1.ServiceInternalTrafficPolicyCluster)
-				s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+				// Both, even in a single-stack cluster, as upstream's
+				// TestCreateInitIPFields (HeadlessSelectorless) expects.
+				s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
 				s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack)
 			}),
 		},

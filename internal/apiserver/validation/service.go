@@ -255,6 +255,44 @@ func validateClusterIPs(svc, old *corev1.Service, cfg Config) field.ErrorList {
 	if spec.Type == corev1.ServiceTypeExternalName {
 		return nil // all four must be unset; checked by the caller
 	}
+	allErrs := clusterIPsFields(svc, old)
+	if len(allErrs) > 0 {
+		return allErrs
+	}
+	// What the allocator would refuse: families and policies the cluster
+	// cannot serve (on a copy: the write itself was defaulted already).
+	allErrs = append(allErrs, initIPFamilyFields(svc.DeepCopy(), old, cfg)...)
+	for i, ip := range spec.ClusterIPs {
+		if ip == corev1.ClusterIPNone || (old != nil && slices.Contains(old.Spec.ClusterIPs, ip)) {
+			continue
+		}
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue
+		}
+		cidr, ok := cfg.CIDRFor(FamilyOf(ip))
+		if !ok || inServiceRange(addr, cidr) ||
+			slices.ContainsFunc(cfg.ExtraServiceCIDRs, func(p netip.Prefix) bool { return inServiceRange(addr, p.Masked()) }) {
+			continue // a family the cluster lacks is reported above
+		}
+		p := specPath.Child("clusterIPs").Index(i)
+		if i == 0 {
+			p = specPath.Child("clusterIP")
+		}
+		allErrs = append(allErrs, field.Invalid(p, ip, fmt.Sprintf(
+			"failed to allocate IP %s: provided IP is not in the valid range. The range of valid IPs is %s", ip, cidr)))
+	}
+	return allErrs
+}
+
+// clusterIPsFields is upstream's ValidateServiceClusterIPsRelatedFields: the
+// form of clusterIP, clusterIPs, ipFamilies and ipFamilyPolicy, whatever the
+// cluster's families.
+func clusterIPsFields(svc, old *corev1.Service) field.ErrorList {
+	spec := &svc.Spec
+	if spec.Type == corev1.ServiceTypeExternalName {
+		return nil
+	}
 	allErrs := field.ErrorList{}
 	ipPath, ipsPath := specPath.Child("clusterIP"), specPath.Child("clusterIPs")
 	famPath, polPath := specPath.Child("ipFamilies"), specPath.Child("ipFamilyPolicy")
@@ -339,27 +377,6 @@ func validateClusterIPs(svc, old *corev1.Service, cfg Config) field.ErrorList {
 		}
 	}
 
-	// What the allocator would refuse: families and policies this
-	// single-stack cluster cannot serve, and IPs outside the service CIDR.
-	selectorlessHeadless := isHeadless(svc) && len(spec.Selector) == 0
-	if spec.IPFamilyPolicy != nil && *spec.IPFamilyPolicy == corev1.IPFamilyPolicyRequireDualStack && !selectorlessHeadless {
-		allErrs = append(allErrs, field.Invalid(polPath, *spec.IPFamilyPolicy, "this cluster is not configured for dual-stack services"))
-	}
-	preferDual := spec.IPFamilyPolicy != nil && *spec.IPFamilyPolicy == corev1.IPFamilyPolicyPreferDualStack
-	for i, fam := range spec.IPFamilies {
-		if !slices.Contains(supportedIPFamilies, fam) || fam == cfg.ipFamily() || (i > 0 && (preferDual || selectorlessHeadless)) {
-			continue
-		}
-		allErrs = append(allErrs, field.Invalid(famPath.Index(i), fam, "not configured on this cluster"))
-	}
-	if primaryOK && spec.ClusterIP != "" && spec.ClusterIP != corev1.ClusterIPNone &&
-		(old == nil || old.Spec.ClusterIP != spec.ClusterIP) {
-		if addr, err := netip.ParseAddr(spec.ClusterIP); err == nil && !inServiceRange(addr, cfg.ServiceCIDR) &&
-			!slices.ContainsFunc(cfg.ExtraServiceCIDRs, func(p netip.Prefix) bool { return inServiceRange(addr, p.Masked()) }) {
-			allErrs = append(allErrs, field.Invalid(ipPath, spec.ClusterIP, fmt.Sprintf(
-				"failed to allocate IP %s: provided IP is not in the valid range. The range of valid IPs is %s", spec.ClusterIP, cfg.ServiceCIDR)))
-		}
-	}
 	return allErrs
 }
 
@@ -481,9 +498,8 @@ func validateServiceUpdate(svc, old *corev1.Service) field.ErrorList {
 			allErrs = append(allErrs, field.Invalid(specPath.Child("clusterIP"), svc.Spec.ClusterIP, "may not change once set"))
 		}
 	}
-	if needsClusterIP(svc) && needsClusterIP(old) && isHeadless(svc) == isHeadless(old) && !isHeadless(svc) &&
-		len(old.Spec.IPFamilies) > 0 && len(svc.Spec.IPFamilies) > 0 && svc.Spec.IPFamilies[0] != old.Spec.IPFamilies[0] {
-		allErrs = append(allErrs, field.Invalid(specPath.Child("ipFamilies").Index(0), svc.Spec.IPFamilies, "may not change once set"))
+	if needsClusterIP(svc) && needsClusterIP(old) {
+		allErrs = append(allErrs, upgradeDowngradeErrors(svc, old)...)
 	}
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && old.Spec.Type == corev1.ServiceTypeLoadBalancer &&
 		!equalPtr(svc.Spec.LoadBalancerClass, old.Spec.LoadBalancerClass) {

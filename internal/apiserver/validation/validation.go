@@ -47,8 +47,11 @@ import (
 // Config carries cluster settings that validation and defaulting depend on.
 // A zero field means the default from DefaultConfig.
 type Config struct {
-	ServiceCIDR              netip.Prefix // default 10.96.0.0/12
-	NodePortMin, NodePortMax int32        // default 30000, 32767
+	ServiceCIDR netip.Prefix // default 10.96.0.0/12
+	// SecondaryServiceCIDR, of the other IP family, makes the cluster
+	// dual-stack; zero means single-stack.
+	SecondaryServiceCIDR     netip.Prefix
+	NodePortMin, NodePortMax int32 // default 30000, 32767
 	// ExtraServiceCIDRs are the ranges of the other ServiceCIDRs in use
 	// (Ready and not being deleted): a Service may ask for a ClusterIP in
 	// them too, as with kube-apiserver's multi-range allocator.
@@ -71,18 +74,11 @@ func (c Config) withDefaults() Config {
 		c.ServiceCIDR = d.ServiceCIDR
 	}
 	c.ServiceCIDR = c.ServiceCIDR.Masked()
+	c.SecondaryServiceCIDR = c.SecondaryServiceCIDR.Masked()
 	if c.NodePortMin == 0 && c.NodePortMax == 0 {
 		c.NodePortMin, c.NodePortMax = d.NodePortMin, d.NodePortMax
 	}
 	return c
-}
-
-// ipFamily is the single IP family of the cluster's service network.
-func (c Config) ipFamily() corev1.IPFamily {
-	if c.ServiceCIDR.Addr().Is6() {
-		return corev1.IPv6Protocol
-	}
-	return corev1.IPv4Protocol
 }
 
 // Validate validates a new object (old == nil) or an update (old != nil,
