@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,15 +102,21 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 	if w.sandboxOK {
 		sandboxStatus = corev1.ConditionTrue
 	}
+	podReady, gateReason, gateMsg := readyStatus, "", ""
+	if allReady {
+		if gateMsg = readinessGatesUnready(pod); gateMsg != "" {
+			podReady, gateReason = corev1.ConditionFalse, "ReadinessGatesNotReady"
+		}
+	}
 	conds := []corev1.PodCondition{
 		{Type: corev1.PodReadyToStartContainers, Status: sandboxStatus},
 		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue},
 		{Type: corev1.ContainersReady, Status: readyStatus},
-		{Type: corev1.PodReady, Status: readyStatus},
+		{Type: corev1.PodReady, Status: podReady, Reason: gateReason, Message: gateMsg},
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 	}
 	for i := range conds {
-		if conds[i].Status == corev1.ConditionFalse && (conds[i].Type == corev1.PodReady || conds[i].Type == corev1.ContainersReady) {
+		if conds[i].Status == corev1.ConditionFalse && conds[i].Reason == "" && (conds[i].Type == corev1.PodReady || conds[i].Type == corev1.ContainersReady) {
 			conds[i].Reason = "ContainersNotReady"
 			var notReady []string
 			for _, cs := range st.ContainerStatuses {
@@ -130,11 +137,52 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 			}
 		}
 	}
+	// Conditions the kubelet does not own (readiness gates' conditions, set
+	// by controllers through pods/status) are kept as they are, as the
+	// kubelet's status manager merges them.
+	for _, c := range pod.Status.Conditions {
+		if !kubeletCondition(c.Type) {
+			conds = append(conds, c)
+		}
+	}
 	st.Conditions = conds
 	if !w.sandboxOK && w.sandboxMsg != "" {
 		st.Message = w.sandboxMsg
 	}
 	return st
+}
+
+// kubeletCondition reports whether the kubelet writes condition t itself
+// (pkg/kubelet/types.PodConditionsByKubelet, with PodReadyToStartContainers).
+func kubeletCondition(t corev1.PodConditionType) bool {
+	switch t {
+	case corev1.PodScheduled, corev1.PodReady, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReadyToStartContainers:
+		return true
+	}
+	return false
+}
+
+// readinessGatesUnready is why the pod's readiness gates keep it unready
+// (status.GeneratePodReadyCondition): the message for the first gate whose
+// condition is missing or not True, "" when every gate is True.
+func readinessGatesUnready(pod *corev1.Pod) string {
+	var msgs []string
+	for _, g := range pod.Spec.ReadinessGates {
+		var cond *corev1.PodCondition
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == g.ConditionType {
+				cond = &pod.Status.Conditions[i]
+				break
+			}
+		}
+		switch {
+		case cond == nil:
+			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", g.ConditionType))
+		case cond.Status != corev1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v.", g.ConditionType, cond.Status))
+		}
+	}
+	return strings.Join(msgs, ", ")
 }
 
 // lastTermBefore is the termination shown as lastState while a container runs again.
