@@ -151,6 +151,17 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		}
 		// A finished pod holds no hostPorts, as the scheduler counts them.
 		w.a.forgetHostPorts(w.uid)
+		// Its sidecars have nothing left to serve: they are stopped, as the
+		// kubelet stops restartable init containers after the main ones.
+		for _, c := range w.containers {
+			c.mu.Lock()
+			running := c.running
+			c.stopping = c.stopping || running
+			c.mu.Unlock()
+			if running {
+				c.signal(sigterm)
+			}
+		}
 		return false, w.updateStatus(ctx, pod)
 	}
 	if !w.admitted {
