@@ -69,6 +69,10 @@ type Config struct {
 	// one segment, or TopologyRouted, node2 and up on a second subnet behind
 	// a router namespace, where host-gw cannot work.
 	Topology string
+	// Zones is how many availability zones the nodes spread over (node i in
+	// zone-((i-1) mod Zones + 1), its topology.kubernetes.io/zone label);
+	// 0 means one zone per node.
+	Zones int
 }
 
 // Underlay topologies.
@@ -112,6 +116,8 @@ type State struct {
 	Subnet2    string            `json:"subnet2,omitempty"`
 	Addresses  map[string]string `json:"addresses"`
 	APIPort    int               `json:"apiPort"`
+	// Zones is Config.Zones; 0 (a lab from before zones) labels no zone.
+	Zones int `json:"zones,omitempty"`
 	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
 	// context into, UserUID its owner, and PrevContext the current context
 	// it replaced, which Down restores.
@@ -139,6 +145,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Servers == 0 {
 		c.Servers = 1
+	}
+	if c.Zones == 0 {
+		c.Zones = c.Nodes
+	}
+	if c.Zones < 1 || c.Zones > c.Nodes {
+		return fmt.Errorf("--zones %d: a lab of %d nodes spans 1 to %d zones", c.Zones, c.Nodes, c.Nodes)
 	}
 	switch {
 	case c.Servers < 1 || c.Servers > c.Nodes:
@@ -323,7 +335,7 @@ func (l *Lab) saveState() error {
 // newState is the state of a lab about to be built from cfg.
 func newState(cfg Config) State {
 	return State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
-		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones,
 		PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
 }
 
