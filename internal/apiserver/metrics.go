@@ -19,12 +19,12 @@ import (
 // Each Server has its own registry, so several servers in one process (the
 // HA tests, a lab's nodes) do not share counters.
 type serverMetrics struct {
-	registry  *prometheus.Registry
-	requests  *prometheus.CounterVec
-	latency   *prometheus.HistogramVec
-	inflight  *prometheus.GaugeVec
-	longRun   *prometheus.GaugeVec
-	handler   http.Handler
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	inflight *prometheus.GaugeVec
+	longRun  *prometheus.GaugeVec
+	handler  http.Handler
 }
 
 func newServerMetrics() *serverMetrics {

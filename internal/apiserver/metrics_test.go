@@ -18,7 +18,7 @@ func TestMetricsCountRequests(t *testing.T) {
 	defer a.close()
 	a.create(configMapsPath, newConfigMap("one", map[string]string{"k": "v"}))
 	a.get(configMapsPath).mustCode(t, http.StatusOK, nil)
-	a.get(configMapsPath + "/missing").wantStatus(t, http.StatusNotFound, "NotFound", "")
+	a.get(configMapsPath+"/missing").wantStatus(t, http.StatusNotFound, "NotFound", "")
 
 	r := a.get("/metrics")
 	if r.code != http.StatusOK {

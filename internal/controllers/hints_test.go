@@ -97,7 +97,9 @@ func TestEndpointSliceHints(t *testing.T) {
 		mutate func(*corev1.Service)
 		want   []string
 	}{
-		{"PreferClose", func(s *corev1.Service) { s.Spec.TrafficDistribution = ptrTo(corev1.ServiceTrafficDistributionPreferClose) }, []string{
+		{"PreferClose", func(s *corev1.Service) {
+			s.Spec.TrafficDistribution = ptrTo(corev1.ServiceTrafficDistributionPreferClose)
+		}, []string{
 			"web-1 zone=zone-a zones=[zone-a] nodes=[]",
 			"web-2 zone=zone-b zones=[zone-b] nodes=[]",
 			"web-3 zone=zone-c zones=[zone-c] nodes=[]",
