@@ -41,11 +41,13 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
-// Nodes spread over the zones round-robin, one zone per node by default, as
-// a multi-zone cloud cluster's nodes are labelled.
+// Nodes spread over the zones round-robin, three zones by default (one per
+// node in a smaller lab), as a multi-zone cloud cluster's nodes are labelled.
 func TestNodeZones(t *testing.T) {
-	if c := defaultConfig(t, Config{Nodes: 3}); c.Zones != 3 {
-		t.Errorf("a 3-node lab spans %d zones by default, want 3", c.Zones)
+	for nodes, want := range map[int]int{1: 1, 2: 2, 3: 3, 6: 3} {
+		if c := defaultConfig(t, Config{Nodes: nodes}); c.Zones != want {
+			t.Errorf("a %d-node lab spans %d zones by default, want %d", nodes, c.Zones, want)
+		}
 	}
 	for _, tc := range []struct {
 		nodes, zones int

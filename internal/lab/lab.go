@@ -71,9 +71,14 @@ type Config struct {
 	Topology string
 	// Zones is how many availability zones the nodes spread over (node i in
 	// zone-((i-1) mod Zones + 1), its topology.kubernetes.io/zone label);
-	// 0 means one zone per node.
+	// 0 means defaultZones, or one per node in a smaller lab.
 	Zones int
 }
+
+// defaultZones is how many zones a lab spans unless told: three, as a
+// cloud region's clusters commonly do, so a 3-node lab has one node per
+// zone and a 6-node lab two.
+const defaultZones = 3
 
 // Underlay topologies.
 const (
@@ -147,7 +152,7 @@ func (c *Config) defaults() error {
 		c.Servers = 1
 	}
 	if c.Zones == 0 {
-		c.Zones = c.Nodes
+		c.Zones = min(c.Nodes, defaultZones)
 	}
 	if c.Zones < 1 || c.Zones > c.Nodes {
 		return fmt.Errorf("--zones %d: a lab of %d nodes spans 1 to %d zones", c.Zones, c.Nodes, c.Nodes)
