@@ -79,6 +79,7 @@ type Server struct {
 	rbacObjects decodedCache // the authorizer's decoded RBAC objects (rbac.go)
 	openapi     openAPIDocs
 	discovery   atomic.Pointer[aggregatedDocs] // aggregated discovery, built lazily (discovery.go)
+	metrics     *serverMetrics                 // served at /metrics (metrics.go)
 }
 
 // New builds a server over cfg.Store and makes sure the built-in objects exist.
@@ -98,7 +99,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.ServiceAccountKey = key
 	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: cfg.Logger.With("component", "apiserver"), now: time.Now,
-		instance: string(uuid.NewUUID())}
+		instance: string(uuid.NewUUID()), metrics: newServerMetrics()}
 	if err := s.bootstrap(); err != nil {
 		return nil, fmt.Errorf("creating built-in objects: %w", err)
 	}
@@ -130,13 +131,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r = authed
-	if err := s.bodyDeadline(w, r); err != nil {
-		writeError(w, r, err, s.log)
-		return
-	}
-	if err := s.route(w, r); err != nil {
-		writeError(w, r, err, s.log)
-	}
+	s.metrics.instrument(w, r, func(w http.ResponseWriter, r *http.Request) {
+		if err := s.bodyDeadline(w, r); err != nil {
+			writeError(w, r, err, s.log)
+			return
+		}
+		if err := s.route(w, r); err != nil {
+			writeError(w, r, err, s.log)
+		}
+	})
 	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery, "duration", time.Since(start))
 }
 
@@ -159,6 +162,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	case oidcConfigPath, oidcJWKSPath:
 		return s.serveOIDC(w, r, path)
+	case "metrics":
+		if r.Method != http.MethodGet {
+			return apierrors.NewMethodNotSupported(schema.GroupResource{}, r.Method)
+		}
+		s.metrics.handler.ServeHTTP(w, r)
+		return nil
 	case "api", "apis":
 		if wantsAggregated(r) {
 			return s.serveAggregated(w, r, path == "api")

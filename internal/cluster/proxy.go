@@ -63,6 +63,7 @@ type serviceProxy interface {
 	OnEndpointSliceUpdate(*discovery.EndpointSlice)
 	OnEndpointSliceDelete(*discovery.EndpointSlice)
 	SetNodeIP(netip.Addr)
+	SetNodeZone(string)
 	Handler() http.Handler
 	Stats() kubeproxy.Stats
 }
@@ -230,6 +231,8 @@ func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
 	if n.Name != self {
 		return
 	}
+	// kube-proxy reads its Node's zone for topology-aware routing.
+	p.SetNodeZone(n.Labels[corev1.LabelTopologyZone])
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {

@@ -45,6 +45,7 @@ type endpointsController struct {
 	c     *Controllers
 	loop  *loop
 	fresh *freshness
+	hints *hinter // EndpointSlice hints (hints.go)
 
 	mu sync.Mutex
 	// created holds slices we created that the cache has not shown yet, per
@@ -54,7 +55,7 @@ type endpointsController struct {
 }
 
 func newEndpointsController(c *Controllers) *endpointsController {
-	e := &endpointsController{c: c, fresh: newFreshness(), created: map[string]map[string]bool{}}
+	e := &endpointsController{c: c, fresh: newFreshness(), created: map[string]map[string]bool{}, hints: newHinter()}
 	e.loop = c.newLoop("endpoints", c.opts.Workers, e.sync)
 	enqueueSvc := func(obj any) {
 		if m, ok := obj.(metav1.Object); ok {
@@ -83,6 +84,26 @@ func newEndpointsController(c *Controllers) *endpointsController {
 			e.sliceChanged(obj, false)
 		},
 	))
+	// Endpoints carry their node's zone, and topology-aware hints follow
+	// the zones' CPU and readiness: a node change resyncs every Service
+	// (a lab has a handful).
+	nodeChanged := func(obj any) {
+		svcs, err := c.services.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, s := range svcs {
+			e.loop.add(keyOf(s))
+		}
+	}
+	c.factory.Core().V1().Nodes().Informer().AddEventHandler(handlers(nodeChanged,
+		func(old, cur any) {
+			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			if o.Labels[zoneLabel] != n.Labels[zoneLabel] || nodeReady(o) != nodeReady(n) ||
+				!o.Status.Allocatable.Cpu().Equal(*n.Status.Allocatable.Cpu()) {
+				nodeChanged(cur)
+			}
+		}, nodeChanged))
 	c.podInf.AddEventHandler(handlers(
 		func(obj any) { e.podChanged(obj.(*corev1.Pod), nil) },
 		func(old, cur any) {
@@ -150,6 +171,7 @@ func (e *endpointsController) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if svc == nil || !managesEndpoints(svc) {
+		e.hints.forget(key)
 		return e.cleanup(ctx, ns, name)
 	}
 	pods, err := e.c.pods.Pods(ns).List(labels.SelectorFromSet(svc.Spec.Selector))
@@ -688,6 +710,7 @@ func (e *endpointsController) syncFamilySlices(ctx context.Context, svc *corev1.
 		bySig[sig] = append(bySig[sig], s)
 	}
 	groups := e.desiredSliceGroups(svc, pods, family)
+	e.hints.apply(svc, addrType, groups, e.allNodes(), e.c.log)
 	var wants []sliceWant
 	for _, g := range groups {
 		reuse := bySig[g.sig]

@@ -508,3 +508,59 @@ func TestSlicesSplitAtMaxEndpoints(t *testing.T) {
 		return nil
 	})
 }
+
+// A terminating pod of a Service with publishNotReadyAddresses stays ready
+// and serving (the e2e 'connect to terminating and unready endpoints'
+// specs), whatever its readiness; without it, a terminating pod is not
+// ready, and serving follows its readiness.
+func TestEndpointsTerminatingPublishNotReady(t *testing.T) {
+	tc := newEndpointsCluster(t)
+	svc := testService("web", map[string]string{"app": "web"}, httpPort(intstr.FromInt32(9376)))
+	svc.Spec.PublishNotReadyAddresses = true
+	tc.createService(svc)
+	tc.createService(testService("strict", map[string]string{"app": "web"}, httpPort(intstr.FromInt32(9376))))
+	tc.endpointPod("web-a", "10.244.0.11", true)
+	tc.endpointPod("web-b", "10.244.0.12", true)
+	if err := tc.client.CoreV1().Pods("default").Delete(tc.ctx, "web-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tc.setPodStatus("default", "web-a", "10.244.0.11", false) // its readiness probe fails once it drains
+	tc.waitEndpoints("web", []string{
+		"web-a 10.244.0.11 ready node=node-1 http:9376/TCP",
+		"web-b 10.244.0.12 ready node=node-1 http:9376/TCP",
+	}, []string{
+		"web-a 10.244.0.11 r=true s=true t=true node=node-1 http:9376/TCP",
+		"web-b 10.244.0.12 r=true s=true t=false node=node-1 http:9376/TCP",
+	})
+	tc.waitEndpoints("strict", []string{
+		"web-b 10.244.0.12 ready node=node-1 http:9376/TCP",
+	}, []string{
+		"web-a 10.244.0.11 r=false s=false t=true node=node-1 http:9376/TCP",
+		"web-b 10.244.0.12 r=true s=true t=false node=node-1 http:9376/TCP",
+	})
+}
+
+// A named targetPort is looked up in the main containers, then in the
+// restartable init containers (sidecars), never in regular init
+// containers (endpointslice utils' FindPort).
+func TestEndpointsSidecarNamedPorts(t *testing.T) {
+	tc := newEndpointsCluster(t)
+	tc.createService(testService("web", map[string]string{"app": "web"}, httpPort(intstr.FromString("side"))))
+	always := corev1.ContainerRestartPolicyAlways
+	tc.endpointPod("web-a", "10.244.0.11", true, func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "busybox", RestartPolicy: &always,
+			Ports: []corev1.ContainerPort{{Name: "side", ContainerPort: 8080}}}}
+	})
+	tc.endpointPod("web-b", "10.244.0.12", true, func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "busybox",
+			Ports: []corev1.ContainerPort{{Name: "side", ContainerPort: 8080}}}}
+	})
+	tc.waitEndpoints("web", []string{
+		"web-a 10.244.0.11 ready node=node-1 http:8080/TCP",
+	}, []string{
+		// web-b has no port of that name: its endpoint is in a slice
+		// without ports, as the endpointslice controller groups it.
+		"web-a 10.244.0.11 r=true s=true t=false node=node-1 http:8080/TCP",
+		"web-b 10.244.0.12 r=true s=true t=false node=node-1 ",
+	})
+}

@@ -80,7 +80,11 @@ type builtin struct {
 	// exec may name (ResolveExec); a path the host may also have (nginx) is not
 	// listed, so exec never starts a second server by accident.
 	programs []string
-	run      func(ctx context.Context, c *container, args []string) error
+	// bundles are other built-in images' programs this image ships (agnhost
+	// carries CoreDNS as /coredns): a command or exec naming one runs that
+	// image.
+	bundles map[string]string
+	run     func(ctx context.Context, c *container, args []string) error
 }
 
 var nginxEntrypoints = []string{"nginx", "nginx-debug", "/usr/sbin/nginx", "/docker-entrypoint.sh"}
@@ -97,7 +101,15 @@ var builtins = []builtin{
 		entrypoints: []string{"/agnhost", "agnhost", "/agnhost-2"},
 		cmd:         []string{"pause"},
 		programs:    []string{"/agnhost", "/agnhost-2"},
+		bundles:     map[string]string{"/coredns": "registry.k8s.io/coredns/coredns"},
 		run:         runAgnhost,
+	},
+	{
+		name:        "registry.k8s.io/coredns/coredns",
+		repos:       []string{"coredns/coredns", "coredns"},
+		entrypoints: []string{"/coredns"},
+		programs:    []string{"/coredns"},
+		run:         runCoreDNS,
 	},
 	{
 		name:        "registry.k8s.io/serve_hostname",
@@ -222,6 +234,8 @@ func Resolve(s Spec) (Plan, error) {
 	r := parseRef(s.Image)
 	if b, ok := lookup(r); ok {
 		switch {
+		case len(s.Command) > 0 && b.bundles[s.Command[0]] != "":
+			return Plan{Builtin: true, Name: b.bundles[s.Command[0]], Argv: slices.Concat(s.Command[1:], s.Args)}, nil
 		case len(s.Command) > 0 && slices.Contains(b.entrypoints, s.Command[0]):
 			return Plan{Builtin: true, Name: b.name, Argv: slices.Concat(s.Command[1:], s.Args)}, nil
 		case len(s.Command) > 0:
@@ -262,6 +276,9 @@ func ResolveExec(image string, argv []string) (Plan, bool) {
 		return Plan{}, false
 	}
 	b, ok := lookup(parseRef(image))
+	if ok && b.bundles[argv[0]] != "" {
+		return Plan{Builtin: true, Name: b.bundles[argv[0]], Argv: slices.Clone(argv[1:])}, true
+	}
 	if !ok || !slices.Contains(b.programs, argv[0]) {
 		return Plan{}, false
 	}

@@ -136,43 +136,125 @@ func (w *podWorker) logPath(name string) string {
 	return filepath.Join(w.dir(), "logs", name+".log")
 }
 
-// ensureContainers starts containers that should run and are due to.
+// ensureContainers starts containers that should run and are due to, in the
+// kubelet's order: init containers one at a time, each to completion, except
+// that a restartable one (a sidecar: restartPolicy Always) only has to have
+// started before the next begins, and keeps running, restarted whatever its
+// exit code; then the main containers together.
 func (w *podWorker) ensureContainers(ctx context.Context, pod *corev1.Pod) {
-	for _, spec := range pod.Spec.Containers {
-		c := w.containers[spec.Name]
-		if c == nil {
-			c = &container{w: w, name: spec.Name}
-			w.containers[spec.Name] = c
-			w.track(c)
-		}
-		c.mu.Lock()
-		running, lastTerm, finishedAt := c.running, c.lastTerm, c.finishedAt
-		c.mu.Unlock()
-		if running {
-			c.initAdopted(pod, spec)
-			c.ensureProbes(ctx, pod, spec)
-			continue
-		}
-		if lastTerm != nil && !shouldRestart(pod.Spec.RestartPolicy, lastTerm.ExitCode) {
-			continue
-		}
-		if lastTerm != nil {
-			if wait, backoff := w.a.restartDelay(w.uid, spec.Name, finishedAt); wait > 0 {
+	if !w.initialized(pod) {
+		for _, spec := range pod.Spec.InitContainers {
+			if isSidecar(spec) {
+				c := w.ensureContainer(ctx, pod, spec, true)
 				c.mu.Lock()
-				c.waitReason, c.waitMessage = "CrashLoopBackOff",
-					fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", backoff, spec.Name, pod.Name, pod.Namespace, pod.UID)
+				started := c.running && c.started
 				c.mu.Unlock()
-				w.a.clock.AfterFunc(wait, w.wake)
+				if !started {
+					return
+				}
 				continue
 			}
+			c := w.containers[spec.Name]
+			if c != nil && c.succeeded() {
+				continue
+			}
+			w.ensureContainer(ctx, pod, spec, pod.Spec.RestartPolicy != corev1.RestartPolicyNever)
+			return
 		}
-		if err := c.start(pod, spec); err != nil {
-			w.a.log.Warn("starting container", "pod", pod.Namespace+"/"+pod.Name, "container", spec.Name, "err", err)
+	}
+	for _, spec := range pod.Spec.InitContainers {
+		if isSidecar(spec) {
+			w.ensureContainer(ctx, pod, spec, true)
+		}
+	}
+	for _, spec := range pod.Spec.Containers {
+		w.ensureContainer(ctx, pod, spec, false)
+	}
+}
+
+// initialized reports whether the pod's init containers are done: the
+// regular ones exited 0 (in this agent's memory, or in the pod's status
+// after an agent restart) and a main container was started once, which
+// the kubelet only does after initialization.
+func (w *podWorker) initialized(pod *corev1.Pod) bool {
+	for _, spec := range pod.Spec.Containers {
+		if w.containers[spec.Name] != nil {
+			return true
+		}
+	}
+	for _, spec := range pod.Spec.InitContainers {
+		if isSidecar(spec) {
 			continue
 		}
-		c.ensureProbes(ctx, pod, spec)
-		w.saveState()
+		if c := w.containers[spec.Name]; c != nil && c.succeeded() {
+			continue
+		}
+		done := false
+		for _, cs := range pod.Status.InitContainerStatuses {
+			if cs.Name == spec.Name && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+				done = true
+			}
+		}
+		if !done {
+			return false
+		}
 	}
+	return true
+}
+
+// isSidecar is a restartable init container.
+func isSidecar(c corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// succeeded reports whether the container's last run exited 0 and it does
+// not run now.
+func (c *container) succeeded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.running && c.lastTerm != nil && c.lastTerm.ExitCode == 0
+}
+
+// ensureContainer starts one container unless it runs, it ended and its
+// restart rule says it stays ended, or it waits out its back-off.
+// alwaysRestart is a sidecar's rule (and a failed init container's unless
+// the pod's restartPolicy is Never); otherwise the pod's restartPolicy
+// decides.
+func (w *podWorker) ensureContainer(ctx context.Context, pod *corev1.Pod, spec corev1.Container, alwaysRestart bool) *container {
+	c := w.containers[spec.Name]
+	if c == nil {
+		c = &container{w: w, name: spec.Name}
+		w.containers[spec.Name] = c
+		w.track(c)
+	}
+	c.mu.Lock()
+	running, lastTerm, finishedAt := c.running, c.lastTerm, c.finishedAt
+	c.mu.Unlock()
+	if running {
+		c.initAdopted(pod, spec)
+		c.ensureProbes(ctx, pod, spec)
+		return c
+	}
+	if lastTerm != nil && !alwaysRestart && !shouldRestart(pod.Spec.RestartPolicy, lastTerm.ExitCode) {
+		return c
+	}
+	if lastTerm != nil {
+		if wait, backoff := w.a.restartDelay(w.uid, spec.Name, finishedAt); wait > 0 {
+			c.mu.Lock()
+			c.waitReason, c.waitMessage = "CrashLoopBackOff",
+				fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", backoff, spec.Name, pod.Name, pod.Namespace, pod.UID)
+			c.mu.Unlock()
+			w.a.clock.AfterFunc(wait, w.wake)
+			return c
+		}
+	}
+	if err := c.start(pod, spec); err != nil {
+		w.a.log.Warn("starting container", "pod", pod.Namespace+"/"+pod.Name, "container", spec.Name, "err", err)
+		return c
+	}
+	c.ensureProbes(ctx, pod, spec)
+	w.saveState()
+	return c
 }
 
 // restartDelay is the kubelet's doBackOff for a container that ended at

@@ -58,6 +58,9 @@ type podWorker struct {
 	// volumesRefreshAt is when configMap, secret and downwardAPI volumes are
 	// next rewritten from the API.
 	volumesRefreshAt time.Time
+	// termStart is when the pod's termination began (SIGTERM sent), zero
+	// until it is deleted; termDeadline is when its containers get SIGKILL.
+	termStart, termDeadline time.Time
 }
 
 func newPodWorker(a *Agent, ns, name string, uid types.UID) *podWorker {
@@ -117,15 +120,17 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	if pod.DeletionTimestamp != nil {
-		grace := int64(30)
-		if pod.DeletionGracePeriodSeconds != nil {
-			grace = *pod.DeletionGracePeriodSeconds
+		if !w.terminateBy(ctx, pod) {
+			// Terminating: the containers had SIGTERM and run out their grace
+			// period with their probes, and the status keeps saying how they
+			// are (a readiness probe failing after SIGTERM makes the pod
+			// unready; its endpoints turn serving=false), as the kubelet's
+			// status manager keeps reporting a terminating pod.
+			return false, w.updateStatus(ctx, pod)
 		}
-		deadline := time.Now().Add(time.Duration(grace) * time.Second)
-		w.runPreStop(ctx, pod, deadline)
-		// A hook that used up the grace period still leaves the process a moment
-		// between SIGTERM and SIGKILL, as the kubelet's 2s minimum does.
-		w.terminate(max(time.Until(deadline), 2*time.Second))
+		for _, c := range w.containers {
+			c.kill("grace period over")
+		}
 		if err := w.cleanup(); err != nil {
 			return false, err
 		}
@@ -146,6 +151,17 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		}
 		// A finished pod holds no hostPorts, as the scheduler counts them.
 		w.a.forgetHostPorts(w.uid)
+		// Its sidecars have nothing left to serve: they are stopped, as the
+		// kubelet stops restartable init containers after the main ones.
+		for _, c := range w.containers {
+			c.mu.Lock()
+			running := c.running
+			c.stopping = c.stopping || running
+			c.mu.Unlock()
+			if running {
+				c.signal(sigterm)
+			}
+		}
 		return false, w.updateStatus(ctx, pod)
 	}
 	if !w.admitted {
@@ -317,6 +333,52 @@ func (w *podWorker) writePodFiles(pod *corev1.Pod, ip netip.Addr) error {
 		}
 	}
 	return nil
+}
+
+// terminateBy starts and follows the termination of a pod being deleted:
+// the first time, the preStop hooks run and every container gets SIGTERM;
+// it reports true once every container has exited or the grace period
+// (shortened by a later delete with a smaller one) is over, and until then
+// wakes the worker when the period ends.
+func (w *podWorker) terminateBy(ctx context.Context, pod *corev1.Pod) bool {
+	grace := int64(30)
+	if pod.DeletionGracePeriodSeconds != nil {
+		grace = *pod.DeletionGracePeriodSeconds
+	}
+	now := time.Now()
+	if w.termStart.IsZero() {
+		w.termStart = now
+		deadline := now.Add(time.Duration(grace) * time.Second)
+		w.runPreStop(ctx, pod, deadline)
+		for _, c := range w.containers {
+			c.stopping = true
+		}
+		for _, c := range w.containers {
+			c.signal(sigterm)
+		}
+		// A hook that used up the grace period still leaves the process a
+		// moment between SIGTERM and SIGKILL, as the kubelet's 2s minimum does.
+		w.termDeadline = deadline
+		if min2 := time.Now().Add(2 * time.Second); deadline.Before(min2) {
+			w.termDeadline = min2
+		}
+		time.AfterFunc(time.Until(w.termDeadline), w.wake)
+	} else if d := w.termStart.Add(time.Duration(grace) * time.Second); d.Before(w.termDeadline) {
+		w.termDeadline = d
+		time.AfterFunc(time.Until(d), w.wake)
+	}
+	if !time.Now().Before(w.termDeadline) {
+		return true
+	}
+	for _, c := range w.containers {
+		c.mu.Lock()
+		running := c.running
+		c.mu.Unlock()
+		if running {
+			return false
+		}
+	}
+	return true
 }
 
 // terminate stops every container: SIGTERM, then SIGKILL after the grace period.

@@ -3,8 +3,10 @@ package kubelet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,56 +37,51 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 			}
 		}
 	}
-	allReady, running, terminated, failed := true, 0, 0, 0
+	initDone := len(pod.Spec.InitContainers) == 0
 	for _, spec := range pod.Spec.Containers {
-		cs := corev1.ContainerStatus{Name: spec.Name, Image: spec.Image, ImageID: "minikit://" + spec.Image}
-		c := w.containers[spec.Name]
-		if c == nil {
-			reason := "ContainerCreating"
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
-			allReady = false
-			st.ContainerStatuses = append(st.ContainerStatuses, cs)
-			continue
-		}
-		c.mu.Lock()
-		cs.RestartCount = c.restartCount
-		if c.lastTerm != nil {
-			cs.LastTerminationState.Terminated = c.lastTerm.DeepCopy()
-		}
+		initDone = initDone || w.containers[spec.Name] != nil
+	}
+	allReady, running, terminated, failed, initFailed := true, 0, 0, 0, false
+	var notReady []string
+	for _, spec := range pod.Spec.InitContainers {
+		sidecar := isSidecar(spec)
+		cs, state := w.containerStatusOf(pod, spec, sidecar, !initDone)
 		switch {
-		case c.running:
+		case sidecar:
+			if !cs.Ready {
+				allReady = false
+				notReady = append(notReady, cs.Name)
+			}
+		case state == stateTerminated && cs.State.Terminated.ExitCode == 0:
+			cs.Ready = true
+		case state == stateTerminated:
+			initFailed = true
+		}
+		st.InitContainerStatuses = append(st.InitContainerStatuses, cs)
+	}
+	for _, spec := range pod.Spec.Containers {
+		cs, state := w.containerStatusOf(pod, spec, false, !initDone)
+		switch state {
+		case stateRunning:
 			running++
-			cs.ContainerID = containerID(w.uid, c.name, c.procStart)
-			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: mtime(c.startedAt)}
-			cs.Ready, cs.Started = c.ready && c.started, ptr(c.started)
-			cs.LastTerminationState.Terminated = c.lastTermBefore()
-		case c.lastTerm != nil && (c.stopping || !shouldRestart(pod.Spec.RestartPolicy, c.lastTerm.ExitCode)):
+		case stateTerminated:
 			terminated++
-			if c.lastTerm.ExitCode != 0 {
+			if cs.State.Terminated.ExitCode != 0 {
 				failed++
 			}
-			cs.State.Terminated = c.lastTerm.DeepCopy()
-			cs.LastTerminationState = corev1.ContainerState{}
-			cs.Started = ptr(false)
-		default:
-			reason, msg := c.waitReason, c.waitMessage
-			if reason == "" {
-				reason = "ContainerCreating"
-			}
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
-			cs.Started = ptr(false)
 		}
 		if !cs.Ready {
 			allReady = false
-		}
-		c.mu.Unlock()
-		if cs.ContainerID == "" && cs.State.Terminated != nil {
-			cs.ContainerID = cs.State.Terminated.ContainerID
+			notReady = append(notReady, cs.Name)
 		}
 		st.ContainerStatuses = append(st.ContainerStatuses, cs)
 	}
 	n := len(pod.Spec.Containers)
 	switch {
+	case initFailed:
+		st.Phase = corev1.PodFailed
+	case !initDone:
+		st.Phase = corev1.PodPending
 	case terminated == n && failed == 0:
 		st.Phase = corev1.PodSucceeded
 	case terminated == n:
@@ -106,22 +103,26 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 	if w.sandboxOK {
 		sandboxStatus = corev1.ConditionTrue
 	}
+	initStatus := corev1.ConditionTrue
+	if !initDone {
+		initStatus = corev1.ConditionFalse
+	}
+	podReady, gateReason, gateMsg := readyStatus, "", ""
+	if allReady {
+		if gateMsg = readinessGatesUnready(pod); gateMsg != "" {
+			podReady, gateReason = corev1.ConditionFalse, "ReadinessGatesNotReady"
+		}
+	}
 	conds := []corev1.PodCondition{
 		{Type: corev1.PodReadyToStartContainers, Status: sandboxStatus},
-		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue},
+		{Type: corev1.PodInitialized, Status: initStatus},
 		{Type: corev1.ContainersReady, Status: readyStatus},
-		{Type: corev1.PodReady, Status: readyStatus},
+		{Type: corev1.PodReady, Status: podReady, Reason: gateReason, Message: gateMsg},
 		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 	}
 	for i := range conds {
-		if conds[i].Status == corev1.ConditionFalse && (conds[i].Type == corev1.PodReady || conds[i].Type == corev1.ContainersReady) {
+		if conds[i].Status == corev1.ConditionFalse && conds[i].Reason == "" && (conds[i].Type == corev1.PodReady || conds[i].Type == corev1.ContainersReady) {
 			conds[i].Reason = "ContainersNotReady"
-			var notReady []string
-			for _, cs := range st.ContainerStatuses {
-				if !cs.Ready {
-					notReady = append(notReady, cs.Name)
-				}
-			}
 			conds[i].Message = "containers with unready status: [" + strings.Join(notReady, " ") + "]"
 			if st.Phase == corev1.PodSucceeded || st.Phase == corev1.PodFailed {
 				conds[i].Reason = "PodCompleted"
@@ -135,11 +136,128 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 			}
 		}
 	}
+	// Conditions the kubelet does not own (readiness gates' conditions, set
+	// by controllers through pods/status) are kept as they are, as the
+	// kubelet's status manager merges them.
+	for _, c := range pod.Status.Conditions {
+		if !kubeletCondition(c.Type) {
+			conds = append(conds, c)
+		}
+	}
+	if !initDone {
+		var pending []string
+		for _, cs := range st.InitContainerStatuses {
+			if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+				if !(cs.Started != nil && *cs.Started && cs.State.Running != nil) {
+					pending = append(pending, cs.Name)
+				}
+			}
+		}
+		conds[1].Reason, conds[1].Message = "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(pending, " ")+"]"
+	}
 	st.Conditions = conds
 	if !w.sandboxOK && w.sandboxMsg != "" {
 		st.Message = w.sandboxMsg
 	}
 	return st
+}
+
+// Where a container's status puts it.
+const (
+	stateWaiting = iota
+	stateRunning
+	stateTerminated
+)
+
+// containerStatusOf is one container's status. A sidecar is restarted
+// whatever its exit code; a regular init container that exited 0 stays
+// terminated. initializing says the pod's init containers are not done
+// (a main container not created yet waits with PodInitializing).
+func (w *podWorker) containerStatusOf(pod *corev1.Pod, spec corev1.Container, sidecar, initializing bool) (corev1.ContainerStatus, int) {
+	cs := corev1.ContainerStatus{Name: spec.Name, Image: spec.Image, ImageID: "minikit://" + spec.Image}
+	c := w.containers[spec.Name]
+	if c == nil {
+		reason := "ContainerCreating"
+		if initializing {
+			reason = "PodInitializing"
+		}
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason}
+		if sidecar || slices.ContainsFunc(pod.Spec.InitContainers, func(i corev1.Container) bool { return i.Name == spec.Name }) {
+			cs.Started = ptr(false)
+		}
+		return cs, stateWaiting
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs.RestartCount = c.restartCount
+	if c.lastTerm != nil {
+		cs.LastTerminationState.Terminated = c.lastTerm.DeepCopy()
+	}
+	stays := func(code int32) bool {
+		if sidecar {
+			return false
+		}
+		if slices.ContainsFunc(pod.Spec.InitContainers, func(i corev1.Container) bool { return i.Name == spec.Name }) {
+			return code == 0 || pod.Spec.RestartPolicy == corev1.RestartPolicyNever
+		}
+		return !shouldRestart(pod.Spec.RestartPolicy, code)
+	}
+	state := stateWaiting
+	switch {
+	case c.running:
+		state = stateRunning
+		cs.ContainerID = containerID(w.uid, c.name, c.procStart)
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: mtime(c.startedAt)}
+		cs.Ready, cs.Started = c.ready && c.started, ptr(c.started)
+		cs.LastTerminationState.Terminated = c.lastTermBefore()
+	case c.lastTerm != nil && (c.stopping || stays(c.lastTerm.ExitCode)):
+		state = stateTerminated
+		cs.State.Terminated = c.lastTerm.DeepCopy()
+		cs.LastTerminationState = corev1.ContainerState{}
+		cs.Started = ptr(false)
+		cs.ContainerID = cs.State.Terminated.ContainerID
+	default:
+		reason, msg := c.waitReason, c.waitMessage
+		if reason == "" {
+			reason = "ContainerCreating"
+		}
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: reason, Message: msg}
+		cs.Started = ptr(false)
+	}
+	return cs, state
+}
+
+// kubeletCondition reports whether the kubelet writes condition t itself
+// (pkg/kubelet/types.PodConditionsByKubelet, with PodReadyToStartContainers).
+func kubeletCondition(t corev1.PodConditionType) bool {
+	switch t {
+	case corev1.PodScheduled, corev1.PodReady, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReadyToStartContainers:
+		return true
+	}
+	return false
+}
+
+// readinessGatesUnready is why the pod's readiness gates keep it unready
+// (status.GeneratePodReadyCondition): the message for the first gate whose
+// condition is missing or not True, "" when every gate is True.
+func readinessGatesUnready(pod *corev1.Pod) string {
+	var msgs []string
+	for _, g := range pod.Spec.ReadinessGates {
+		var cond *corev1.PodCondition
+		for i := range pod.Status.Conditions {
+			if pod.Status.Conditions[i].Type == g.ConditionType {
+				cond = &pod.Status.Conditions[i]
+				break
+			}
+		}
+		switch {
+		case cond == nil:
+			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", g.ConditionType))
+		case cond.Status != corev1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v.", g.ConditionType, cond.Status))
+		}
+	}
+	return strings.Join(msgs, ", ")
 }
 
 // lastTermBefore is the termination shown as lastState while a container runs again.

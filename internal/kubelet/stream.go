@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,7 +68,8 @@ func (a *Agent) resolveStream(ns, name, ctr string) (*streamTarget, error) {
 	t := &streamTarget{a: a, pod: pod, netns: a.sandboxName(pod.UID)}
 	if ctr != "" {
 		found := false
-		for _, s := range pod.Spec.Containers {
+		// Running init containers (sidecars) take exec and attach too.
+		for _, s := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 			if s.Name == ctr {
 				t.spec, found = s, true
 			}

@@ -27,6 +27,7 @@ type changes struct {
 	dirty       map[types.NamespacedName]bool
 	needFull    bool
 	nodeIP      netip.Addr
+	nodeZone    string // the node's topology.kubernetes.io/zone label
 	initialized bool
 	// triggers are the last-change-trigger-times of the EndpointSlice
 	// changes not yet synced; created is when the proxier was made.
@@ -133,6 +134,22 @@ func (p *changes) SetNodeIP(ip netip.Addr) {
 	}
 }
 
+// SetNodeZone records the node's topology.kubernetes.io/zone label, which
+// decides the endpoints hinted for this node's zone (kube-proxy's
+// topology-aware routing); a change resyncs every service.
+func (p *changes) SetNodeZone(zone string) {
+	p.mu.Lock()
+	changed := zone != p.nodeZone
+	p.nodeZone = zone
+	if changed {
+		p.needFull = true
+	}
+	p.mu.Unlock()
+	if changed {
+		p.runner.Run()
+	}
+}
+
 // forceFullSync is what the flush monitor calls.
 func (p *changes) forceFullSync() {
 	p.mu.Lock()
@@ -153,6 +170,7 @@ type taken struct {
 	dirty    map[types.NamespacedName]bool
 	triggers []time.Time // the EndpointSlice changes this sync programs
 	nodeIP   netip.Addr
+	nodeZone string
 	inputs   map[types.NamespacedName]syncInput
 }
 
@@ -172,6 +190,7 @@ func (c *changes) take(now, lastFull time.Time, fullEvery time.Duration, rendere
 		dirty:    c.dirty,
 		triggers: c.triggers,
 		nodeIP:   c.nodeIP,
+		nodeZone: c.nodeZone,
 		inputs:   map[types.NamespacedName]syncInput{},
 	}
 	c.dirty, c.needFull, c.triggers = map[types.NamespacedName]bool{}, false, nil

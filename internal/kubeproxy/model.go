@@ -3,6 +3,7 @@ package kubeproxy
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +60,10 @@ type endpoint struct {
 	terminating bool
 	local       bool   // on this node
 	chain       string // KUBE-SEP-...
+	// otherTopology: the service's hints send this node's cluster traffic
+	// to other endpoints (topologyModeFromHints), so this one is left out
+	// of its cluster endpoints.
+	otherTopology bool
 }
 
 // servicePorts turns a Service into its ports. Headless and ExternalName
@@ -143,8 +148,9 @@ func servicePorts(svc *corev1.Service) []*servicePort {
 // EndpointSlices: the slice port with the same name and protocol gives the
 // target port; duplicates across slices are merged; the result is sorted by
 // "ip:port" as kube-proxy's endpointslicecache sorts it.
-func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName string) []*endpoint {
+func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName, zone string) []*endpoint {
 	seen := map[string]*endpoint{}
+	hints := map[string]*discovery.EndpointHints{}
 	for _, s := range slices {
 		if s.AddressType != discovery.AddressTypeIPv4 {
 			continue
@@ -191,17 +197,61 @@ func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName s
 				local: e.NodeName != nil && *e.NodeName == nodeName,
 				chain: prefixSEP + endpointHash(sp.name, sp.protocol, addr),
 			}
+			hints[addr] = e.Hints
 		}
 	}
 	out := make([]*endpoint, 0, len(seen))
 	for _, e := range seen {
 		out = append(out, e)
 	}
+	applyTopology(out, hints, nodeName, zone)
 	sort.Slice(out, func(i, j int) bool { return out[i].addr < out[j].addr })
 	return out
 }
 
-// categorize is kube-proxy's CategorizeEndpoints without topology hints:
+// applyTopology is kube-proxy's topologyModeFromHints and
+// availableForTopology: when every ready endpoint has node hints and one is
+// for this node, cluster traffic goes to those (PreferSameNode); else when
+// every ready endpoint has zone hints and one is for this node's zone, to
+// those; otherwise hints are ignored.
+func applyTopology(eps []*endpoint, hints map[string]*discovery.EndpointHints, nodeName, zone string) {
+	allNode, forNode, allZone, forZone := true, false, true, false
+	for _, e := range eps {
+		if !e.ready {
+			continue
+		}
+		h := hints[e.addr]
+		if h == nil || len(h.ForNodes) == 0 {
+			allNode = false
+		} else if slices.ContainsFunc(h.ForNodes, func(n discovery.ForNode) bool { return n.Name == nodeName }) {
+			forNode = true
+		}
+		if h == nil || len(h.ForZones) == 0 {
+			allZone = false
+		} else if zone != "" && slices.ContainsFunc(h.ForZones, func(z discovery.ForZone) bool { return z.Name == zone }) {
+			forZone = true
+		}
+	}
+	var keep func(h *discovery.EndpointHints) bool
+	switch {
+	case allNode && forNode:
+		keep = func(h *discovery.EndpointHints) bool {
+			return h != nil && slices.ContainsFunc(h.ForNodes, func(n discovery.ForNode) bool { return n.Name == nodeName })
+		}
+	case allZone && forZone:
+		keep = func(h *discovery.EndpointHints) bool {
+			return h != nil && slices.ContainsFunc(h.ForZones, func(z discovery.ForZone) bool { return z.Name == zone })
+		}
+	default:
+		return
+	}
+	for _, e := range eps {
+		e.otherTopology = !keep(hints[e.addr])
+	}
+}
+
+// categorize is kube-proxy's CategorizeEndpoints (topology through
+// endpoint.otherTopology, applyTopology):
 // cluster endpoints are the ready ones (falling back to serving+terminating when
 // none is ready), local endpoints the same among this node's, and reachable the
 // union that needs KUBE-SEP chains.
@@ -216,9 +266,9 @@ func categorize(sp *servicePort, eps []*endpoint) (cluster, local, reachable []*
 		return r
 	}
 	if sp.usesClusterEndpoints() {
-		cluster = filter(func(e *endpoint) bool { return e.ready })
+		cluster = filter(func(e *endpoint) bool { return e.ready && !e.otherTopology })
 		if len(cluster) == 0 {
-			cluster = filter(func(e *endpoint) bool { return e.serving && e.terminating })
+			cluster = filter(func(e *endpoint) bool { return e.serving && e.terminating && !e.otherTopology })
 		}
 		hasAny = len(cluster) > 0
 	}

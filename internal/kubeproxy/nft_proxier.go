@@ -255,7 +255,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}
-			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName), p.blocks)
+			r := renderNFTService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName, t.nodeZone), p.blocks)
 			if sp.hcNodePort != 0 {
 				p.healthChecked[key] = true
 			}

@@ -333,7 +333,7 @@ func (p *Proxier) syncProxyRules() (err error) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}
-			r := renderService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName))
+			r := renderService(cfg, sp, endpointsFor(sp, in.slices, p.cfg.NodeName, t.nodeZone))
 			p.totals.add(r, 1)
 			if sp.hcNodePort != 0 {
 				p.healthChecked[key] = true

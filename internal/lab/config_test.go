@@ -41,6 +41,38 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// Nodes spread over the zones round-robin, three zones by default (one per
+// node in a smaller lab), as a multi-zone cloud cluster's nodes are labelled.
+func TestNodeZones(t *testing.T) {
+	for nodes, want := range map[int]int{1: 1, 2: 2, 3: 3, 6: 3} {
+		if c := defaultConfig(t, Config{Nodes: nodes}); c.Zones != want {
+			t.Errorf("a %d-node lab spans %d zones by default, want %d", nodes, c.Zones, want)
+		}
+	}
+	for _, tc := range []struct {
+		nodes, zones int
+		want         []string
+	}{
+		{3, 3, []string{"zone-1", "zone-2", "zone-3"}},
+		{5, 2, []string{"zone-1", "zone-2", "zone-1", "zone-2", "zone-1"}},
+		{2, 1, []string{"zone-1", "zone-1"}},
+		{2, 0, []string{"", ""}}, // a lab recorded before zones
+	} {
+		var got []string
+		for i := 1; i <= tc.nodes; i++ {
+			got = append(got, NodeZone(i, tc.zones))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%d nodes in %d zones: %q, want %q", tc.nodes, tc.zones, got, tc.want)
+		}
+	}
+	for name, want := range map[string]int{"node1": 1, "node12": 12, "node": 0, "node01": 0, "client": 0, "node0": 0} {
+		if i, ok := nodeIndex(name); i != want && ok || ok != (want > 0) {
+			t.Errorf("nodeIndex(%q) = %d, %v; want %d", name, i, ok, want)
+		}
+	}
+}
+
 // Every refusal names the flag or value that is wrong.
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -57,6 +89,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{ProxyMode: "ipvs"}, `unknown proxy mode "ipvs": want iptables or nftables`},
 		{Config{PodNetwork: "udp"}, `unknown pod network "udp": want host-gw or vxlan`},
 		{Config{Topology: "star"}, `unknown topology "star": want flat or routed`},
+		{Config{Nodes: 3, Zones: 4}, "--zones 4: a lab of 3 nodes spans 1 to 3 zones"},
+		{Config{Zones: -1}, "--zones -1: a lab of 2 nodes spans 1 to 2 zones"},
 		{Config{Topology: TopologyRouted, Subnet: netip.MustParsePrefix("192.168.56.0/25")}, "the routed topology's underlay subnet 192.168.56.0/25 must be an IPv4 prefix of /16 to /24"},
 		{Config{Topology: TopologyRouted, Subnet: netip.MustParsePrefix("10.0.0.0/8")}, "must be an IPv4 prefix of /16 to /24"},
 		{Config{Topology: TopologyRouted, Subnet: netip.MustParsePrefix("fd00::/64")}, "must be an IPv4 prefix"},

@@ -76,6 +76,11 @@ type Config struct {
 	// `minikit lab up` does not offer dual yet (the service proxies and DNS
 	// serve IPv4 only); the pod network and the API are complete.
 	IPFamily string
+
+	// Zones is how many availability zones the nodes spread over (node i in
+	// zone-((i-1) mod Zones + 1), its topology.kubernetes.io/zone label);
+	// 0 means defaultZones, or one per node in a smaller lab.
+	Zones int
 }
 
 // IP families of a lab.
@@ -93,6 +98,11 @@ var (
 	ServiceCIDR6 = netip.MustParsePrefix("fd00:10:96::/112")
 	PodCIDR6     = netip.MustParsePrefix("fd00:10:244::/56")
 )
+
+// defaultZones is how many zones a lab spans unless told: three, as a
+// cloud region's clusters commonly do, so a 3-node lab has one node per
+// zone and a 6-node lab two.
+const defaultZones = 3
 
 // Underlay topologies.
 const (
@@ -135,6 +145,8 @@ type State struct {
 	Subnet2    string            `json:"subnet2,omitempty"`
 	Addresses  map[string]string `json:"addresses"`
 	APIPort    int               `json:"apiPort"`
+	// Zones is Config.Zones; 0 (a lab from before zones) labels no zone.
+	Zones int `json:"zones,omitempty"`
 	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
 	// context into, UserUID its owner, and PrevContext the current context
 	// it replaced, which Down restores.
@@ -162,6 +174,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Servers == 0 {
 		c.Servers = 1
+	}
+	if c.Zones == 0 {
+		c.Zones = min(c.Nodes, defaultZones)
+	}
+	if c.Zones < 1 || c.Zones > c.Nodes {
+		return fmt.Errorf("--zones %d: a lab of %d nodes spans 1 to %d zones", c.Zones, c.Nodes, c.Nodes)
 	}
 	switch {
 	case c.Servers < 1 || c.Servers > c.Nodes:
@@ -368,7 +386,7 @@ func (l *Lab) saveState() error {
 // newState is the state of a lab about to be built from cfg.
 func newState(cfg Config) State {
 	return State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
-		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology,
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones,
 		PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -186,12 +187,52 @@ func (l *Lab) waitPodCIDR(ctx context.Context, name string) error {
 	})
 }
 
-// WaitReady waits until every node of the lab is registered and Ready.
+// NodeZone is the availability zone of node i (1-based) in a lab spanning
+// zones zones, its topology.kubernetes.io/zone label; "" for a lab without
+// zones.
+func NodeZone(i, zones int) string {
+	if zones < 1 {
+		return ""
+	}
+	return fmt.Sprintf("zone-%d", (i-1)%zones+1)
+}
+
+// labelZones gives every registered node of the lab its zone label, as a
+// cloud's node controller labels nodes after they register (the node agent
+// keeps labels it did not set). A node re-registered after `lab node stop
+// --remove` gets it again on the next WaitReady.
+func (l *Lab) labelZones(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node) error {
+	for _, n := range nodes {
+		i, ok := nodeIndex(n.Name)
+		zone := NodeZone(i, l.state.Zones)
+		if !ok || zone == "" || n.Labels[corev1.LabelTopologyZone] == zone {
+			continue
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, corev1.LabelTopologyZone, zone)
+		if _, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("labelling node %s with zone %s: %w", n.Name, zone, err)
+		}
+	}
+	return nil
+}
+
+// nodeIndex is i of nodeName(i).
+func nodeIndex(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, "node")
+	i, err := strconv.Atoi(rest)
+	return i, ok && err == nil && i >= 1 && nodeName(i) == name
+}
+
+// WaitReady waits until every node of the lab is registered and Ready, with
+// its zone label.
 func (l *Lab) WaitReady(ctx context.Context) error {
 	return l.pollNodes(ctx, "waiting for the lab's nodes", func(client kubernetes.Interface) (bool, string, error) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, "", err
+		}
+		if err := l.labelZones(ctx, client, nodes.Items); err != nil {
+			return false, err.Error(), nil
 		}
 		ready := 0
 		for _, n := range nodes.Items {

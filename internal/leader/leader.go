@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 )
 
@@ -180,17 +181,24 @@ func Run(ctx context.Context, cfg Config, lead func(ctx context.Context)) error 
 func release(lock resourcelock.Interface, identity string, t Timing, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.RenewDeadline)
 	defer cancel()
-	rec, _, err := lock.Get(ctx)
-	if err != nil || rec.HolderIdentity != identity {
-		return
-	}
-	now := metav1.Now()
-	if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
-		LeaderTransitions: rec.LeaderTransitions}); err != nil {
+	// A renewal the elector sent as its context was cancelled can still
+	// land after our Get: the Update then conflicts, and we read again.
+	held := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rec, _, err := lock.Get(ctx)
+		if held = err == nil && rec.HolderIdentity == identity; !held {
+			return err
+		}
+		now := metav1.Now()
+		return lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now,
+			LeaderTransitions: rec.LeaderTransitions})
+	})
+	switch {
+	case err != nil:
 		log.Warn("releasing the lease", "err", err)
-		return
+	case held:
+		log.Info("released the lease")
 	}
-	log.Info("released the lease")
 }
 
 // termLock counts a term in when the elector records "became leader", which
