@@ -90,6 +90,11 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	if err != nil {
 		return err
 	}
+	if nc.Agent != nil {
+		if err := kubeproxy.SetConntrackSysctls(nc.Agent.EnsureSysctl, mode == ProxyModeNFTables); err != nil {
+			log.Warn("setting conntrack timeouts", "err", err)
+		}
+	}
 	cfg := kubeproxy.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, ClusterCIDR: nc.ClusterCIDR, Logger: nc.Logger}
 	var p serviceProxy
 	var closeBackend func()

@@ -26,6 +26,7 @@ var agnhostCommands = map[string]agnhostCommand{
 	"dns-suffix":      {"Prints the host's DNS suffix list", dnsSuffix},
 	"etc-hosts":       {"Prints the host's /etc/hosts file", etcHosts},
 	"liveness":        {"Starts a server that fails liveness probes after 10 seconds", liveness},
+	"net":             {"Creates webserver or runner for various networking tests", agnhostNet},
 	"netexec":         {"Creates HTTP(S) and UDP servers with various endpoints", netexec},
 	"pause":           {"Pauses the execution", agnhostPause},
 	"porter":          {"Serves requested data on ports specified in ENV variables", porter},

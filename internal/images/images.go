@@ -170,6 +170,13 @@ var builtins = []builtin{
 		run:         runHttpd,
 	},
 	{
+		name:        "registry.k8s.io/e2e-test-images/regression-issue-74839",
+		repos:       []string{"e2e-test-images/regression-issue-74839"},
+		entrypoints: []string{"/regression-issue-74839"},
+		programs:    []string{"/regression-issue-74839"},
+		run:         runBoomServer,
+	},
+	{
 		name:  "minikit/echo",
 		repos: []string{"minikit/echo"},
 		run:   runEcho,

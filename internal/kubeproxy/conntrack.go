@@ -1,6 +1,7 @@
 package kubeproxy
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -232,4 +233,39 @@ func renderedPorts[R renderedState](rendered map[types.NamespacedName][]R) map[t
 		}
 	}
 	return ports
+}
+
+// ConntrackSysctls are the conntrack settings kube-proxy makes at start
+// (pkg/proxy/conntrack.SetSysctls with its configuration's defaults), as
+// /proc/sys paths and values: established TCP flows live a day and a
+// half-closed one (CLOSE_WAIT) an hour rather than the kernel's 60 s, so a
+// NATed connection whose server closed first keeps its translation while
+// the client still sends. nf_conntrack_max and the hash size are global and
+// read-only outside the initial namespace; kube-proxy raises them only when
+// they are too small, and a lab's nodes share the machine's.
+var ConntrackSysctls = []struct{ Name, Value string }{
+	{"net/netfilter/nf_conntrack_tcp_timeout_established", "86400"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_close_wait", "3600"},
+}
+
+// SetConntrackSysctls writes ConntrackSysctls with set (the node agent's
+// recorded sysctl writer, in the node's namespace), and with beLiberal
+// kube-proxy's --conntrack-tcp-be-liberal: nf_conntrack_tcp_be_liberal=1,
+// so that conntrack does not mark out-of-window TCP packets INVALID (which
+// would then bypass the reverse NAT and draw a RST from the client,
+// kubernetes#74839). The nftables mode has no INVALID drop rule and relies
+// on it, as upstream's nftables jobs configure it (test-infra#31591); the
+// iptables mode drops INVALID packets in KUBE-FORWARD instead.
+func SetConntrackSysctls(set func(name, value string) error, beLiberal bool) error {
+	all := ConntrackSysctls
+	if beLiberal {
+		all = append(all[:len(all):len(all)], struct{ Name, Value string }{"net/netfilter/nf_conntrack_tcp_be_liberal", "1"})
+	}
+	var errs []error
+	for _, s := range all {
+		if err := set(s.Name, s.Value); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
