@@ -15,7 +15,7 @@ import (
 type Flow struct {
 	OrigSrc  netip.AddrPort
 	OrigDst  netip.AddrPort // the service frontend the client sent to
-	ReplySrc netip.Addr     // the backend that answers (the DNAT target)
+	ReplySrc netip.AddrPort // the backend that answers (the DNAT target)
 }
 
 // Conntrack is the proxy's view of the kernel connection tracking table.
@@ -48,7 +48,7 @@ func (netlinkConntrack) ListUDP() ([]Flow, error) {
 		out = append(out, Flow{
 			OrigSrc:  toAddrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 			OrigDst:  toAddrPort(f.Forward.DstIP, f.Forward.DstPort),
-			ReplySrc: toAddrPort(f.Reverse.SrcIP, 0).Addr(),
+			ReplySrc: toAddrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 		})
 	}
 	return out, nil
@@ -64,7 +64,7 @@ func (s flowSet) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	return s[Flow{
 		OrigSrc:  toAddrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 		OrigDst:  toAddrPort(f.Forward.DstIP, f.Forward.DstPort),
-		ReplySrc: toAddrPort(f.Reverse.SrcIP, 0).Addr(),
+		ReplySrc: toAddrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 	}]
 }
 
@@ -84,10 +84,11 @@ func (netlinkConntrack) Delete(flows []Flow) (int, error) {
 // v1.32+ with the zero-endpoint fix of #139629): a UDP flow is stale when it
 // was sent to a service frontend (cluster IP, external IP, LB IP, or a
 // NodePort on this node) and its reply does not come from a serving endpoint
+// (address and port: a changed targetPort leaves the IP serving)
 // of that service. Services with no endpoints count with an empty set, so
 // flows created while a service had no backends (REJECTed, un-NATed) go too.
 // Traffic policy and topology are ignored, as in kube-proxy.
-func staleUDPFlows(flows []Flow, frontends map[netip.AddrPort]map[netip.Addr]bool, nodePorts map[uint16]map[netip.Addr]bool, nodeIP netip.Addr) []Flow {
+func staleUDPFlows(flows []Flow, frontends map[netip.AddrPort]map[netip.AddrPort]bool, nodePorts map[uint16]map[netip.AddrPort]bool, nodeIP netip.Addr) []Flow {
 	var stale []Flow
 	for _, f := range flows {
 		if serving, ok := frontends[f.OrigDst]; ok {
@@ -124,7 +125,8 @@ func (u *udpFrontends) had(key types.NamespacedName) bool {
 	return len(u.frontends[key]) > 0 || len(u.nodePorts[key]) > 0
 }
 
-// renderedPort is one rendered service port and the endpoint IPs it serves.
+// renderedPort is one rendered service port and the endpoints ("ip:port")
+// it serves.
 type renderedPort struct {
 	sp      *servicePort
 	serving []string
@@ -134,8 +136,8 @@ type renderedPort struct {
 // (staleUDPFlows decides which) and remembers ports for the next one. It
 // returns how many flows it deleted.
 func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.NamespacedName][]renderedPort, nodeIP netip.Addr) int {
-	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
-	nodePorts := map[uint16]map[netip.Addr]bool{}
+	frontends := map[netip.AddrPort]map[netip.AddrPort]bool{}
+	nodePorts := map[uint16]map[netip.AddrPort]bool{}
 	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
 	newNodePorts := map[types.NamespacedName][]uint16{}
 	for key, rs := range ports {
@@ -144,9 +146,9 @@ func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.N
 			if sp.protocol != "udp" {
 				continue
 			}
-			serving := map[netip.Addr]bool{}
-			for _, ip := range r.serving {
-				if a, err := netip.ParseAddr(ip); err == nil {
+			serving := map[netip.AddrPort]bool{}
+			for _, addr := range r.serving {
+				if a, err := netip.ParseAddrPort(addr); err == nil {
 					serving[a] = true
 				}
 			}
@@ -166,14 +168,14 @@ func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.N
 	for key, aps := range u.frontends {
 		for _, ap := range aps {
 			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
-				frontends[ap] = map[netip.Addr]bool{}
+				frontends[ap] = map[netip.AddrPort]bool{}
 			}
 		}
 	}
 	for key, nps := range u.nodePorts {
 		for _, np := range nps {
 			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
-				nodePorts[np] = map[netip.Addr]bool{}
+				nodePorts[np] = map[netip.AddrPort]bool{}
 			}
 		}
 	}

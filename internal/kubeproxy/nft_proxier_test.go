@@ -492,7 +492,7 @@ func TestNFTConntrackCleanup(t *testing.T) {
 	loadNFTShape(p, dns)
 	mustSyncNFT(t, p)
 	stale := Flow{OrigSrc: netip.MustParseAddrPort("10.244.1.9:5353"), OrigDst: netip.MustParseAddrPort("10.96.0.10:53"),
-		ReplySrc: netip.MustParseAddr("10.244.1.2")}
+		ReplySrc: netip.MustParseAddrPort("10.244.1.2:53")}
 	ct.flows = []Flow{stale}
 	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns",
 		[]discovery.EndpointPort{slicePort("dns", corev1.ProtocolUDP, 53), slicePort("dns-tcp", corev1.ProtocolTCP, 53)},
@@ -500,6 +500,18 @@ func TestNFTConntrackCleanup(t *testing.T) {
 	mustSyncNFT(t, p)
 	if len(ct.deleted) != 1 || ct.deleted[0] != stale {
 		t.Errorf("deleted flows %v, want %v", ct.deleted, stale)
+	}
+
+	// The same backend behind a new target port: its flows to the old port go.
+	oldPort := Flow{OrigSrc: netip.MustParseAddrPort("10.244.1.9:5354"), OrigDst: netip.MustParseAddrPort("10.96.0.10:53"),
+		ReplySrc: netip.MustParseAddrPort("10.244.1.3:53")}
+	ct.flows, ct.deleted = []Flow{oldPort}, nil
+	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns",
+		[]discovery.EndpointPort{slicePort("dns", corev1.ProtocolUDP, 5353), slicePort("dns-tcp", corev1.ProtocolTCP, 53)},
+		ep{ip: "10.244.1.3", node: testNode}))
+	mustSyncNFT(t, p)
+	if len(ct.deleted) != 1 || ct.deleted[0] != oldPort {
+		t.Errorf("after the target port changed, deleted flows %v, want %v", ct.deleted, oldPort)
 	}
 }
 
