@@ -182,6 +182,11 @@ func keepAllocated(svc, old *corev1.Service) {
 // dropTypeDependentFields clears values the old type allocated and the new type does
 // not use, when the client left them as they were (Kubernetes' dropTypeDependentFields).
 func dropTypeDependentFields(svc, old *corev1.Service) {
+	// The health check node port follows externalTrafficPolicy as well as
+	// the type: a LoadBalancer going from Local to Cluster drops it too.
+	if needsHealthCheck(old) && !needsHealthCheck(svc) && svc.Spec.HealthCheckNodePort == old.Spec.HealthCheckNodePort {
+		svc.Spec.HealthCheckNodePort = 0
+	}
 	if svc.Spec.Type == old.Spec.Type {
 		return
 	}

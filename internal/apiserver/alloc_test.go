@@ -350,3 +350,50 @@ func TestNodePortStaticBand(t *testing.T) {
 	}
 	checkAllocations(t, a, cfg)
 }
+
+// A LoadBalancer moving from externalTrafficPolicy Local to Cluster loses
+// its healthCheckNodePort, which is released: the update that moves it back
+// to Local may ask for the same port (the e2e "NodePort and
+// HealthCheckNodePort ... when ExternalTrafficPolicy changes" spec does).
+func TestHealthCheckNodePortFollowsTrafficPolicy(t *testing.T) {
+	a := newTestAPI(t)
+	svc := newService("lb", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	})
+	a.create(servicesPath, svc)
+	hc := svc.Spec.HealthCheckNodePort
+	if hc == 0 {
+		t.Fatal("no healthCheckNodePort allocated for a Local LoadBalancer")
+	}
+	path := servicesPath + "/lb"
+
+	// Decoded into a new value each time: fields the server cleared are
+	// omitted from its answer.
+	put := func(in *corev1.Service) *corev1.Service {
+		t.Helper()
+		out := &corev1.Service{}
+		a.put(path, in).mustCode(t, http.StatusOK, out)
+		return out
+	}
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	svc = put(svc)
+	if svc.Spec.HealthCheckNodePort != 0 {
+		t.Fatalf("healthCheckNodePort %d kept with externalTrafficPolicy Cluster", svc.Spec.HealthCheckNodePort)
+	}
+
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	svc.Spec.HealthCheckNodePort = hc
+	svc = put(svc)
+	if svc.Spec.HealthCheckNodePort != hc {
+		t.Errorf("healthCheckNodePort %d, want the requested %d", svc.Spec.HealthCheckNodePort, hc)
+	}
+
+	// Changing it while Cluster is still refused, naming the field.
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	svc.Spec.HealthCheckNodePort = hc + 1
+	r := a.put(path, svc)
+	if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "spec.healthCheckNodePort") {
+		t.Errorf("setting healthCheckNodePort with Cluster policy: %d %s", r.code, r.body)
+	}
+}

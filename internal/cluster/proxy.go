@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,6 +30,10 @@ import (
 // network namespace (kube-proxy's metrics port): /rules, /stats, /healthz and
 // /metrics.
 const proxyDebugAddr = "127.0.0.1:10249"
+
+// proxyHealthzAddr is kube-proxy's --healthz-bind-address: its /healthz and
+// /livez answer on every address of the node, for load balancers' probes.
+var proxyHealthzAddr = ":" + strconv.Itoa(kubeproxy.HealthzPort)
 
 // ProxyMode is kube-proxy's --proxy-mode: which rules the service proxy
 // writes.
@@ -64,7 +69,9 @@ type serviceProxy interface {
 	OnEndpointSliceDelete(*discovery.EndpointSlice)
 	SetNodeIP(netip.Addr)
 	SetNodeZone(string)
+	SetNode(*corev1.Node)
 	Handler() http.Handler
+	HealthzHandler() http.Handler
 	Stats() kubeproxy.Stats
 }
 
@@ -83,6 +90,11 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	mode, err := ParseProxyMode(string(nc.ProxyMode))
 	if err != nil {
 		return err
+	}
+	if nc.Agent != nil {
+		if err := kubeproxy.SetConntrackSysctls(nc.Agent.EnsureSysctl, mode == ProxyModeNFTables); err != nil {
+			log.Warn("setting conntrack timeouts", "err", err)
+		}
 	}
 	cfg := kubeproxy.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, ClusterCIDR: nc.ClusterCIDR, Logger: nc.Logger}
 	var p serviceProxy
@@ -152,26 +164,24 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { withObj(o, func(n *corev1.Node) { nodeAddress(n, nc.NodeName, p) }) },
 		UpdateFunc: func(_, o any) { withObj(o, func(n *corev1.Node) { nodeAddress(n, nc.NodeName, p) }) },
+		DeleteFunc: func(o any) {
+			withObj(o, func(n *corev1.Node) {
+				if n.Name == nc.NodeName {
+					p.SetNode(nil)
+				}
+			})
+		},
 	})
 	factory.Start(ctx.Done())
 
-	srv := &http.Server{Handler: proxyDebugHandler(p), ReadHeaderTimeout: 5 * time.Second}
-	if ln, err := net.Listen("tcp", proxyDebugAddr); err != nil {
-		log.Warn("proxy debug endpoint not available", "addr", proxyDebugAddr, "err", err)
-	} else {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("proxy debug endpoint", "err", err)
-			}
-		}()
-	}
+	srv := serveProxyHTTP(wg, log, "proxy debug endpoint", proxyDebugAddr, proxyDebugHandler(p, mode))
+	healthz := serveProxyHTTP(wg, log, "proxy healthz", proxyHealthzAddr, p.HealthzHandler())
 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer srv.Close()
+		defer healthz.Close()
 		go func() {
 			if cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced) {
 				p.SetInitialized()
@@ -186,20 +196,46 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	return nil
 }
 
+// serveProxyHTTP serves h on addr until the returned server is closed; a
+// port it cannot listen on is logged, not fatal, as the proxy works without.
+func serveProxyHTTP(wg *sync.WaitGroup, log *slog.Logger, what, addr string, h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Warn(what+" not available", "addr", addr, "err", err)
+		return srv
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(what, "err", err)
+		}
+	}()
+	return srv
+}
+
 // metricsWriter is a proxier with metrics of its own (the nftables mode's
 // sync durations), served after the process metrics on /metrics.
 type metricsWriter interface{ WriteMetrics(io.Writer) }
 
-// proxyDebugHandler is the proxier's handler with /metrics: the process
-// metrics, then the proxier's own when it has them.
-func proxyDebugHandler(p serviceProxy) http.Handler {
+// proxyDebugHandler is the proxier's handler with kube-proxy's metrics-port
+// paths: /proxyMode (the mode's name, as kube-proxy's metrics server
+// answers) and /metrics: the process metrics, then the proxier's own when it
+// has them.
+func proxyDebugHandler(p serviceProxy, mode ProxyMode) http.Handler {
 	process := withProcessMetrics(p.Handler())
-	mw, ok := p.(metricsWriter)
-	if !ok {
-		return process
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/", process)
+	mux.HandleFunc("/proxyMode", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		io.WriteString(w, string(mode))
+	})
+	mw, ok := p.(metricsWriter)
+	if !ok {
+		return mux
+	}
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		rec := &bufferedResponse{header: http.Header{}}
 		process.ServeHTTP(rec, r)
@@ -233,6 +269,7 @@ func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
 	}
 	// kube-proxy reads its Node's zone for topology-aware routing.
 	p.SetNodeZone(n.Labels[corev1.LabelTopologyZone])
+	p.SetNode(n)
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {

@@ -29,7 +29,7 @@ func TestProxyDebugHandlerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(proxyDebugHandler(p))
+	srv := httptest.NewServer(proxyDebugHandler(p, ProxyModeNFTables))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL + "/metrics")
 	if err != nil {
@@ -44,5 +44,16 @@ func TestProxyDebugHandlerMetrics(t *testing.T) {
 	}
 	if resp, err := srv.Client().Get(srv.URL + "/healthz"); err != nil || resp.StatusCode != 503 {
 		t.Errorf("/healthz before a sync: %v %v", resp.StatusCode, err)
+	}
+	// kube-proxy's metrics port names its mode (the e2e "should check
+	// kube-proxy urls" spec asks it).
+	resp, err = srv.Client().Get(srv.URL + "/proxyMode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(b) != "nftables" {
+		t.Errorf("/proxyMode = %d %q, want 200 \"nftables\"", resp.StatusCode, b)
 	}
 }

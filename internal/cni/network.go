@@ -330,6 +330,23 @@ func (n *Network) ensureSysctls(ns vnetns.NsHandle) error {
 	return err
 }
 
+// EnsureSysctl sets a sysctl (name as a /proc/sys path, "net/netfilter/...")
+// in the node's namespace, recording the old value for RestoreSysctls; the
+// service proxy sets its conntrack timeouts with it, as kube-proxy does.
+func (n *Network) EnsureSysctl(name, value string) error {
+	set := func() error { return n.writeSysctl(name, value) }
+	var err error
+	if n.HostNS == "" {
+		err = set()
+	} else {
+		err = netns.DoPath(netns.NetNSPath(n.HostNS), set)
+	}
+	if err != nil {
+		return fmt.Errorf("setting %s: %w", strings.ReplaceAll(name, "/", "."), err)
+	}
+	return nil
+}
+
 // ResetRouteLocalnet puts net.ipv4.conf.all.route_localnet back to the value
 // SysctlRecord holds for it (what it was before EnsureRouteLocalnet) and
 // forgets it; without a record it does nothing.

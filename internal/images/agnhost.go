@@ -28,6 +28,7 @@ var agnhostCommands = map[string]agnhostCommand{
 	"etc-hosts":       {"Prints the host's /etc/hosts file", etcHosts},
 	"liveness":        {"Starts a server that fails liveness probes after 10 seconds", liveness},
 	"mounttest":       {"Creates files with given permissions and outputs FS type, owner, mode, permissions, contents of files", mounttest},
+	"net":             {"Creates webserver or runner for various networking tests", agnhostNet},
 	"netexec":         {"Creates HTTP(S) and UDP servers with various endpoints", netexec},
 	"pause":           {"Pauses the execution", agnhostPause},
 	"porter":          {"Serves requested data on ports specified in ENV variables", porter},

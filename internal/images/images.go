@@ -183,6 +183,13 @@ var builtins = []builtin{
 		run:         runHttpd,
 	},
 	{
+		name:        "registry.k8s.io/e2e-test-images/regression-issue-74839",
+		repos:       []string{"e2e-test-images/regression-issue-74839"},
+		entrypoints: []string{"/regression-issue-74839"},
+		programs:    []string{"/regression-issue-74839"},
+		run:         runBoomServer,
+	},
+	{
 		name:  "minikit/echo",
 		repos: []string{"minikit/echo"},
 		run:   runEcho,
@@ -268,21 +275,62 @@ func Resolve(s Spec) (Plan, error) {
 // returns the Plan to run (Builtin, Name, and Argv = argv[1:]), which the node
 // agent starts as `minikit __image-run NAME ARGV...` inside the pod's
 // namespaces with the exec's stdio; the image's exit status is the exec's.
-// For any other argv, including shell commands that mention the program
-// (`sh -c "/agnhost connect ..."`), it returns false and the exec runs on
-// the host's filesystem.
+//
+// A shell whose script is one simple command naming the program
+// (`/bin/sh -x -c "/agnhost connect --timeout=3s no-pods:80"`, how the e2e
+// framework's RunHostCmd execs) is that command: the shell would exec it
+// with the same words and exit with its status. Only scripts of plain words
+// qualify (no quotes, variables, globs, redirections or separators), whose
+// meaning needs no shell. Any other argv, including scripts that do more
+// with the program, returns false and runs on the host's filesystem.
 func ResolveExec(image string, argv []string) (Plan, bool) {
 	if len(argv) == 0 {
 		return Plan{}, false
 	}
 	b, ok := lookup(parseRef(image))
-	if ok && b.bundles[argv[0]] != "" {
+	if !ok {
+		return Plan{}, false
+	}
+	if words, ok := simpleShellCommand(argv); ok {
+		argv = words
+	}
+	if b.bundles[argv[0]] != "" {
 		return Plan{Builtin: true, Name: b.bundles[argv[0]], Argv: slices.Clone(argv[1:])}, true
 	}
-	if !ok || !slices.Contains(b.programs, argv[0]) {
+	if !slices.Contains(b.programs, argv[0]) {
 		return Plan{}, false
 	}
 	return Plan{Builtin: true, Name: b.name, Argv: slices.Clone(argv[1:])}, true
+}
+
+// simpleShellCommand returns the words of argv's script when argv is
+// `sh [-x|-e]... -c SCRIPT` and SCRIPT is plain words separated by blanks.
+func simpleShellCommand(argv []string) ([]string, bool) {
+	switch argv[0] {
+	case "sh", "/bin/sh", "/usr/bin/sh", "bash", "/bin/bash", "/usr/bin/bash":
+	default:
+		return nil, false
+	}
+	i := 1
+	for i < len(argv) && (argv[i] == "-x" || argv[i] == "-e" || argv[i] == "-ex" || argv[i] == "-xe") {
+		i++
+	}
+	if i+2 != len(argv) || argv[i] != "-c" {
+		return nil, false
+	}
+	words := strings.Fields(argv[i+1])
+	if len(words) == 0 {
+		return nil, false
+	}
+	for _, w := range words {
+		for _, r := range w {
+			plain := 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("/._-:=,@%+", r)
+			if !plain {
+				return nil, false
+			}
+		}
+	}
+	return words, true
 }
 
 // Run runs built-in image name (a canonical name or any reference that resolves

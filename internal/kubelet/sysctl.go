@@ -18,3 +18,11 @@ func (a *Agent) ResetRouteLocalnet() error {
 	n := &cni.Network{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	return n.ResetRouteLocalnet()
 }
+
+// EnsureSysctl sets a sysctl of the node's namespace (a /proc/sys path),
+// recording its old value for minikit down; the service proxy's conntrack
+// timeouts.
+func (a *Agent) EnsureSysctl(name, value string) error {
+	n := &cni.Network{HostNS: a.cfg.HostNS, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
+	return n.EnsureSysctl(name, value)
+}

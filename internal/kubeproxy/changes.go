@@ -33,10 +33,20 @@ type changes struct {
 	// changes not yet synced; created is when the proxier was made.
 	triggers []time.Time
 	created  time.Time
+	// For kube-proxy's healthz (proxyhealth.go): now is the proxier's clock,
+	// queued the time of the oldest change no sync has programmed yet (zero
+	// when none waits), updated the end of the last successful sync, and
+	// nodeEligible whether this node, as last seen, may take traffic.
+	now          func() time.Time
+	queued       time.Time
+	updated      time.Time
+	nodeEligible bool
 }
 
-func newChanges(nodeIP netip.Addr, created time.Time) changes {
+func newChanges(nodeIP netip.Addr, clock Clock) changes {
+	created := clock.Now()
 	return changes{
+		now:      clock.Now,
 		services: map[types.NamespacedName]*corev1.Service{},
 		slices:   map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
 		dirty:    map[types.NamespacedName]bool{},
@@ -57,15 +67,30 @@ func (p *changes) SetInitialized() {
 
 // Event handlers. They only record the change and ask for a sync.
 
+// notProxied reports whether an object carries a label that keeps kube-proxy
+// from seeing it: kube-proxy's informers select Services and EndpointSlices
+// with neither service.kubernetes.io/service-proxy-name (served by another
+// proxy) nor service.kubernetes.io/headless (no proxying wanted), whatever the
+// label's value, so an object that gains one looks deleted to the proxy.
+func notProxied(labels map[string]string) bool {
+	_, other := labels[labelServiceProxyName]
+	_, headless := labels[corev1.IsHeadlessService]
+	return other || headless
+}
+
+// labelServiceProxyName is k8s.io/kubernetes/pkg/proxy/apis.LabelServiceProxyName.
+const labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+
 func (p *changes) OnServiceUpdate(svc *corev1.Service) {
-	if svc.Labels["service.kubernetes.io/service-proxy-name"] != "" {
-		p.OnServiceDelete(svc) // served by another proxy
+	if notProxied(svc.Labels) {
+		p.OnServiceDelete(svc)
 		return
 	}
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	p.mu.Lock()
 	p.services[key] = svc
 	p.dirty[key] = true
+	p.queue()
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -75,6 +100,7 @@ func (p *changes) OnServiceDelete(svc *corev1.Service) {
 	p.mu.Lock()
 	delete(p.services, key)
 	p.dirty[key] = true
+	p.queue()
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -85,6 +111,10 @@ func sliceService(s *discovery.EndpointSlice) (types.NamespacedName, bool) {
 }
 
 func (p *changes) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
+	if notProxied(s.Labels) {
+		p.OnEndpointSliceDelete(s)
+		return
+	}
 	key, ok := sliceService(s)
 	if !ok {
 		return
@@ -101,6 +131,7 @@ func (p *changes) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
 	if t, ok := triggerTime(s, p.created); ok {
 		p.triggers = append(p.triggers, t)
 	}
+	p.queue()
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -116,6 +147,7 @@ func (p *changes) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
 		delete(p.slices, key)
 	}
 	p.dirty[key] = true
+	p.queue()
 	p.mu.Unlock()
 	p.runner.Run()
 }
@@ -164,9 +196,18 @@ type syncInput struct {
 	slices []*discovery.EndpointSlice
 }
 
+// queue records that a change waits for a sync (kube-proxy's
+// QueuedUpdate); p.mu is held.
+func (p *changes) queue() {
+	if p.queued.IsZero() {
+		p.queued = p.now()
+	}
+}
+
 // taken is what a sync takes from the change tracking when it starts.
 type taken struct {
 	full     bool
+	queued   time.Time // the oldest change it programs
 	dirty    map[types.NamespacedName]bool
 	triggers []time.Time // the EndpointSlice changes this sync programs
 	nodeIP   netip.Addr
@@ -189,11 +230,13 @@ func (c *changes) take(now, lastFull time.Time, fullEvery time.Duration, rendere
 		full:     c.needFull || now.Sub(lastFull) >= fullEvery,
 		dirty:    c.dirty,
 		triggers: c.triggers,
+		queued:   c.queued,
 		nodeIP:   c.nodeIP,
 		nodeZone: c.nodeZone,
 		inputs:   map[types.NamespacedName]syncInput{},
 	}
 	c.dirty, c.needFull, c.triggers = map[types.NamespacedName]bool{}, false, nil
+	c.queued = time.Time{}
 	if t.full {
 		for key := range c.services {
 			c.collect(t.inputs, key)
@@ -239,6 +282,16 @@ func (c *changes) giveBack(t taken) {
 		c.dirty[key] = true
 	}
 	c.triggers = append(t.triggers, c.triggers...)
+	if !t.queued.IsZero() && (c.queued.IsZero() || t.queued.Before(c.queued)) {
+		c.queued = t.queued
+	}
+}
+
+// markUpdated records a successful sync's end (kube-proxy's Updated).
+func (c *changes) markUpdated() {
+	c.mu.Lock()
+	c.updated = c.now()
+	c.mu.Unlock()
 }
 
 // runProxier is either mode's Run: the sync loop and the drift monitor until ctx

@@ -1,6 +1,7 @@
 package kubeproxy
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -14,7 +15,7 @@ import (
 type Flow struct {
 	OrigSrc  netip.AddrPort
 	OrigDst  netip.AddrPort // the service frontend the client sent to
-	ReplySrc netip.Addr     // the backend that answers (the DNAT target)
+	ReplySrc netip.AddrPort // the backend that answers (the DNAT target)
 }
 
 // Conntrack is the proxy's view of the kernel connection tracking table.
@@ -47,7 +48,7 @@ func (netlinkConntrack) ListUDP() ([]Flow, error) {
 		out = append(out, Flow{
 			OrigSrc:  toAddrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 			OrigDst:  toAddrPort(f.Forward.DstIP, f.Forward.DstPort),
-			ReplySrc: toAddrPort(f.Reverse.SrcIP, 0).Addr(),
+			ReplySrc: toAddrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 		})
 	}
 	return out, nil
@@ -63,7 +64,7 @@ func (s flowSet) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	return s[Flow{
 		OrigSrc:  toAddrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 		OrigDst:  toAddrPort(f.Forward.DstIP, f.Forward.DstPort),
-		ReplySrc: toAddrPort(f.Reverse.SrcIP, 0).Addr(),
+		ReplySrc: toAddrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 	}]
 }
 
@@ -83,10 +84,11 @@ func (netlinkConntrack) Delete(flows []Flow) (int, error) {
 // v1.32+ with the zero-endpoint fix of #139629): a UDP flow is stale when it
 // was sent to a service frontend (cluster IP, external IP, LB IP, or a
 // NodePort on this node) and its reply does not come from a serving endpoint
+// (address and port: a changed targetPort leaves the IP serving)
 // of that service. Services with no endpoints count with an empty set, so
 // flows created while a service had no backends (REJECTed, un-NATed) go too.
 // Traffic policy and topology are ignored, as in kube-proxy.
-func staleUDPFlows(flows []Flow, frontends map[netip.AddrPort]map[netip.Addr]bool, nodePorts map[uint16]map[netip.Addr]bool, nodeIP netip.Addr) []Flow {
+func staleUDPFlows(flows []Flow, frontends map[netip.AddrPort]map[netip.AddrPort]bool, nodePorts map[uint16]map[netip.AddrPort]bool, nodeIP netip.Addr) []Flow {
 	var stale []Flow
 	for _, f := range flows {
 		if serving, ok := frontends[f.OrigDst]; ok {
@@ -123,7 +125,8 @@ func (u *udpFrontends) had(key types.NamespacedName) bool {
 	return len(u.frontends[key]) > 0 || len(u.nodePorts[key]) > 0
 }
 
-// renderedPort is one rendered service port and the endpoint IPs it serves.
+// renderedPort is one rendered service port and the endpoints ("ip:port")
+// it serves.
 type renderedPort struct {
 	sp      *servicePort
 	serving []string
@@ -133,8 +136,8 @@ type renderedPort struct {
 // (staleUDPFlows decides which) and remembers ports for the next one. It
 // returns how many flows it deleted.
 func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.NamespacedName][]renderedPort, nodeIP netip.Addr) int {
-	frontends := map[netip.AddrPort]map[netip.Addr]bool{}
-	nodePorts := map[uint16]map[netip.Addr]bool{}
+	frontends := map[netip.AddrPort]map[netip.AddrPort]bool{}
+	nodePorts := map[uint16]map[netip.AddrPort]bool{}
 	newFrontends := map[types.NamespacedName][]netip.AddrPort{}
 	newNodePorts := map[types.NamespacedName][]uint16{}
 	for key, rs := range ports {
@@ -143,9 +146,9 @@ func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.N
 			if sp.protocol != "udp" {
 				continue
 			}
-			serving := map[netip.Addr]bool{}
-			for _, ip := range r.serving {
-				if a, err := netip.ParseAddr(ip); err == nil {
+			serving := map[netip.AddrPort]bool{}
+			for _, addr := range r.serving {
+				if a, err := netip.ParseAddrPort(addr); err == nil {
 					serving[a] = true
 				}
 			}
@@ -165,14 +168,14 @@ func (u *udpFrontends) cleanup(ct Conntrack, log *slog.Logger, ports map[types.N
 	for key, aps := range u.frontends {
 		for _, ap := range aps {
 			if _, ok := frontends[ap]; !ok && newFrontends[key] == nil {
-				frontends[ap] = map[netip.Addr]bool{}
+				frontends[ap] = map[netip.AddrPort]bool{}
 			}
 		}
 	}
 	for key, nps := range u.nodePorts {
 		for _, np := range nps {
 			if _, ok := nodePorts[np]; !ok && newNodePorts[key] == nil {
-				nodePorts[np] = map[netip.Addr]bool{}
+				nodePorts[np] = map[netip.AddrPort]bool{}
 			}
 		}
 	}
@@ -232,4 +235,39 @@ func renderedPorts[R renderedState](rendered map[types.NamespacedName][]R) map[t
 		}
 	}
 	return ports
+}
+
+// ConntrackSysctls are the conntrack settings kube-proxy makes at start
+// (pkg/proxy/conntrack.SetSysctls with its configuration's defaults), as
+// /proc/sys paths and values: established TCP flows live a day and a
+// half-closed one (CLOSE_WAIT) an hour rather than the kernel's 60 s, so a
+// NATed connection whose server closed first keeps its translation while
+// the client still sends. nf_conntrack_max and the hash size are global and
+// read-only outside the initial namespace; kube-proxy raises them only when
+// they are too small, and a lab's nodes share the machine's.
+var ConntrackSysctls = []struct{ Name, Value string }{
+	{"net/netfilter/nf_conntrack_tcp_timeout_established", "86400"},
+	{"net/netfilter/nf_conntrack_tcp_timeout_close_wait", "3600"},
+}
+
+// SetConntrackSysctls writes ConntrackSysctls with set (the node agent's
+// recorded sysctl writer, in the node's namespace), and with beLiberal
+// kube-proxy's --conntrack-tcp-be-liberal: nf_conntrack_tcp_be_liberal=1,
+// so that conntrack does not mark out-of-window TCP packets INVALID (which
+// would then bypass the reverse NAT and draw a RST from the client,
+// kubernetes#74839). The nftables mode has no INVALID drop rule and relies
+// on it, as upstream's nftables jobs configure it (test-infra#31591); the
+// iptables mode drops INVALID packets in KUBE-FORWARD instead.
+func SetConntrackSysctls(set func(name, value string) error, beLiberal bool) error {
+	all := ConntrackSysctls
+	if beLiberal {
+		all = append(all[:len(all):len(all)], struct{ Name, Value string }{"net/netfilter/nf_conntrack_tcp_be_liberal", "1"})
+	}
+	var errs []error
+	for _, s := range all {
+		if err := set(s.Name, s.Value); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

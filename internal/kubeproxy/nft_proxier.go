@@ -164,7 +164,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 	log := c.Logger.With("component", "proxy", "mode", "nftables")
 	p := &NFTProxier{
 		cfg: cfg, nft: backend, ct: c.Conntrack, log: log, clock: c.Clock,
-		programming: newSyncMetrics(), changes: newChanges(c.NodeIP, c.Clock.Now()),
+		programming: newSyncMetrics(), changes: newChanges(c.NodeIP, c.Clock),
 		health:        newHealthServers(c.HealthCheckListen, log),
 		rendered:      map[types.NamespacedName][]*nftServiceRules{},
 		owners:        map[string]map[string]map[types.NamespacedName]*nftElem{},
@@ -286,6 +286,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 	p.programming.observeProgramming(p.clock.Now(), triggers)
 	p.log.Debug("synced nftables rules", "full", full, "took", took, "servicePorts", p.servicePortsN,
 		"endpoints", p.endpointsN, "chains", len(p.chains), "rules", p.rulesN, "operations", ops)
+	p.markUpdated()
 	if full {
 		p.lastFull = start
 	}

@@ -105,13 +105,35 @@ func TestNFTNoRulesForHeadlessAndExternalName(t *testing.T) {
 	extName.Spec.Type = corev1.ServiceTypeExternalName
 	other := makeService("ns", "other", "10.96.0.77")
 	other.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "someone-else"}
-	for _, svc := range []*corev1.Service{headless, extName, other} {
+	// service.kubernetes.io/headless keeps a service from the proxy whatever
+	// its value, as kube-proxy's DoesNotExist label selector does.
+	labelled := makeService("ns", "labelled", "10.96.0.78")
+	labelled.Labels = map[string]string{corev1.IsHeadlessService: ""}
+	for _, svc := range []*corev1.Service{headless, extName, other, labelled} {
 		p.OnServiceUpdate(svc)
 		p.OnEndpointSliceUpdate(makeSlice("ns", svc.Name, p80, ep{ip: "10.244.1.5", node: testNode}))
 	}
 	mustSyncNFT(t, p)
 	if got := f.Dump(); got != empty {
 		t.Errorf("rules appeared:\n%s", lineDiff(empty, got))
+	}
+
+	// A proxied service that gains the label loses its rules.
+	web := makeService("ns", "web", "10.96.0.79")
+	p.OnServiceUpdate(web)
+	p.OnEndpointSliceUpdate(makeSlice("ns", "web", p80, ep{ip: "10.244.1.6", node: testNode}))
+	mustSyncNFT(t, p)
+	if got := f.Dump(); got == empty {
+		t.Fatal("no rules for an unlabelled service")
+	}
+	web = web.DeepCopy()
+	web.Labels = map[string]string{corev1.IsHeadlessService: "true"}
+	p.OnServiceUpdate(web)
+	mustSyncNFT(t, p)
+	// Its chain stays, flushed, until kube-proxy's delayed chain deletion;
+	// nothing leads to the service any more.
+	if got := f.Dump(); strings.Contains(got, "10.96.0.79") || strings.Contains(got, "10.244.1.6") {
+		t.Errorf("rules left after the service was labelled headless:\n%s", lineDiff(empty, got))
 	}
 }
 
@@ -470,7 +492,7 @@ func TestNFTConntrackCleanup(t *testing.T) {
 	loadNFTShape(p, dns)
 	mustSyncNFT(t, p)
 	stale := Flow{OrigSrc: netip.MustParseAddrPort("10.244.1.9:5353"), OrigDst: netip.MustParseAddrPort("10.96.0.10:53"),
-		ReplySrc: netip.MustParseAddr("10.244.1.2")}
+		ReplySrc: netip.MustParseAddrPort("10.244.1.2:53")}
 	ct.flows = []Flow{stale}
 	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns",
 		[]discovery.EndpointPort{slicePort("dns", corev1.ProtocolUDP, 53), slicePort("dns-tcp", corev1.ProtocolTCP, 53)},
@@ -478,6 +500,18 @@ func TestNFTConntrackCleanup(t *testing.T) {
 	mustSyncNFT(t, p)
 	if len(ct.deleted) != 1 || ct.deleted[0] != stale {
 		t.Errorf("deleted flows %v, want %v", ct.deleted, stale)
+	}
+
+	// The same backend behind a new target port: its flows to the old port go.
+	oldPort := Flow{OrigSrc: netip.MustParseAddrPort("10.244.1.9:5354"), OrigDst: netip.MustParseAddrPort("10.96.0.10:53"),
+		ReplySrc: netip.MustParseAddrPort("10.244.1.3:53")}
+	ct.flows, ct.deleted = []Flow{oldPort}, nil
+	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns",
+		[]discovery.EndpointPort{slicePort("dns", corev1.ProtocolUDP, 5353), slicePort("dns-tcp", corev1.ProtocolTCP, 53)},
+		ep{ip: "10.244.1.3", node: testNode}))
+	mustSyncNFT(t, p)
+	if len(ct.deleted) != 1 || ct.deleted[0] != oldPort {
+		t.Errorf("after the target port changed, deleted flows %v, want %v", ct.deleted, oldPort)
 	}
 }
 

@@ -214,7 +214,7 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 		cfg: cfg, ipt: ipt, ct: cfg.Conntrack, log: log, clock: cfg.Clock,
 		health:        newHealthServers(cfg.HealthCheckListen, log),
 		randomFully:   ipt.HasRandomFully(),
-		changes:       newChanges(cfg.NodeIP, cfg.Clock.Now()),
+		changes:       newChanges(cfg.NodeIP, cfg.Clock),
 		rendered:      map[types.NamespacedName][]*serviceRules{},
 		written:       map[string]string{},
 		healthChecked: map[types.NamespacedName]bool{},
@@ -391,6 +391,7 @@ func (p *Proxier) syncProxyRules() (err error) {
 	}
 	p.log.Debug("synced proxy rules", "full", full, "took", took, "servicePorts", p.totals.servicePorts,
 		"endpoints", total, "natRules", p.kernel.natRules, "filterRules", p.kernel.filterRules, "chainsWritten", written, "bytes", bytesOut)
+	p.markUpdated()
 	if full {
 		p.lastFull = start
 	}

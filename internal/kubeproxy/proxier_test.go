@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,10 +288,10 @@ func TestConntrackCleanupForUDP(t *testing.T) {
 	mustSync(t, p)
 	vip := netip.MustParseAddrPort("10.96.0.10:53")
 	client := netip.MustParseAddrPort("10.244.1.9:40000")
-	old := netip.MustParseAddr("10.244.1.2")
+	old := netip.MustParseAddrPort("10.244.1.2:53")
 	ct.flows = []Flow{
 		{OrigSrc: client, OrigDst: vip, ReplySrc: old},
-		{OrigSrc: netip.MustParseAddrPort("10.244.1.9:40001"), OrigDst: netip.MustParseAddrPort("8.8.8.8:53"), ReplySrc: netip.MustParseAddr("8.8.8.8")},
+		{OrigSrc: netip.MustParseAddrPort("10.244.1.9:40001"), OrigDst: netip.MustParseAddrPort("8.8.8.8:53"), ReplySrc: netip.MustParseAddrPort("8.8.8.8:53")},
 	}
 	// The only backend is replaced.
 	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns", dns.slices[0].Ports, ep{ip: "10.244.1.3", node: testNode}))
@@ -299,7 +300,7 @@ func TestConntrackCleanupForUDP(t *testing.T) {
 		t.Fatalf("deleted %v, want the flow to the old backend", ct.deleted)
 	}
 	// Scaled to zero: flows that hit the REJECT (un-NATed, reply from the VIP) go too.
-	ct.flows = append(ct.flows, Flow{OrigSrc: client, OrigDst: vip, ReplySrc: vip.Addr()})
+	ct.flows = append(ct.flows, Flow{OrigSrc: client, OrigDst: vip, ReplySrc: vip})
 	p.OnEndpointSliceUpdate(makeSlice("kube-system", "kube-dns", dns.slices[0].Ports))
 	mustSync(t, p)
 	if len(ct.deleted) != 2 {
@@ -307,6 +308,34 @@ func TestConntrackCleanupForUDP(t *testing.T) {
 	}
 	if len(ct.flows) != 1 || ct.flows[0].OrigDst.Addr() != netip.MustParseAddr("8.8.8.8") {
 		t.Errorf("unrelated flows touched: left %v", ct.flows)
+	}
+}
+
+// A NodePort UDP service whose targetPort changes keeps its backend's IP:
+// kube-proxy's reconciler compares the reply's address and port, so flows
+// still answered from the old port (DNATed before the change) are deleted,
+// on the node port as on the cluster IP, and flows to the new port stay.
+func TestConntrackCleanupWhenTargetPortChanges(t *testing.T) {
+	ipt := iptablestest.NewFake()
+	p, ct := testProxier(t, ipt)
+	svc := makeService("ns", "udp", "10.96.0.20", withPorts(corev1.ServicePort{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 80}), withNodePort(30080))
+	p.OnServiceUpdate(svc)
+	p.OnEndpointSliceUpdate(makeSlice("ns", "udp", []discovery.EndpointPort{slicePort("udp", corev1.ProtocolUDP, 8080)}, ep{ip: "10.244.2.5", node: testOther}))
+	mustSync(t, p)
+
+	client := netip.MustParseAddrPort("10.244.1.9:12345")
+	viaNodePort := Flow{OrigSrc: client, OrigDst: netip.AddrPortFrom(testNodeIP, 30080), ReplySrc: netip.MustParseAddrPort("10.244.2.5:8080")}
+	viaClusterIP := Flow{OrigSrc: client, OrigDst: netip.MustParseAddrPort("10.96.0.20:80"), ReplySrc: netip.MustParseAddrPort("10.244.2.5:8080")}
+	current := Flow{OrigSrc: netip.MustParseAddrPort("10.244.1.9:12346"), OrigDst: netip.MustParseAddrPort("10.96.0.20:80"), ReplySrc: netip.MustParseAddrPort("10.244.2.5:9090")}
+	ct.flows = []Flow{viaNodePort, viaClusterIP, current}
+
+	p.OnEndpointSliceUpdate(makeSlice("ns", "udp", []discovery.EndpointPort{slicePort("udp", corev1.ProtocolUDP, 9090)}, ep{ip: "10.244.2.5", node: testOther}))
+	mustSync(t, p)
+	if len(ct.deleted) != 2 || !slices.Contains(ct.deleted, viaNodePort) || !slices.Contains(ct.deleted, viaClusterIP) {
+		t.Errorf("deleted %v, want the two flows answered from :8080", ct.deleted)
+	}
+	if len(ct.flows) != 1 || ct.flows[0] != current {
+		t.Errorf("left %v, want only the flow to :9090", ct.flows)
 	}
 }
 

@@ -41,7 +41,7 @@ type serviceRules struct {
 	chains []chain
 	// Local ready endpoints, for the health check server.
 	localEndpoints int
-	// Serving endpoint IPs, for conntrack cleanup.
+	// Serving endpoints ("ip:port"), for conntrack cleanup.
 	serving []string
 }
 
@@ -122,7 +122,8 @@ func commentWord(s string) string {
 
 // readyAndServing are what the health check and the UDP conntrack cleanup
 // keep of a service port's endpoints: how many of this node's are ready, and
-// the addresses of all that are serving.
+// the addresses ("ip:port": a flow answered from the right IP but a target
+// port the service no longer uses is stale too) of all that are serving.
 func readyAndServing(local, eps []*endpoint) (localReady int, serving []string) {
 	for _, e := range local {
 		if e.ready {
@@ -131,7 +132,7 @@ func readyAndServing(local, eps []*endpoint) (localReady int, serving []string) 
 	}
 	for _, e := range eps {
 		if e.serving {
-			serving = append(serving, e.ip)
+			serving = append(serving, e.addr)
 		}
 	}
 	return localReady, serving

@@ -95,13 +95,33 @@ func TestNoRulesForHeadlessAndExternalName(t *testing.T) {
 	extName.Spec.ExternalName = "example.com"
 	other := makeService("ns", "other", "10.96.0.77")
 	other.Labels = map[string]string{"service.kubernetes.io/service-proxy-name": "someone-else"}
-	for _, svc := range []*corev1.Service{headless, extName, other} {
+	// service.kubernetes.io/headless keeps a service from the proxy whatever
+	// its value, as kube-proxy's DoesNotExist label selector does.
+	labelled := makeService("ns", "labelled", "10.96.0.78")
+	labelled.Labels = map[string]string{corev1.IsHeadlessService: ""}
+	for _, svc := range []*corev1.Service{headless, extName, other, labelled} {
 		p.OnServiceUpdate(svc)
 		p.OnEndpointSliceUpdate(makeSlice("ns", svc.Name, p80, ep{ip: "10.244.1.5", node: testNode}))
 	}
 	mustSync(t, p)
 	if got := saved(t, ipt); got != empty {
 		t.Errorf("rules appeared:\n%s", lineDiff(empty, got))
+	}
+
+	// A proxied service that gains the label loses its rules.
+	web := makeService("ns", "web", "10.96.0.79")
+	p.OnServiceUpdate(web)
+	p.OnEndpointSliceUpdate(makeSlice("ns", "web", p80, ep{ip: "10.244.1.6", node: testNode}))
+	mustSync(t, p)
+	if got := saved(t, ipt); got == empty {
+		t.Fatal("no rules for an unlabelled service")
+	}
+	web = web.DeepCopy()
+	web.Labels = map[string]string{corev1.IsHeadlessService: "true"}
+	p.OnServiceUpdate(web)
+	mustSync(t, p)
+	if got := saved(t, ipt); got != empty {
+		t.Errorf("rules left after the service was labelled headless:\n%s", lineDiff(empty, got))
 	}
 }
 

@@ -615,7 +615,7 @@ func (c nsConntrack) ListUDP() ([]kubeproxy.Flow, error) {
 			out = append(out, kubeproxy.Flow{
 				OrigSrc:  addrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 				OrigDst:  addrPort(f.Forward.DstIP, f.Forward.DstPort),
-				ReplySrc: addrPort(f.Reverse.SrcIP, 0).Addr(),
+				ReplySrc: addrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 			})
 		}
 		return nil
@@ -646,7 +646,7 @@ func (s flowFilter) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	return f.Forward.Protocol == unix.IPPROTO_UDP && s[kubeproxy.Flow{
 		OrigSrc:  addrPort(f.Forward.SrcIP, f.Forward.SrcPort),
 		OrigDst:  addrPort(f.Forward.DstIP, f.Forward.DstPort),
-		ReplySrc: addrPort(f.Reverse.SrcIP, 0).Addr(),
+		ReplySrc: addrPort(f.Reverse.SrcIP, f.Reverse.SrcPort),
 	}]
 }
 
