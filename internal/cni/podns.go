@@ -310,7 +310,13 @@ func makeMountPoint(source, target string) error {
 	if err != nil {
 		return fmt.Errorf("recording mount point %s: %w", top, err)
 	}
-	_, err = f.WriteString(top + "\n")
+	// A file's mount point is recorded itself too when it lies below the
+	// top: its removal must come before its directories'.
+	rec := top + "\n"
+	if !st.IsDir() && top != filepath.Clean(target) {
+		rec += filepath.Clean(target) + "\n"
+	}
+	_, err = f.WriteString(rec)
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("recording mount point %s: %w", top, err)
@@ -330,17 +336,25 @@ func makeMountPoint(source, target string) error {
 }
 
 // removeMountPoints removes the mount points recorded in record, as far as they are
-// empty directories (or a recorded empty file), and the record. The caller
+// empty directories (or recorded empty files), and the record. The caller
 // holds the lock.
 func removeMountPoints(record string) {
 	b, err := os.ReadFile(record)
 	if err != nil {
 		return
 	}
-	for _, top := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if top == "" || !filepath.IsAbs(top) || filepath.Clean(top) == "/" {
+	var tops []string
+	for _, p := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if p == "" || !filepath.IsAbs(p) || filepath.Clean(p) == "/" {
 			continue
 		}
+		tops = append(tops, p)
+		// Recorded empty files first, so their directories empty.
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+			os.Remove(p)
+		}
+	}
+	for _, top := range tops {
 		var paths []string
 		filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 			if err == nil {
@@ -350,7 +364,7 @@ func removeMountPoints(record string) {
 		})
 		// Deepest first; os.Remove leaves anything not empty.
 		for i := len(paths) - 1; i >= 0; i-- {
-			if fi, err := os.Lstat(paths[i]); err == nil && (fi.IsDir() || (paths[i] == top && fi.Mode().IsRegular() && fi.Size() == 0)) {
+			if fi, err := os.Lstat(paths[i]); err == nil && fi.IsDir() {
 				os.Remove(paths[i])
 			}
 		}

@@ -264,7 +264,7 @@ func TestPodNamespacesBindFile(t *testing.T) {
 	src := writeTemp(t, "config", "from the volume")
 	top := filepath.Join("/run", testName("bindfile"))
 	target := filepath.Join(top, "etc", "app.conf")
-	t.Cleanup(func() { removeMountPointsUnder(top) })
+	t.Cleanup(func() { removeMountPointsUnder(top, target) })
 	name := testName("podns")
 	t.Cleanup(func() { DeletePodNamespaces(name) })
 	if err := CreatePodNamespacesWith(name, "web-0", "", "", []Bind{{Source: src, Target: target}}); err != nil {
@@ -276,6 +276,13 @@ func TestPodNamespacesBindFile(t *testing.T) {
 	}
 	if fi, err := os.Stat(target); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
 		t.Fatalf("node's mount point %s: %v %v, want an empty file", target, fi, err)
+	}
+	if err := DeletePodNamespaces(name); err != nil {
+		t.Fatal(err)
+	}
+	removeMountPointsUnder(top, target)
+	if exists(top) {
+		t.Errorf("%s left on the node", top)
 	}
 }
 
@@ -292,21 +299,26 @@ func TestRemoveMountPoints(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(kept, "c", "data"), []byte("x"), 0o644)
 	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	// A file's mount point below a directory made for it, recorded after it.
+	deep := filepath.Join(dir, "madefile", "etc", "app.conf")
+	os.MkdirAll(filepath.Dir(deep), 0o755)
+	os.WriteFile(deep, nil, 0o644)
 	record := filepath.Join(dir, "record")
-	os.WriteFile(record, []byte(made+"\n"+kept+"\n"+filepath.Join(dir, "file")+"\n"), 0o644)
+	os.WriteFile(record, []byte(made+"\n"+kept+"\n"+filepath.Join(dir, "file")+"\n"+filepath.Join(dir, "madefile")+"\n"+deep+"\n"), 0o644)
 	removeMountPoints(record)
-	if exists(made) || exists(filepath.Join(dir, "file")) || exists(record) {
-		t.Errorf("left: made %v, file %v, record %v", exists(made), exists(filepath.Join(dir, "file")), exists(record))
+	if exists(made) || exists(filepath.Join(dir, "file")) || exists(filepath.Join(dir, "madefile")) || exists(record) {
+		t.Errorf("left: made %v, file %v, madefile %v, record %v", exists(made), exists(filepath.Join(dir, "file")), exists(filepath.Join(dir, "madefile")), exists(record))
 	}
 	if !exists(filepath.Join(kept, "c", "data")) {
 		t.Error("removed a directory that was not empty")
 	}
 }
 
-// removeMountPointsUnder removes a test's mount points (and only those).
-func removeMountPointsUnder(top string) {
-	rec := filepath.Join(os.TempDir(), filepath.Base(top)+".record")
-	os.WriteFile(rec, []byte(top+"\n"), 0o644)
+// removeMountPointsUnder removes a test's mount points (and only those),
+// recorded as makeMountPoint records them.
+func removeMountPointsUnder(paths ...string) {
+	rec := filepath.Join(os.TempDir(), filepath.Base(paths[0])+".record")
+	os.WriteFile(rec, []byte(strings.Join(paths, "\n")+"\n"), 0o644)
 	removeMountPoints(rec)
 }
 
