@@ -99,10 +99,18 @@ func (st State) namespaces() []string {
 }
 
 // podPrefixes are the netns name prefixes of the pods of the lab's nodes
-// (each node's agent keeps its state in DIR/nodeN/agent).
+// (each node's agent keeps its state in DIR/nodeN/agent). When the lab's
+// state went with its directory (a test process killed, the directory then
+// removed by hand), the node count is unknown: every node a lab can have is
+// tried. A prefix hashes the lab's directory with the node's name, so no
+// other lab's pods share it.
 func (st State) podPrefixes() []string {
+	n := st.Nodes
+	if n == 0 {
+		n = MaxNodes
+	}
 	var out []string
-	for i := 1; i <= st.Nodes; i++ {
+	for i := 1; i <= n; i++ {
 		out = append(out, kubelet.SandboxPrefix(nodeName(i), filepath.Join(st.Dir, nodeName(i), "agent")))
 	}
 	return out

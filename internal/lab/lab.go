@@ -99,6 +99,9 @@ var (
 	PodCIDR6     = netip.MustParsePrefix("fd00:10:244::/56")
 )
 
+// MaxNodes is the most nodes a lab has.
+const MaxNodes = 50
+
 // defaultZones is how many zones a lab spans unless told: three, as a
 // cloud region's clusters commonly do, so a 3-node lab has one node per
 // zone and a 6-node lab two.
@@ -169,8 +172,8 @@ func (c *Config) defaults() error {
 	if c.Nodes == 0 {
 		c.Nodes = 2
 	}
-	if c.Nodes < 1 || c.Nodes > 50 {
-		return fmt.Errorf("a lab has 1 to 50 nodes, not %d", c.Nodes)
+	if c.Nodes < 1 || c.Nodes > MaxNodes {
+		return fmt.Errorf("a lab has 1 to %d nodes, not %d", MaxNodes, c.Nodes)
 	}
 	if c.Servers == 0 {
 		c.Servers = 1

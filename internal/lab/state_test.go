@@ -286,3 +286,17 @@ func TestMakeDir(t *testing.T) {
 		t.Error("makeDir changed a directory it did not make")
 	}
 }
+
+// A lab whose directory (and so its state) is gone still has its pods'
+// namespaces found: their prefixes derive from the directory and the node's
+// name, for every node a lab can have.
+func TestPodPrefixesWithoutState(t *testing.T) {
+	known := State{Dir: "/tmp/minikit-mkt0", Nodes: 2}.podPrefixes()
+	lost := State{Dir: "/tmp/minikit-mkt0"}.podPrefixes()
+	if len(known) != 2 || len(lost) != MaxNodes || lost[0] != known[0] || lost[1] != known[1] {
+		t.Errorf("prefixes with state %v, without %d starting %v", known, len(lost), lost[:2])
+	}
+	if other := (State{Dir: "/tmp/minikit-mkt1", Nodes: 1}).podPrefixes(); other[0] == known[0] {
+		t.Errorf("two labs share the pod prefix %s", other[0])
+	}
+}
