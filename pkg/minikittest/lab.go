@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -132,11 +131,8 @@ func StartLab(t testing.TB, opts ...LabOption) *Lab {
 	dir := filepath.Join(os.TempDir(), "minikit-"+name)
 
 	// The watchdog removes the lab when this process dies without running
-	// t.Cleanup (go test's -timeout panics in a goroutine of its own,
-	// os.Exit, a signal): it waits for EOF on a pipe whose writing end only
-	// this process holds, which the kernel closes whatever way the process
-	// ends. Its own process group keeps a ^C to `go test` from killing it.
-	watchdog, err := startWatchdog(bin, name, dir)
+	// t.Cleanup.
+	watchdog, err := lab.StartWatchdog(bin, name, dir)
 	if err != nil {
 		t.Fatalf("minikittest: starting the lab's watchdog: %v", err)
 	}
@@ -151,7 +147,7 @@ func StartLab(t testing.TB, opts ...LabOption) *Lab {
 		}
 	}
 	if err != nil {
-		watchdog.stop()
+		watchdog.Stop()
 		t.Fatalf("minikittest: lab up: %v", err)
 	}
 	t.Cleanup(func() {
@@ -161,7 +157,7 @@ func StartLab(t testing.TB, opts ...LabOption) *Lab {
 		if err := l.Down(); err != nil {
 			t.Errorf("minikittest: lab down: %v", err)
 		}
-		watchdog.stop()
+		watchdog.Stop()
 	})
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
 	if err != nil {
@@ -251,36 +247,4 @@ func buildMinikit() (string, error) {
 		}
 	})
 	return builtBin, buildErr
-}
-
-// watchdog is the process that removes a lab if this one dies first.
-type watchdog struct {
-	cmd  *exec.Cmd
-	pipe *os.File
-}
-
-func startWatchdog(bin, name, dir string) (*watchdog, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	// read returns at EOF, when every writer is gone; then lab down.
-	cmd := exec.Command("/bin/sh", "-c", `read -r _ || exec "$0" lab down --name "$1" --dir "$2" >/dev/null 2>&1`, bin, name, dir)
-	cmd.Stdin = r
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		return nil, err
-	}
-	r.Close()
-	return &watchdog{cmd: cmd, pipe: w}, nil
-}
-
-// stop ends the watchdog without a lab down: a line on the pipe makes read
-// succeed, and the shell exits.
-func (w *watchdog) stop() {
-	w.pipe.Write([]byte("done\n"))
-	w.pipe.Close()
-	w.cmd.Wait()
 }

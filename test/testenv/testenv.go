@@ -88,11 +88,19 @@ func NewLabConfig(t testing.TB, cfg lab.Config) *lab.Lab {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cfg.Name, cfg.Dir, cfg.Binary = name, dir, bin
+	// The lab goes even when this test binary dies without running its
+	// cleanups (-timeout, a kill).
+	watchdog, err := lab.StartWatchdog(bin, name, dir)
+	if err != nil {
+		t.Fatalf("starting the lab's watchdog: %v", err)
+	}
 	l, err := lab.Up(ctx, cfg)
 	if err != nil {
+		watchdog.Stop()
 		t.Fatalf("lab up: %v", err)
 	}
 	t.Cleanup(func() {
+		defer watchdog.Stop()
 		if t.Failed() {
 			for _, h := range l.Hosts() {
 				if b, err := os.ReadFile(filepath.Join(dir, h+".log")); err == nil {
