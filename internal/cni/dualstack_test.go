@@ -1,73 +1,12 @@
 package cni
 
 import (
-	"encoding/binary"
-	"errors"
-	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/minikit/minikit/internal/netns"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
-
-// ping6 is ping over ICMPv6 from inside the named netns. The kernel fills
-// in the ICMPv6 checksum of a raw socket, and hands back the ICMPv6 message
-// without the IPv6 header.
-func ping6(from string, dst netip.Addr) error {
-	return netns.DoPath(netns.NetNSPath(from), func() error {
-		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		id := uint16(os.Getpid()) ^ uint16(time.Now().UnixNano())
-		to := &unix.SockaddrInet6{Addr: dst.As16()}
-		buf := make([]byte, 1500)
-		// The first request may wait for neighbour discovery.
-		for seq := uint16(1); seq <= 3; seq++ {
-			req := []byte{128, 0, 0, 0, 0, 0, 0, 0, 'm', 'k', 't'}
-			binary.BigEndian.PutUint16(req[4:], id)
-			binary.BigEndian.PutUint16(req[6:], seq)
-			if err := unix.Sendto(fd, req, 0, to); err != nil {
-				return fmt.Errorf("sending echo request to %s: %w", dst, err)
-			}
-			deadline := time.Now().Add(time.Second)
-			for time.Now().Before(deadline) {
-				n, src, err := unix.Recvfrom(fd, buf, 0)
-				if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				s, ok := src.(*unix.SockaddrInet6)
-				if !ok || netip.AddrFrom16(s.Addr) != dst || n < 8 {
-					continue
-				}
-				if buf[0] == 129 && binary.BigEndian.Uint16(buf[4:]) == id && binary.BigEndian.Uint16(buf[6:]) == seq {
-					return nil
-				}
-			}
-		}
-		return fmt.Errorf("no echo reply from %s", dst)
-	})
-}
-
-func requirePing6(t *testing.T, from string, dst netip.Addr) {
-	t.Helper()
-	if err := ping6(from, dst); err != nil {
-		t.Fatalf("ping from %s to %s: %v", from, dst, err)
-	}
-}
 
 func TestSecondaryPodIP(t *testing.T) {
 	p, s := netip.MustParsePrefix, netip.MustParseAddr
@@ -111,9 +50,9 @@ func TestDualStackPods(t *testing.T) {
 	a6, b6 := netip.MustParseAddr("fd00:10:244:1::2"), netip.MustParseAddr("fd00:10:244:1::3")
 
 	requirePing(t, a.NetNS, b.IP)
-	requirePing6(t, a.NetNS, b6)
-	requirePing6(t, b.NetNS, a6)
-	requirePing6(t, a.NetNS, n.SecondaryGateway())
+	requirePing(t, a.NetNS, b6)
+	requirePing(t, b.NetNS, a6)
+	requirePing(t, a.NetNS, n.SecondaryGateway())
 
 	out, err := run("ip", "netns", "exec", n.HostNS, "ip", "-6", "-o", "addr", "show", "dev", "cni0")
 	if err != nil || !strings.Contains(out, "inet6 fd00:10:244:1::1/64") {
@@ -144,7 +83,7 @@ func TestDualStackPods(t *testing.T) {
 		t.Fatalf("SetupPod repair: %v", err)
 	}
 	requirePodOK(t, n, a)
-	requirePing6(t, b.NetNS, a6)
+	requirePing(t, b.NetNS, a6)
 }
 
 // TestVXLANDualStackPeers: on a dual-stack node the VXLAN device also holds

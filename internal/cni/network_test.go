@@ -92,13 +92,23 @@ func mustLink(t *testing.T, h *netlink.Handle, name string) netlink.Link {
 	return l
 }
 
-// ping sends ICMP echo requests from inside the named netns to dst, as
-// `ip netns exec FROM ping -c1 -W1 DST` would, and waits for the reply.
-// The raw socket is created in the pod's namespace, so nothing is sent
-// from the root namespace. (iputils ping is not assumed to be installed.)
+// ping sends ICMP (or, to an IPv6 address, ICMPv6) echo requests from
+// inside the named netns to dst, as `ip netns exec FROM ping -c1 -W1 DST`
+// would, and waits for the reply. The raw socket is created in the pod's
+// namespace, so nothing is sent from the root namespace. (iputils ping is
+// not assumed to be installed.) For ICMPv6 the kernel fills in the checksum
+// and hands back the message without the IP header.
 func ping(from string, dst netip.Addr) error {
+	v6 := dst.Is6()
+	family, proto, echo, reply := unix.AF_INET, unix.IPPROTO_ICMP, byte(8), byte(0)
+	var to unix.Sockaddr = &unix.SockaddrInet6{Addr: dst.As16()}
+	if v6 {
+		family, proto, echo, reply = unix.AF_INET6, unix.IPPROTO_ICMPV6, 128, 129
+	} else {
+		to = &unix.SockaddrInet4{Addr: dst.As4()}
+	}
 	return netns.DoPath(netns.NetNSPath(from), func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+		fd, err := unix.Socket(family, unix.SOCK_RAW|unix.SOCK_CLOEXEC, proto)
 		if err != nil {
 			return err
 		}
@@ -108,14 +118,16 @@ func ping(from string, dst netip.Addr) error {
 			return err
 		}
 		id := uint16(os.Getpid()) ^ uint16(time.Now().UnixNano())
-		to := &unix.SockaddrInet4{Addr: dst.As4()}
 		buf := make([]byte, 1500)
-		// The first request may wait for ARP; retry a few times within ~3s.
+		// The first request may wait for ARP or neighbour discovery; retry a
+		// few times within ~3s.
 		for seq := uint16(1); seq <= 3; seq++ {
-			req := []byte{8, 0, 0, 0, 0, 0, 0, 0, 'm', 'k', 't'}
+			req := []byte{echo, 0, 0, 0, 0, 0, 0, 0, 'm', 'k', 't'}
 			binary.BigEndian.PutUint16(req[4:], id)
 			binary.BigEndian.PutUint16(req[6:], seq)
-			binary.BigEndian.PutUint16(req[2:], icmpChecksum(req))
+			if !v6 {
+				binary.BigEndian.PutUint16(req[2:], icmpChecksum(req))
+			}
 			if err := unix.Sendto(fd, req, 0, to); err != nil {
 				return fmt.Errorf("sending echo request to %s: %w", dst, err)
 			}
@@ -128,12 +140,18 @@ func ping(from string, dst netip.Addr) error {
 				if err != nil {
 					return err
 				}
-				s, ok := src.(*unix.SockaddrInet4)
-				if !ok || netip.AddrFrom4(s.Addr) != dst || n < 20 {
-					continue
+				var icmp []byte
+				switch s := src.(type) {
+				case *unix.SockaddrInet4:
+					if !v6 && netip.AddrFrom4(s.Addr) == dst && n >= 20 {
+						icmp = buf[int(buf[0]&0x0f)*4 : n]
+					}
+				case *unix.SockaddrInet6:
+					if v6 && netip.AddrFrom16(s.Addr) == dst {
+						icmp = buf[:n]
+					}
 				}
-				icmp := buf[int(buf[0]&0x0f)*4 : n]
-				if len(icmp) >= 8 && icmp[0] == 0 &&
+				if len(icmp) >= 8 && icmp[0] == reply &&
 					binary.BigEndian.Uint16(icmp[4:]) == id && binary.BigEndian.Uint16(icmp[6:]) == seq {
 					return nil
 				}
