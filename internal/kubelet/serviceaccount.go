@@ -33,7 +33,8 @@ import (
 // the volume is given that group and group read (volumeOwnership).
 
 // tokenState is when each projected token (by volume and path) must be
-// fetched again.
+// fetched again, and each projected volume's other files (by volume name)
+// read again.
 type tokenState struct {
 	refreshAt map[string]time.Time
 }
@@ -68,7 +69,13 @@ func (w *podWorker) ensureProjected(ctx context.Context, pod *corev1.Pod, v *cor
 	if w.token.refreshAt == nil {
 		w.token.refreshAt = map[string]time.Time{}
 	}
+	// The configMap, secret and downwardAPI sources are read from the API
+	// at the first sync and then every volumeRefresh, as the volume files of
+	// volumes.go are; a token when it is due.
+	filesDue := !time.Now().Before(w.token.refreshAt[v.Name])
+	wrote := false
 	write := func(name string, data []byte, m os.FileMode, itemMode *int32) error {
+		wrote = true
 		if itemMode != nil {
 			m = os.FileMode(*itemMode) & os.ModePerm
 		}
@@ -103,6 +110,8 @@ func (w *podWorker) ensureProjected(ctx context.Context, pod *corev1.Pod, v *cor
 				}
 			}
 			w.token.refreshAt[key] = next
+		case !filesDue:
+			continue
 		case src.ConfigMap != nil:
 			files, err := w.configMapFiles(ctx, pod, v.Name, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional)
 			if err != nil {
@@ -136,6 +145,12 @@ func (w *podWorker) ensureProjected(ctx context.Context, pod *corev1.Pod, v *cor
 				}
 			}
 		}
+	}
+	if filesDue {
+		w.token.refreshAt[v.Name] = time.Now().Add(volumeRefresh)
+	}
+	if !wrote {
+		return nil
 	}
 	return volumeOwnership(dir, fsGroup, true)
 }
