@@ -293,17 +293,7 @@ var sysctlRecordMu sync.Mutex
 // then drops packets to 127.0.0.0/8 from elsewhere, CVE-2020-8558). Only
 // the service proxy calls it, and only in iptables mode.
 func (n *Network) EnsureRouteLocalnet() error {
-	set := func() error { return n.writeSysctl(sysctlRouteLocalnet, "1") }
-	var err error
-	if n.HostNS == "" {
-		err = set()
-	} else {
-		err = netns.DoPath(netns.NetNSPath(n.HostNS), set)
-	}
-	if err != nil {
-		return fmt.Errorf("setting net.ipv4.conf.all.route_localnet: %w", err)
-	}
-	return nil
+	return n.EnsureSysctl(sysctlRouteLocalnet, "1")
 }
 
 // ensureSysctls writes the node namespace's sysctls. /proc/sys/net shows
