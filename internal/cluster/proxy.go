@@ -68,7 +68,6 @@ type serviceProxy interface {
 	OnEndpointSliceUpdate(*discovery.EndpointSlice)
 	OnEndpointSliceDelete(*discovery.EndpointSlice)
 	SetNodeIP(netip.Addr)
-	SetNodeZone(string)
 	SetNode(*corev1.Node)
 	Handler() http.Handler
 	HealthzHandler() http.Handler
@@ -267,8 +266,6 @@ func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
 	if n.Name != self {
 		return
 	}
-	// kube-proxy reads its Node's zone for topology-aware routing.
-	p.SetNodeZone(n.Labels[corev1.LabelTopologyZone])
 	p.SetNode(n)
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {

@@ -166,22 +166,6 @@ func (p *changes) SetNodeIP(ip netip.Addr) {
 	}
 }
 
-// SetNodeZone records the node's topology.kubernetes.io/zone label, which
-// decides the endpoints hinted for this node's zone (kube-proxy's
-// topology-aware routing); a change resyncs every service.
-func (p *changes) SetNodeZone(zone string) {
-	p.mu.Lock()
-	changed := zone != p.nodeZone
-	p.nodeZone = zone
-	if changed {
-		p.needFull = true
-	}
-	p.mu.Unlock()
-	if changed {
-		p.runner.Run()
-	}
-}
-
 // forceFullSync is what the flush monitor calls.
 func (p *changes) forceFullSync() {
 	p.mu.Lock()

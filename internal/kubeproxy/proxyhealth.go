@@ -51,9 +51,12 @@ func (c *changes) health(timeout time.Duration) proxyHealth {
 	return h
 }
 
-// SetNode records this node as the Node informer last saw it: kube-proxy's
-// healthz is 503 for a node being deleted or drained by the autoscaler, and
-// before the node is known.
+// SetNode records this node as the Node informer last saw it (nil when it
+// is gone): kube-proxy's healthz is 503 for a node being deleted or drained
+// by the autoscaler, and before the node is known; its
+// topology.kubernetes.io/zone label decides the endpoints hinted for this
+// node's zone (topology-aware routing), and a change of zone resyncs every
+// service.
 func (c *changes) SetNode(n *corev1.Node) {
 	eligible := n != nil && n.DeletionTimestamp.IsZero()
 	if n != nil {
@@ -65,7 +68,15 @@ func (c *changes) SetNode(n *corev1.Node) {
 	}
 	c.mu.Lock()
 	c.nodeEligible = eligible
+	changed := n != nil && n.Labels[corev1.LabelTopologyZone] != c.nodeZone
+	if changed {
+		c.nodeZone = n.Labels[corev1.LabelTopologyZone]
+		c.needFull = true
+	}
 	c.mu.Unlock()
+	if changed {
+		c.runner.Run()
+	}
 }
 
 // HealthzHandler serves kube-proxy's /healthz and /livez, with kube-proxy's
