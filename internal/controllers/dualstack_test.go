@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 
@@ -14,8 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // newDualStackCluster is newTestCluster over an API server with service
@@ -24,19 +21,7 @@ func newDualStackCluster(t *testing.T) *testCluster {
 	t.Helper()
 	vcfg := validation.DefaultConfig()
 	vcfg.SecondaryServiceCIDR = netip.MustParsePrefix("fd00:10:96::/112")
-	api := apiservertest.StartConfig(t, apiserver.Config{Validation: vcfg})
-	wc := &writeCounter{counts: map[string]int{}}
-	cfg := rest.CopyConfig(api.Config)
-	cfg.WrapTransport = wc.wrap
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	tc := &testCluster{t: t, ctx: ctx, client: client, cfg: cfg, writes: wc}
-	t.Cleanup(tc.stopControllers)
-	return tc
+	return newTestClusterOn(t, apiservertest.StartConfig(t, apiserver.Config{Validation: vcfg}))
 }
 
 // TestSlicesPerFamily: a dual-stack Service gets one EndpointSlice per IP

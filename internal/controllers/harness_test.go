@@ -40,7 +40,12 @@ const waitTimeout = 20 * time.Second
 
 func newTestCluster(t *testing.T) *testCluster {
 	t.Helper()
-	api := apiservertest.Start(t)
+	return newTestClusterOn(t, apiservertest.Start(t))
+}
+
+// newTestClusterOn is newTestCluster over a given API server.
+func newTestClusterOn(t *testing.T, api *apiservertest.Server) *testCluster {
+	t.Helper()
 	wc := &writeCounter{counts: map[string]int{}}
 	cfg := rest.CopyConfig(api.Config)
 	cfg.WrapTransport = wc.wrap
