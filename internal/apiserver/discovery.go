@@ -305,7 +305,9 @@ func (s *Server) serveAggregated(w http.ResponseWriter, r *http.Request, legacy 
 	if legacy {
 		list, etag = docs.api, docs.legacyETag
 	}
-	aggregated.ServeHTTPWithETag(list, etag, mt.Convert.GroupVersion(), discoveryCodecs, w, r)
+	// The encoder sets the target kind on the object it writes and puts the
+	// old one back, so concurrent requests must not share the cached list.
+	aggregated.ServeHTTPWithETag(list.DeepCopy(), etag, mt.Convert.GroupVersion(), discoveryCodecs, w, r)
 	return nil
 }
 

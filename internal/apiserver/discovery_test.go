@@ -208,6 +208,48 @@ func TestAggregatedDiscoveryBuiltins(t *testing.T) {
 	}
 }
 
+// TestAggregatedDiscoveryConcurrent: many clients read the cached documents
+// at once (kubectl and a controller's client starting together), in JSON
+// and protobuf, and each gets the whole document; under -race this proves
+// no request writes what another is encoding.
+func TestAggregatedDiscoveryConcurrent(t *testing.T) {
+	a := newTestAPI(t)
+	_, first := a.aggregated("/apis")
+	etag := first.header.Get("ETag")
+	accepts := []string{acceptAggregated, "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 10 {
+				path := "/apis"
+				if j%2 == 1 {
+					path = "/api"
+				}
+				r, err := a.try(http.MethodGet, path, "", nil, "Accept", accepts[(i+j)%2])
+				switch {
+				case err != nil:
+					errs <- err
+					return
+				case r.code != http.StatusOK || len(r.body) == 0:
+					errs <- fmt.Errorf("GET %s: HTTP %d, %d bytes", path, r.code, len(r.body))
+					return
+				case path == "/apis" && r.header.Get("ETag") != etag:
+					errs <- fmt.Errorf("GET /apis: ETag %q, want %q", r.header.Get("ETag"), etag)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 // TestAggregatedDiscoveryFollowsCRDs: an established CRD appears in /apis
 // as apiextensions-apiserver publishes it (versions by priority, full
 // response kinds, status and scale), with a new ETag; deleted, it leaves.
