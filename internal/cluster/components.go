@@ -110,6 +110,9 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if _, err := loadbalancer.ParsePool(sc.LBPool); err != nil {
 		return fmt.Errorf("--lb-pool: %w", err)
 	}
+	if err := installGatewayAPI(rc, s.cfg); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan struct{})
 	var wg sync.WaitGroup
