@@ -60,11 +60,16 @@ type serverContext struct {
 	// LBPool is --lb-pool: the LoadBalancer address pool, a comma-separated
 	// list of CIDRs and FIRST-LAST ranges ("" = none).
 	LBPool string
+	// RESTConfig is Client's configuration, for clients of other API groups.
+	RESTConfig *rest.Config
+	// GatewayAPI is whether the Gateway API bundle is installed (and its
+	// controller runs).
+	GatewayAPI bool
 }
 
 // startServerComponents starts control-plane components beyond the core controllers.
 func startServerComponents(ctx context.Context, wg *sync.WaitGroup, sc serverContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer, startLoadBalancerServer} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer, startLoadBalancerServer, startGatewayServer} {
 		if err := start(ctx, wg, sc); err != nil {
 			return err
 		}
@@ -104,7 +109,8 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		svcCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
 	sc := serverContext{Client: client, DataDir: s.cfg.DataDir, ServiceCIDR: svcCIDR,
-		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool}
+		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool,
+		RESTConfig: rc, GatewayAPI: !s.cfg.DisableGatewayAPI}
 	// Configuration errors of the singletons fail the start, on every server,
 	// rather than a later term of the one that wins the lease.
 	if _, err := loadbalancer.ParsePool(sc.LBPool); err != nil {

@@ -11,8 +11,10 @@ import (
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 const httproutesCRD = "httproutes.gateway.networking.k8s.io"
@@ -42,10 +44,10 @@ func routeCRD(t *testing.T, s *Server) (rv, channel string, err error) {
 	return c.ResourceVersion, c.Annotations[gateway.ChannelAnnotation], nil
 }
 
-// A server comes up with the standard bundle; restarted on the same data, it
+// A server comes up with the standard bundle and its controller's class Accepted; restarted on the same data, it
 // re-applies it without a change; asked for experimental over it, it refuses
 // to start, as the bundle's safe-upgrades policy refuses; --gateway-api=false
-// installs nothing; a channel that does not exist is named.
+// installs nothing (and runs no controller); a channel that does not exist is named.
 func TestServerInstallsTheGatewayAPIBundle(t *testing.T) {
 	dir := t.TempDir()
 	s, err := startAPIOnly(t, dir, func(*ServerConfig) {})
@@ -56,6 +58,15 @@ func TestServerInstallsTheGatewayAPIBundle(t *testing.T) {
 	if err != nil || ch != gateway.ChannelStandard {
 		t.Fatalf("after start: %s channel %q, %v", httproutesCRD, ch, err)
 	}
+	// The controller, a singleton of the leader, accepts its class.
+	gw, err := gwclient.NewForConfig(&rest.Config{Host: s.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "GatewayClass minikit Accepted by "+string(gateway.ControllerName), func() bool {
+		gc, err := gw.GatewayV1().GatewayClasses().Get(context.Background(), gateway.ClassName, metav1.GetOptions{})
+		return err == nil && gc.Spec.ControllerName == gateway.ControllerName && meta.IsStatusConditionTrue(gc.Status.Conditions, "Accepted")
+	})
 	if err := s.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
