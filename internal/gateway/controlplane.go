@@ -24,11 +24,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
-	gwlisters "sigs.k8s.io/gateway-api/pkg/client/listers/apis/v1"
 )
 
 // Names and labels of what the control plane writes.
@@ -73,15 +71,9 @@ type ControlPlane struct {
 	kube informers.SharedInformerFactory
 	gw   gwinformers.SharedInformerFactory
 
-	classes  gwlisters.GatewayClassLister
-	gateways gwlisters.GatewayLister
-	routes   gwlisters.HTTPRouteLister
-	grants   gwlisters.ReferenceGrantLister
-	svcs     corelisters.ServiceLister
-	nss      corelisters.NamespaceLister
-	nodes    corelisters.NodeLister
-	slices   discoverylisters.EndpointSliceLister
-	kick     chan struct{}
+	listers
+	nodes corelisters.NodeLister
+	kick  chan struct{}
 }
 
 // NewControlPlane prepares the control plane; Run starts it.
@@ -95,15 +87,9 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	s := &ControlPlane{cfg: cfg, log: cfg.Logger.With("component", "gateway-server"), kick: make(chan struct{}, 1)}
 	s.kube = informers.NewSharedInformerFactory(cfg.Client, 0)
 	s.gw = gwinformers.NewSharedInformerFactory(cfg.Gateway, 0)
-	v1 := s.gw.Gateway().V1()
-	s.classes, s.gateways, s.routes, s.grants = v1.GatewayClasses().Lister(), v1.Gateways().Lister(), v1.HTTPRoutes().Lister(), v1.ReferenceGrants().Lister()
-	s.svcs, s.nss, s.nodes = s.kube.Core().V1().Services().Lister(), s.kube.Core().V1().Namespaces().Lister(), s.kube.Core().V1().Nodes().Lister()
-	s.slices = s.kube.Discovery().V1().EndpointSlices().Lister()
-	if err := informer.AddHandler(informer.OnChange(s.trigger),
-		v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(), v1.ReferenceGrants().Informer(),
-		s.kube.Core().V1().Services().Informer(), s.kube.Core().V1().Namespaces().Informer(), s.kube.Core().V1().Nodes().Informer(),
-		s.kube.Discovery().V1().EndpointSlices().Informer(),
-	); err != nil {
+	s.listers = newListers(s.kube, s.gw)
+	s.nodes = s.kube.Core().V1().Nodes().Lister()
+	if err := s.listers.watch(s.trigger, s.kube.Core().V1().Nodes().Informer()); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -190,47 +176,17 @@ func (s *ControlPlane) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ours := map[string]bool{}
 	for _, gc := range classes {
 		if gc.Spec.ControllerName != ControllerName {
 			continue
 		}
-		ours[gc.Name] = true
 		if err := s.syncClass(ctx, gc); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	all, err := s.gateways.List(labels.Everything())
+	w, svcs, err := s.listers.world()
 	if err != nil {
 		return err
-	}
-	w := World{Services: map[types.NamespacedName]*corev1.Service{}, Namespaces: map[string]map[string]string{}}
-	for _, g := range all {
-		if ours[string(g.Spec.GatewayClassName)] {
-			w.Gateways = append(w.Gateways, g)
-		}
-	}
-	slices.SortFunc(w.Gateways, func(a, b *gatewayv1.Gateway) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
-	if w.HTTPRoutes, err = s.routes.List(labels.Everything()); err != nil {
-		return err
-	}
-	slices.SortFunc(w.HTTPRoutes, func(a, b *gatewayv1.HTTPRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
-	if w.Grants, err = s.grants.List(labels.Everything()); err != nil {
-		return err
-	}
-	svcs, err := s.svcs.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	for _, svc := range svcs {
-		w.Services[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = svc
-	}
-	nss, err := s.nss.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	for _, ns := range nss {
-		w.Namespaces[ns.Name] = ns.Labels
 	}
 	res := Compute(w)
 	used := usedDataPorts(svcs)

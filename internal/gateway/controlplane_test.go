@@ -38,8 +38,19 @@ func startControlPlane(t *testing.T) (kubernetes.Interface, gwclient.Interface) 
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, wait, "the Gateway API served", func() error {
-		_, err := gw.GatewayV1().Gateways("default").List(ctx, metav1.ListOptions{})
-		return err
+		if _, err := gw.GatewayV1().GatewayClasses().List(ctx, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("gatewayclasses: %w", err)
+		}
+		if _, err := gw.GatewayV1().Gateways("default").List(ctx, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("gateways: %w", err)
+		}
+		if _, err := gw.GatewayV1().HTTPRoutes("default").List(ctx, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("httproutes: %w", err)
+		}
+		if _, err := gw.GatewayV1().ReferenceGrants("default").List(ctx, metav1.ListOptions{}); err != nil {
+			return fmt.Errorf("referencegrants: %w", err)
+		}
+		return nil
 	})
 	cp, err := NewControlPlane(ControlPlaneConfig{Client: api.Client, Gateway: gw, Logger: testutil.Logger(t)})
 	if err != nil {

@@ -98,9 +98,17 @@ func endpointsOf(svc *corev1.Service, sl []*discoveryv1.EndpointSlice, port int3
 	return out
 }
 
+// Dialer opens connections to endpoints (nil: the system's).
+type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // Handler serves one data port from the snapshot load returns on each request.
-func Handler(dataPort int32, load func() *Snapshot) http.Handler {
+func Handler(dataPort int32, load func() *Snapshot, dial Dialer) http.Handler {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if dial != nil {
+		tr.DialContext = dial
+	}
 	rp := &httputil.ReverseProxy{
+		Transport: tr,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			// Host and the raw request URI go to the backend unchanged.
 			pr.Out.URL.Scheme = "http"

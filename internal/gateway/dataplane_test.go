@@ -24,9 +24,13 @@ func echo(t *testing.T, name string) *httptest.Server {
 	return s
 }
 
-// svcWithSlice is a Service on port 8080 whose one EndpointSlice points at srv.
-func svcWithSlice(name string, srv *httptest.Server) (*corev1.Service, *discoveryv1.EndpointSlice) {
+// svcWithSlice is a Service on port 8080 whose one EndpointSlice points at
+// srv, or at ip on srv's port when ip is given.
+func svcWithSlice(name string, srv *httptest.Server, ip ...string) (*corev1.Service, *discoveryv1.EndpointSlice) {
 	host, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "http://"), ":")
+	if len(ip) > 0 {
+		host = ip[0]
+	}
 	var p int32
 	fmt.Sscan(port, &p)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
@@ -64,7 +68,7 @@ func TestHandlerServesTheTable(t *testing.T) {
 	tables := map[int32]*Table{20000: table}
 	snap := &Snapshot{Tables: tables, Ports: map[int32]int32{20000: 80},
 		Endpoints: ResolveEndpoints(tables, svcs, map[types.NamespacedName][]*discoveryv1.EndpointSlice{{Namespace: "default", Name: "a"}: {esA}})}
-	gw := httptest.NewServer(Handler(20000, func() *Snapshot { return snap }))
+	gw := httptest.NewServer(Handler(20000, func() *Snapshot { return snap }, nil))
 	defer gw.Close()
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, tc := range []struct {
