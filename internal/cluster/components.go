@@ -36,12 +36,14 @@ type nodeContext struct {
 	ProxyMode ProxyMode
 	// PodNetwork is the node's pod network ("" is host-gw).
 	PodNetwork PodNetwork
+	// RESTConfig is Client's configuration, for clients of other API groups.
+	RESTConfig *rest.Config
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each
 // start function runs its component until ctx ends, accounted in wg.
 func startNodeComponents(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startDNS, startIngressNode, startLoadBalancerNode} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startDNS, startIngressNode, startLoadBalancerNode, startGatewayNode} {
 		if err := start(ctx, wg, nc); err != nil {
 			return err
 		}
@@ -144,7 +146,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if !s.cfg.DisableAgent {
 		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, DataDir: s.cfg.DataDir,
 			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
-			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork}
+			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork, RESTConfig: rc}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {
 			// Stop (which the caller runs next) waits for done.

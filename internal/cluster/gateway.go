@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/client-go/rest"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
@@ -59,6 +61,42 @@ func startGatewayServer(ctx context.Context, wg *sync.WaitGroup, sc serverContex
 		defer wg.Done()
 		if err := cp.Run(ctx); err != nil && ctx.Err() == nil {
 			sc.Logger.Error("gateway control plane stopped", "component", "gateway-server", "err", err)
+		}
+	}()
+	return nil
+}
+
+// startGatewayNode runs this node's Gateway data plane once the API serves
+// the Gateway API (an agent does not know the server's --gateway-api; it asks
+// discovery, again every few seconds until the kinds appear).
+// MINIKIT_GATEWAY=off disables it on a node.
+func startGatewayNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
+	if os.Getenv("MINIKIT_GATEWAY") == "off" || nc.RESTConfig == nil {
+		return nil
+	}
+	gw, err := gwclient.NewForConfig(nc.RESTConfig)
+	if err != nil {
+		return err
+	}
+	n, err := gateway.NewNode(gateway.NodeConfig{Client: nc.Client, Gateway: gw, NodeName: nc.NodeName, Logger: nc.Logger})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if _, err := nc.Client.Discovery().ServerResourcesForGroupVersion(gatewayv1.GroupVersion.String()); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+		if err := n.Run(ctx); err != nil && ctx.Err() == nil {
+			nc.Logger.Error("gateway data plane stopped", "component", "gateway", "err", err)
 		}
 	}()
 	return nil
