@@ -52,22 +52,46 @@
 //
 //   - Control plane (server, under the controller-manager lease, as the
 //     Ingress control plane): installs the CRD bundle at start (Install, every
-//     server, idempotent); keeps the GatewayClass "minikit" Accepted with
-//     status.supportedFeatures; for each Gateway of the class, the Service and
+//     server, idempotent); creates the GatewayClass "minikit" and keeps
+//     every class of ControllerName Accepted; for each Gateway of the class, the Service and
 //     its EndpointSlices, and Gateway status (Accepted, Programmed, addresses,
 //     listeners with supportedKinds, attachedRoutes and conditions); for each
 //     HTTPRoute, status.parents (Accepted, ResolvedRefs) for the parents of
 //     this controller. The status rules (allowedRoutes, hostname
 //     intersection, ReferenceGrant, backend resolution) are pure functions of
 //     a snapshot of the objects (status.go), tested as tables.
-//   - Node (every node): watches Gateways, HTTPRoutes, ReferenceGrants,
-//     Services, EndpointSlices and Secrets; from the same pure functions
-//     computes, per data port, the routing table of the listeners behind it
-//     (what an attached, accepted route contributes to which listener), and
-//     serves it on the HTTP proxy, proxying straight to ready endpoints of the
-//     backend Services, weighted. Because node and control plane use the same
-//     functions on the same objects, a route that status calls Accepted is the
-//     route the proxy serves.
+//   - Node (every node, node.go): watches Gateways, HTTPRoutes,
+//     ReferenceGrants, Services and EndpointSlices; from the same Compute
+//     builds, per data port, the routing Table (routes.go) of the listeners
+//     behind it, opens and closes data ports to match, announces itself on
+//     its Node, and serves (dataplane.go) straight to ready endpoints of the
+//     backend Services, weighted. Because node and control plane use the
+//     same functions on the same objects, a route that status calls Accepted
+//     is the route the proxy serves. The serving is net/http's for now, not
+//     package ingress/httpproxy's: dataplane.go says why and what moving
+//     onto it takes.
+//
+// # Files
+//
+// install.go the bundle; status.go the status rules (Compute); listers.go
+// the World both halves read; controlplane.go the server half; routes.go the
+// routing Table; dataplane.go the HTTP handler; node.go the node half.
+//
+// # Not done yet (issue 32)
+//
+// HTTPS and TLS listeners (certificateRefs, SNI, ReferenceGrant to Secrets),
+// GRPCRoute, TLSRoute, TCPRoute, UDPRoute (UDP and TCP listeners are
+// UnsupportedProtocol today); listener isolation between listeners sharing a
+// port (their attachments are merged into one table); filters beyond
+// RequestRedirect (scheme/hostname/port/status, no path rewrite) and
+// RequestHeaderModifier: ResponseHeaderModifier, URLRewrite, mirrors, CORS,
+// timeouts, retries; redirect path modifiers; backend protocols (h2c,
+// WebSocket through net/http works, appProtocol is not read); Conflicted
+// rules beyond same port and hostname; the GatewayClass's
+// status.supportedFeatures (empty until the suite says what passes); Gateway
+// spec.addresses of type Hostname or several IPs (the LB stub takes one IPv4);
+// the data plane on httpproxy; a 1,000-route table is scanned linearly per
+// request (index it by hostname first); Events; scripts/gateway-conformance.sh.
 //
 // # The bundle
 //
