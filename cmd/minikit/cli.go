@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/cluster"
+	"github.com/minikit/minikit/internal/gateway"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -255,6 +256,8 @@ func newServerCommand() *cobra.Command {
 	var dnsOpts cluster.DNSConfig
 	var ha cluster.ServerConfig // the datastore and HA flags
 	var joinTokenFile string
+	var gatewayAPI bool
+	var gatewayAPIChannel string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the API server, the controllers and this node's agent",
@@ -271,6 +274,7 @@ func newServerCommand() *cobra.Command {
 			cfg := cluster.ServerConfig{DataDir: dataDir, Listen: listen, AdvertiseAddress: advertise,
 				ExtraSANs: sans, Version: version, Logger: newLogger(logLevel), DisableAgent: disableAgent, NodeName: nodeName}
 			cfg.LBPool = lbPool
+			cfg.DisableGatewayAPI, cfg.GatewayAPIChannel = !gatewayAPI, gatewayAPIChannel
 			cfg.DNS = dnsOpts
 			cfg.Datastore, cfg.Etcd, cfg.ClusterInit, cfg.Join, cfg.JoinToken, cfg.JoinCAFile =
 				ha.Datastore, ha.Etcd, ha.ClusterInit, ha.Join, ha.JoinToken, ha.JoinCAFile
@@ -345,6 +349,8 @@ func newServerCommand() *cobra.Command {
 	addPodNetworkFlag(cmd, &podNetwork)
 	fl.StringVar(&lbPool, "lb-pool", "", "addresses for LoadBalancer Services, CIDRs or FIRST-LAST ranges, comma-separated, "+
 		"on the nodes' network (e.g. 192.168.56.240-192.168.56.250); empty leaves them <pending>")
+	fl.BoolVar(&gatewayAPI, "gateway-api", true, "install the Gateway API "+gateway.BundleVersion+" CRDs at start (server-side apply; a restart re-applies them)")
+	fl.StringVar(&gatewayAPIChannel, "gateway-api-channel", gateway.ChannelStandard, "the Gateway API bundle's channel: standard or experimental")
 	fl.StringVar(&ha.Datastore, "datastore", cluster.DatastoreBolt, "where objects live: bolt (DATA_DIR/minikit.db) or etcd")
 	fl.StringSliceVar(&ha.Etcd.Endpoints, "etcd-endpoints", nil, "an external etcd's client URLs, comma-separated (with --datastore etcd)")
 	fl.StringVar(&ha.Etcd.CAFile, "etcd-cafile", "", "CA certificate that signed the etcd servers' certificates")
@@ -356,6 +362,7 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&joinTokenFile, "token-file", "", "read --token from this file")
 	fl.StringVar(&ha.JoinCAFile, "ca-file", "", "the cluster's CA certificate, needed with --join only when --token is a bare token")
 	cmd.RegisterFlagCompletionFunc("datastore", cobra.FixedCompletions([]string{cluster.DatastoreBolt, cluster.DatastoreEtcd}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.RegisterFlagCompletionFunc("gateway-api-channel", cobra.FixedCompletions([]string{gateway.ChannelStandard, gateway.ChannelExperimental}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

@@ -130,7 +130,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 	}
 	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, SecondaryNodeIP: cfg.SecondaryNodeIP, DataDir: cfg.DataDir,
 		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
-		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork}
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, RESTConfig: rc}
 	if !nc.ServiceCIDR.IsValid() {
 		nc.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}

@@ -39,12 +39,14 @@ type nodeContext struct {
 
 	// SecondaryNodeIP is the node's InternalIP of the other family (dual-stack).
 	SecondaryNodeIP netip.Addr
+	// RESTConfig is Client's configuration, for clients of other API groups.
+	RESTConfig *rest.Config
 }
 
 // startNodeComponents starts what runs on every node next to its agent. Each
 // start function runs its component until ctx ends, accounted in wg.
 func startNodeComponents(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startDNS, startIngressNode, startLoadBalancerNode} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startDNS, startIngressNode, startLoadBalancerNode, startGatewayNode} {
 		if err := start(ctx, wg, nc); err != nil {
 			return err
 		}
@@ -63,11 +65,16 @@ type serverContext struct {
 	// LBPool is --lb-pool: the LoadBalancer address pool, a comma-separated
 	// list of CIDRs and FIRST-LAST ranges ("" = none).
 	LBPool string
+	// RESTConfig is Client's configuration, for clients of other API groups.
+	RESTConfig *rest.Config
+	// GatewayAPI is whether the Gateway API bundle is installed (and its
+	// controller runs).
+	GatewayAPI bool
 }
 
 // startServerComponents starts control-plane components beyond the core controllers.
 func startServerComponents(ctx context.Context, wg *sync.WaitGroup, sc serverContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer, startLoadBalancerServer} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer, startLoadBalancerServer, startGatewayServer} {
 		if err := start(ctx, wg, sc); err != nil {
 			return err
 		}
@@ -107,11 +114,15 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 		svcCIDR = netip.MustParsePrefix("10.96.0.0/12")
 	}
 	sc := serverContext{Client: client, DataDir: s.cfg.DataDir, ServiceCIDR: svcCIDR,
-		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool}
+		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool,
+		RESTConfig: rc, GatewayAPI: !s.cfg.DisableGatewayAPI}
 	// Configuration errors of the singletons fail the start, on every server,
 	// rather than a later term of the one that wins the lease.
 	if _, err := loadbalancer.ParsePool(sc.LBPool); err != nil {
 		return fmt.Errorf("--lb-pool: %w", err)
+	}
+	if err := installGatewayAPI(rc, s.cfg); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel, s.done = cancel, make(chan struct{})
@@ -138,7 +149,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	if !s.cfg.DisableAgent {
 		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, SecondaryNodeIP: s.cfg.SecondaryNodeIP, DataDir: s.cfg.DataDir,
 			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
-			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork}
+			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork, RESTConfig: rc}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {
 			// Stop (which the caller runs next) waits for done.

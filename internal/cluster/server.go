@@ -68,6 +68,11 @@ type ServerConfig struct {
 	// FIRST-LAST ranges, comma-separated; empty leaves LoadBalancer Services
 	// pending.
 	LBPool string
+	// DisableGatewayAPI leaves the Gateway API CRDs out (--gateway-api=false);
+	// otherwise every server applies the bundle of GatewayAPIChannel ("" is
+	// standard) at start, as k3s applies its bundled add-ons.
+	DisableGatewayAPI bool
+	GatewayAPIChannel string
 	// DNS configures this node's cluster DNS server.
 	DNS DNSConfig
 	// ProxyMode is the service proxy's mode: iptables (default) or nftables.

@@ -301,7 +301,7 @@ func TestControllerRuntimeOperator(t *testing.T) {
 }
 
 // installGatewayAPI applies the Gateway API v1.6.3 experimental channel's
-// CRDs from the module cache with kubectl apply --server-side, waits until
+// CRDs from the module cache with kubectl apply --server-side over the standard ones the server installed, waits until
 // kubectl sees them Established, and checks kubectl explain and the bundle's
 // own CEL message on a route that breaks one of its rules.
 func installGatewayAPI(t *testing.T, kubeconfig string) {
@@ -314,7 +314,10 @@ func installGatewayAPI(t *testing.T, kubeconfig string) {
 		return string(b), err
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "config", "crd", "experimental", "gateway.networking.*.yaml"))
-	args := []string{"apply", "--server-side"}
+	// The server installed the standard channel under its own field manager
+	// (docs/differences.md); taking the experimental fields over is a conflict
+	// that, as on any cluster with an installed bundle, needs forcing.
+	args := []string{"apply", "--server-side", "--force-conflicts"}
 	for _, f := range files {
 		// The safe-upgrades ValidatingAdmissionPolicy is not served (docs/differences.md).
 		if !strings.Contains(f, "_vap_") {

@@ -1,0 +1,109 @@
+// Package gateway_test is the Gateway API's lab tier: a Gateway of the
+// cluster's class minikit gets an address from the lab's LoadBalancer pool,
+// and the lab's client host reaches an echo-basic backend through it, as a
+// student would with curl.
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minikit/minikit/internal/gateway"
+	"github.com/minikit/minikit/internal/lab"
+	"github.com/minikit/minikit/internal/testutil"
+	"github.com/minikit/minikit/test/testenv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+)
+
+func TestGatewayFromTheClientHost(t *testing.T) {
+	l := testenv.NewLab(t, 2)
+	c := testenv.Client(t, l)
+	ctx := context.Background()
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gwclient.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "echo"}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "echo-1", Labels: labels},
+		Spec: corev1.PodSpec{NodeName: "node2", Containers: []corev1.Container{{Name: "echo", Image: "registry.k8s.io/gateway-api/echo-basic:v1.5.1",
+			Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				{Name: "NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}}}}}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitPodReady(t, c, "default", "echo-1")
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromInt32(3000)}}}}
+	if _, err := c.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "cafe", Namespace: "default"},
+		Spec: gatewayv1.GatewaySpec{GatewayClassName: gateway.ClassName,
+			Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}
+	if _, err := gw.GatewayV1().Gateways("default").Create(ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	port := gatewayv1.PortNumber(8080)
+	rt := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "coffee", Namespace: "default"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "cafe"}}},
+			Hostnames: []gatewayv1.Hostname{"cafe.example.com"},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{
+				BackendObjectReference: gatewayv1.BackendObjectReference{Name: "echo", Port: &port}}}}}}}}
+	if _, err := gw.GatewayV1().HTTPRoutes("default").Create(ctx, rt, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var addr netip.Addr
+	testutil.Eventually(t, 120*time.Second, "Gateway cafe Programmed with an address", func() error {
+		g, err := gw.GatewayV1().Gateways("default").Get(ctx, "cafe", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cnd := range g.Status.Conditions {
+			if cnd.Type == "Programmed" && cnd.Status != metav1.ConditionTrue {
+				return fmt.Errorf("Programmed %s %s: %s", cnd.Status, cnd.Reason, cnd.Message)
+			}
+		}
+		if len(g.Status.Addresses) == 0 {
+			return fmt.Errorf("no address")
+		}
+		addr, err = netip.ParseAddr(g.Status.Addresses[0].Value)
+		return err
+	})
+	first, last, _ := strings.Cut(l.LBPool(), "-")
+	if lo, hi := netip.MustParseAddr(first), netip.MustParseAddr(last); addr.Less(lo) || hi.Less(addr) {
+		t.Errorf("address %s is not in the lab pool %s", addr, l.LBPool())
+	}
+	testutil.Eventually(t, 60*time.Second, "curl from the client reaches echo-1 through the Gateway", func() error {
+		out, err := testenv.Run(l, lab.Client, "curl", "-s", "--max-time", "2", "-H", "Host: cafe.example.com", "http://"+addr.String()+"/coffee")
+		if err != nil {
+			return fmt.Errorf("curl: %v: %s", err, out)
+		}
+		var reply struct{ Pod, Path, Host string }
+		if err := json.Unmarshal([]byte(out), &reply); err != nil {
+			return fmt.Errorf("reply %q: %v", out, err)
+		}
+		if reply.Pod != "echo-1" || reply.Path != "/coffee" || reply.Host != "cafe.example.com" {
+			return fmt.Errorf("reply %s", out)
+		}
+		return nil
+	})
+	out, err := testenv.Run(l, lab.Client, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "2", "-H", "Host: tea.example.com", "http://"+addr.String()+"/")
+	if err != nil || out != "404" {
+		t.Errorf("a host no route names: %q %v, want 404", out, err)
+	}
+}
