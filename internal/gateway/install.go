@@ -12,6 +12,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,6 +93,39 @@ func Bundle(channel string) ([]BundleCRD, error) {
 	return out, nil
 }
 
+// waitEstablished polls the named CRDs until each is Established.
+func waitEstablished(ctx context.Context, crds CRDs, names []string) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for _, name := range names {
+		for {
+			c, err := crds.Get(ctx, name, metav1.GetOptions{})
+			if err == nil && Established(c) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				if err == nil {
+					err = errors.New("not Established")
+				}
+				return fmt.Errorf("waiting for CustomResourceDefinition %q: %w (%w)", name, err, ctx.Err())
+			case <-t.C:
+			}
+		}
+	}
+	return nil
+}
+
+// Established reports whether the CRD's Established condition is True.
+func Established(c *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // CRDs is the part of the apiextensions client Install uses
 // (apiextensionsv1client.CustomResourceDefinitionInterface satisfies it).
 type CRDs interface {
@@ -104,13 +138,17 @@ type CRDs interface {
 // does), so a server that restarts re-applies them as a no-op and a CRD edited
 // by hand is put back. Following the bundle's safe-upgrades policy, it
 // refuses to apply an experimental CRD over a standard one; every CRD is still
-// tried and the refusals and failures are returned together.
+// tried and the refusals and failures are returned together. It returns once
+// every CRD it applied is Established (or ctx ends), so a server that is up
+// serves the Gateway API kinds: `kubectl get gateways` right after `lab up`
+// finds the resource, and nothing writes the CRDs' status after Install.
 func Install(ctx context.Context, crds CRDs, channel string, log *slog.Logger) error {
 	bundle, err := Bundle(channel)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	var applied []string
 	for _, c := range bundle {
 		if c.Channel == ChannelExperimental {
 			old, err := crds.Get(ctx, c.Name, metav1.GetOptions{})
@@ -126,7 +164,12 @@ func Install(ctx context.Context, crds CRDs, channel string, log *slog.Logger) e
 		force := true
 		if _, err := crds.Patch(ctx, c.Name, types.ApplyPatchType, c.JSON, metav1.PatchOptions{FieldManager: FieldManager, Force: &force}); err != nil {
 			errs = append(errs, fmt.Errorf("applying CustomResourceDefinition %q: %w", c.Name, err))
+			continue
 		}
+		applied = append(applied, c.Name)
+	}
+	if err := waitEstablished(ctx, crds, applied); err != nil {
+		errs = append(errs, err)
 	}
 	if log != nil {
 		log.Debug("applied the Gateway API bundle", "component", "gateway", "version", BundleVersion, "channel", channel, "crds", len(bundle), "errors", len(errs))

@@ -11,7 +11,6 @@ import (
 	"github.com/minikit/minikit/internal/apiserver/apiservertest"
 	"github.com/minikit/minikit/internal/testutil"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -111,7 +110,7 @@ func TestInstallIsIdempotentAndGuardsTheChannel(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if !established(got) {
+			if !Established(got) {
 				return errNotEstablished(c.Name)
 			}
 			rvs[c.Name] = got.ResourceVersion
@@ -145,15 +144,6 @@ func TestInstallIsIdempotentAndGuardsTheChannel(t *testing.T) {
 	if _, err := crds.Get(ctx, "xmeshes.gateway.networking.x-k8s.io", metav1.GetOptions{}); err != nil {
 		t.Errorf("xmeshes: %v", err)
 	}
-}
-
-func established(c *apiextensionsv1.CustomResourceDefinition) bool {
-	for _, cond := range c.Status.Conditions {
-		if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 type errNotEstablished string
