@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -47,11 +49,24 @@ type BundleCRD struct {
 
 // Bundle returns the CRDs of a channel, sorted by name. Documents that are not
 // CRDs (the safe-upgrades ValidatingAdmissionPolicy and its binding) are left
-// out; see the package doc.
+// out; see the package doc. The manifests are read once per process (every
+// server start applies them; the JSON is shared and must not be modified).
 func Bundle(channel string) ([]BundleCRD, error) {
-	if channel != ChannelStandard && channel != ChannelExperimental {
+	read, ok := bundles[channel]
+	if !ok {
 		return nil, fmt.Errorf("gateway API channel %q: must be %q or %q", channel, ChannelStandard, ChannelExperimental)
 	}
+	out, err := read()
+	return slices.Clone(out), err
+}
+
+var bundles = map[string]func() ([]BundleCRD, error){
+	ChannelStandard:     sync.OnceValues(func() ([]BundleCRD, error) { return readBundle(ChannelStandard) }),
+	ChannelExperimental: sync.OnceValues(func() ([]BundleCRD, error) { return readBundle(ChannelExperimental) }),
+}
+
+// readBundle reads a channel's manifests from the embedded release.
+func readBundle(channel string) ([]BundleCRD, error) {
 	dir := path.Join("crds", channel)
 	entries, err := bundleFS.ReadDir(dir)
 	if err != nil {
@@ -79,8 +94,11 @@ func Bundle(channel string) ([]BundleCRD, error) {
 			if len(bytes.TrimSpace(js)) == 0 || string(js) == "null" {
 				continue
 			}
-			var crd apiextensionsv1.CustomResourceDefinition
-			if err := yaml.Unmarshal(js, &crd); err != nil {
+			var crd apiextensionsv1.CustomResourceDefinition // only its TypeMeta and metadata are read
+			if err := json.Unmarshal(js, &struct {
+				*metav1.TypeMeta   `json:",inline"`
+				*metav1.ObjectMeta `json:"metadata"`
+			}{&crd.TypeMeta, &crd.ObjectMeta}); err != nil {
 				return nil, fmt.Errorf("reading %s: %w", e.Name(), err)
 			}
 			if crd.Kind != "CustomResourceDefinition" {
