@@ -243,6 +243,17 @@ func (w *podWorker) evict(msg string) {
 	w.terminate(evictionGracePeriod)
 }
 
+// execArgv wraps a command run in the container (an exec probe) to run in
+// the pod's namespaces and the container's working directory, as a
+// runtime's exec does.
+func (c *container) execArgv(argv []string) []string {
+	out := c.w.execArgv(argv)
+	if layer := c.w.containerDir(c.name); dirExists(layer) {
+		out = inWorkDir(out, layer)
+	}
+	return out
+}
+
 func dirExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()

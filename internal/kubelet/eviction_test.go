@@ -154,6 +154,10 @@ func TestContainerWritableLayer(t *testing.T) {
 	if len(procs) != 1 || !slices.Contains(procs[0].argv, "--wd="+layer) {
 		t.Fatalf("started %+v, want one process in --wd=%s", procs, layer)
 	}
+	// Exec probes run there too.
+	if argv := a.liveContainer(pod.UID, "app").execArgv([]string{"true"}); !slices.Contains(argv, "--wd="+layer) {
+		t.Errorf("an exec probe runs %q, not in --wd=%s", argv, layer)
+	}
 	if err := os.WriteFile(filepath.Join(layer, "file"), make([]byte, mi), 0o644); err != nil {
 		t.Fatal(err)
 	}
