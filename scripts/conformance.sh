@@ -7,6 +7,7 @@
 #   sudo ./scripts/conformance.sh --lab NAME            # use a running lab instead of making one
 #   sudo ./scripts/conformance.sh --proxy-mode nftables # the lab's kube-proxy in nftables mode
 #   sudo ./scripts/conformance.sh --procs 1             # one Ginkgo process (default 4, as upstream's jobs run in parallel)
+#   sudo ./scripts/conformance.sh --control-plane-taint # node1 tainted as kubeadm's control plane (lab up --control-plane-taint)
 #
 # It builds upstream e2e.test v1.37.2 once (scripts/build-e2e.sh, cached under
 # /var/cache/minikit/e2e; about 30 minutes cold on 2 cores), builds minikit, brings
@@ -26,7 +27,7 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 FOCUS='\[sig-network\].*\[Conformance\]'
 SKIP=''
-LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables PROCS=${CONFORMANCE_PROCS:-4}
+TAINT='' LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables PROCS=${CONFORMANCE_PROCS:-4}
 while [ $# -gt 0 ]; do
   case $1 in
     --focus) FOCUS=$2; shift 2 ;;
@@ -37,7 +38,8 @@ while [ $# -gt 0 ]; do
     --report-dir) REPORT=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     --procs) PROCS=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --control-plane-taint) TAINT=--control-plane-taint; shift ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -66,7 +68,7 @@ trap 'exit 130' INT TERM
 if [ -z "$LAB" ]; then
   LAB=conf$$
   made=1
-  "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --proxy-mode "$PROXY_MODE" --dir "$TMP/lab" --kubeconfig-merge=false >"$TMP/lab-up.log" 2>&1 ||
+  "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --proxy-mode "$PROXY_MODE" --dir "$TMP/lab" --kubeconfig-merge=false $TAINT >"$TMP/lab-up.log" 2>&1 ||
     { cat "$TMP/lab-up.log"; exit 1; }
 fi
 status=$("$MINIKIT" lab status --name "$LAB" -o json)

@@ -151,6 +151,7 @@ lab down removes them again and makes the previous context current again.
 	up.Flags().StringVar(&cfg.Dir, "dir", "", "lab directory (default /var/lib/minikit-lab/NAME)")
 	up.Flags().IntVar(&cfg.Nodes, "nodes", 2, "number of nodes")
 	up.Flags().IntVar(&cfg.Zones, "zones", 0, "availability zones the nodes spread over, round-robin (node labels topology.kubernetes.io/zone=zone-1, zone-2, …); default 3, or one per node in a smaller lab")
+	up.Flags().BoolVar(&cfg.ControlPlaneTaint, "control-plane-taint", false, "taint the control-plane nodes node-role.kubernetes.io/control-plane:NoSchedule, as kubeadm does, so pods run on the other nodes (default: every node runs pods, as on k3s)")
 	up.Flags().StringVar(&cfg.Datastore, "datastore", "bolt", "the server's store: bolt, or etcd (an external etcd the lab runs on its external host, with client certificates)")
 	up.Flags().IntVar(&cfg.Servers, "servers", 1, "how many nodes run `minikit server`: 1 (bbolt), or 3, 5, 7 for an HA control plane on an etcd embedded in them")
 	up.Flags().BoolVar(&merge, "kubeconfig-merge", true, "add the context minikit-NAME to the invoking user's ~/.kube/config and make it current")

@@ -296,7 +296,14 @@ func (c *container) start(pod *corev1.Pod, spec corev1.Container) error {
 	if plan.Builtin {
 		argv = append([]string{w.a.cfg.Executable, "__image-run", plan.Name}, plan.Argv...)
 	}
-	argv = w.execArgv(argv)
+	layer, err := w.freshContainerDir(c.name)
+	if err != nil {
+		c.mu.Lock()
+		c.waitReason, c.waitMessage = "CreateContainerError", err.Error()
+		c.mu.Unlock()
+		return err
+	}
+	argv = inWorkDir(w.execArgv(argv), layer)
 	if err := os.MkdirAll(filepath.Dir(w.logPath(c.name)), 0o755); err != nil {
 		return err
 	}
@@ -376,6 +383,14 @@ func (c *container) finished(code int, reason string) {
 		cancel()
 	}
 	c.w.wake()
+}
+
+// inWorkDir makes the nsenter command line argv (cni.ExecArgv's) start its
+// program in dir, a directory of the node: nsenter opens it before entering
+// the pod's mount namespace, whose root would otherwise be the working
+// directory.
+func inWorkDir(argv []string, dir string) []string {
+	return slices.Concat(argv[:1], []string{"--wd=" + dir}, argv[1:])
 }
 
 func containerID(uid types.UID, name string, start uint64) string {

@@ -32,6 +32,9 @@ type podState struct {
 	HostNetwork bool                       `json:"hostNetwork,omitempty"`
 	StartTime   time.Time                  `json:"startTime"`
 	Containers  map[string]*containerState `json:"containers"`
+	// Evicted is the eviction message of a pod the agent evicted (eviction.go):
+	// it stays Failed with it, and nothing of it starts again.
+	Evicted string `json:"evicted,omitempty"`
 }
 
 // podWorker owns one pod: it is the only goroutine that touches the pod's sandbox,
@@ -61,6 +64,8 @@ type podWorker struct {
 	// termStart is when the pod's termination began (SIGTERM sent), zero
 	// until it is deleted; termDeadline is when its containers get SIGKILL.
 	termStart, termDeadline time.Time
+	// storageCheckedAt is when the pod's storage was last measured (checkStorage).
+	storageCheckedAt time.Time
 }
 
 func newPodWorker(a *Agent, ns, name string, uid types.UID) *podWorker {
@@ -143,7 +148,7 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		}
 		return true, nil
 	}
-	if podFinished(pod) {
+	if podFinished(pod) || w.evicted() {
 		if w.state == nil && len(w.containers) == 0 {
 			// Finished before this agent ran anything of it (rejected at
 			// admission, or done before a restart): its status stands.
@@ -191,8 +196,12 @@ func (w *podWorker) sync(ctx context.Context) (bool, error) {
 		w.orphansSwept = true
 	}
 	w.ensureContainers(ctx, pod)
+	w.checkStorage(pod)
 	return false, w.updateStatus(ctx, pod)
 }
+
+// evicted says whether the agent evicted the pod.
+func (w *podWorker) evicted() bool { return w.state != nil && w.state.Evicted != "" }
 
 func podFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed

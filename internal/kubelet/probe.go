@@ -154,7 +154,7 @@ func (c *container) setProbe(f func()) {
 func (c *container) probeOnce(ctx context.Context, kind string, p *corev1.Probe, spec corev1.Container, ip string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return c.w.a.prober.probe(ctx, p, probeTarget{kind: kind, spec: spec, ip: ip, execArgv: c.w.execArgv})
+	return c.w.a.prober.probe(ctx, p, probeTarget{kind: kind, spec: spec, ip: ip, execArgv: c.execArgv})
 }
 
 // netProber runs probes as the kubelet's prober does: HTTP GETs and TCP

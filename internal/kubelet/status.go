@@ -91,6 +91,11 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 	default:
 		st.Phase = corev1.PodPending
 	}
+	if w.evicted() {
+		// The eviction manager's killPod status: Failed, whatever the
+		// containers' exit codes say.
+		st.Phase, st.Reason, st.Message = corev1.PodFailed, evictedReason, w.state.Evicted
+	}
 	if st.Phase != corev1.PodRunning {
 		allReady = false
 	}
@@ -156,7 +161,7 @@ func (w *podWorker) computeStatus(pod *corev1.Pod) corev1.PodStatus {
 		conds[1].Reason, conds[1].Message = "ContainersNotInitialized", "containers with incomplete status: ["+strings.Join(pending, " ")+"]"
 	}
 	st.Conditions = conds
-	if !w.sandboxOK && w.sandboxMsg != "" {
+	if !w.sandboxOK && w.sandboxMsg != "" && !w.evicted() {
 		st.Message = w.sandboxMsg
 	}
 	return st

@@ -213,6 +213,12 @@ func (t *streamTarget) ExecInContainer(ctx context.Context, _, _, _ string, argv
 	env, _ := containerEnv(t.pod, t.spec, t.a.cfg.NodeName, statusPodIPs(t.pod), t.a.hostIPs(), t.a.apiServiceEnv(ctx))
 	argv = t.a.execImageArgv(t.spec.Image, argv)
 	argv = cni.ExecArgv(t.netnsPath(), cni.PodUTSPath(t.netns), cni.PodMntPath(t.netns), argv)
+	if t.c != nil {
+		// In the container's working directory, as a runtime's exec runs.
+		if layer := t.c.w.containerDir(t.c.name); dirExists(layer) {
+			argv = inWorkDir(argv, layer)
+		}
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	// As the container got it: the kubernetes Service's variables, then its own env (which wins).
 	cmd.Env = env

@@ -81,6 +81,13 @@ type Config struct {
 	// zone-((i-1) mod Zones + 1), its topology.kubernetes.io/zone label);
 	// 0 means defaultZones, or one per node in a smaller lab.
 	Zones int
+
+	// ControlPlaneTaint taints the nodes labelled
+	// node-role.kubernetes.io/control-plane with it (NoSchedule), as
+	// kubeadm's mark-control-plane phase and a multi-node kind cluster do,
+	// so only the other nodes run pods that do not tolerate it. Off by
+	// default: every node runs pods, as on k3s (and a one-node lab must).
+	ControlPlaneTaint bool
 }
 
 // IP families of a lab.
@@ -150,6 +157,8 @@ type State struct {
 	APIPort    int               `json:"apiPort"`
 	// Zones is Config.Zones; 0 (a lab from before zones) labels no zone.
 	Zones int `json:"zones,omitempty"`
+	// ControlPlaneTaint is Config.ControlPlaneTaint.
+	ControlPlaneTaint bool `json:"controlPlaneTaint,omitempty"`
 	// UserKubeconfig is the user's kubeconfig that Up merged the lab's
 	// context into, UserUID its owner, and PrevContext the current context
 	// it replaced, which Down restores.
@@ -390,7 +399,7 @@ func (l *Lab) saveState() error {
 func newState(cfg Config) State {
 	return State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
 		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones,
-		PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
+		ControlPlaneTaint: cfg.ControlPlaneTaint, PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
 }
 
 // Up builds the lab and starts minikit on its nodes; it returns once every node

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -216,6 +217,29 @@ func (l *Lab) labelZones(ctx context.Context, client kubernetes.Interface, nodes
 	return nil
 }
 
+// controlPlaneTaint is the taint kubeadm gives control-plane nodes.
+var controlPlaneTaint = corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}
+
+// taintControlPlane gives the lab's control-plane nodes (those labelled
+// node-role.kubernetes.io/control-plane) kubeadm's NoSchedule taint when
+// the lab was made with ControlPlaneTaint. A node re-registered after `lab
+// node stop --remove` gets it again on the next WaitReady.
+func (l *Lab) taintControlPlane(ctx context.Context, client kubernetes.Interface, nodes []corev1.Node) error {
+	if !l.state.ControlPlaneTaint {
+		return nil
+	}
+	for _, n := range nodes {
+		if _, ok := n.Labels[controlPlaneTaint.Key]; !ok || slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&controlPlaneTaint) }) {
+			continue
+		}
+		n.Spec.Taints = append(n.Spec.Taints, controlPlaneTaint)
+		if _, err := client.CoreV1().Nodes().Update(ctx, &n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("tainting control-plane node %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
 // nodeIndex is i of nodeName(i).
 func nodeIndex(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, "node")
@@ -232,6 +256,9 @@ func (l *Lab) WaitReady(ctx context.Context) error {
 			return false, "", err
 		}
 		if err := l.labelZones(ctx, client, nodes.Items); err != nil {
+			return false, err.Error(), nil
+		}
+		if err := l.taintControlPlane(ctx, client, nodes.Items); err != nil {
 			return false, err.Error(), nil
 		}
 		ready := 0
