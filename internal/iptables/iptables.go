@@ -118,7 +118,7 @@ func NewIPv6() (Interface, error) {
 // "iptables-save" and "iptables-restore", or their ip6tables counterparts.
 func (r *runner) bin(name string) string {
 	if r.ipv6 {
-		return "ip6" + name
+		return "ip6" + strings.TrimPrefix(name, "ip")
 	}
 	return name
 }
