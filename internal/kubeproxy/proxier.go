@@ -16,6 +16,11 @@
 // kernel holds and rewrites those that differ, so its cost follows the change,
 // not the cluster's size. tables.go explains the restore input shape and why.
 //
+// A dual-stack node runs one Proxier per IP family, as kube-proxy does: the
+// IPv6 one (Config.Family) writes the same chains with ip6tables-restore from
+// the Services' IPv6 ClusterIPs and the IPv6 EndpointSlices, and MetaProxier
+// (metaproxier.go) hands each proxier the objects of its family.
+//
 // Its nftables mode (--proxy-mode nftables, KEP-3866) is NFTProxier
 // (nft_proxier.go, nft_render.go): kube-proxy's `ip kube-proxy` table, written
 // in transactions through package nft.
