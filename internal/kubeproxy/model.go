@@ -168,8 +168,8 @@ func clusterIPByFamily(svc *corev1.Service, ofFamily func(netip.Addr) bool) (net
 }
 
 // endpointsFor collects the endpoints of one service port from the service's
-// EndpointSlices of the port's family (its ClusterIP's): the slice port with the same name and protocol gives the
-// target port; duplicates across slices are merged; the result is sorted by
+// EndpointSlices of the port's family (its ClusterIP's): the slice port with
+// the same name and protocol gives the target port; duplicates across slices are merged; the result is sorted by
 // "ip:port" as kube-proxy's endpointslicecache sorts it.
 func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName, zone string) []*endpoint {
 	seen := map[string]*endpoint{}

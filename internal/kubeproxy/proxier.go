@@ -220,6 +220,10 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	if ipt == nil {
 		return nil, errors.New("proxy: no iptables")
 	}
+	ipv6 := cfg.Family == corev1.IPv6Protocol
+	if cfg.Family != "" && cfg.Family != corev1.IPv4Protocol && !ipv6 {
+		return nil, fmt.Errorf("proxy: unknown IP family %q", cfg.Family)
+	}
 	cfg.defaults()
 	log := cfg.Logger.With("component", "proxy")
 	p := &Proxier{
@@ -237,7 +241,7 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	} else if b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
 		p.tcpBeLiberal = strings.TrimSpace(string(b)) != "0"
 	}
-	p.changes.ipv6 = cfg.Family == corev1.IPv6Protocol
+	p.changes.ipv6 = ipv6
 	p.stats.Backend = string(ipt.Backend())
 	p.acct = cfg.NFAcct
 	p.metrics = newSyncMetrics()

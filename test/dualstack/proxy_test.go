@@ -24,7 +24,8 @@ const agnhost = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 // ClusterIP, answered by the backend on node2, which sees the client pod's
 // own IPv6 address (pod traffic is not masqueraded); the lab's client host
 // reaches the NodePort on node1's IPv6 address, forwarded to node2 and
-// masqueraded to node1's address; the IPv4 ClusterIP still works beside it,
+// masqueraded to node1's address; the backend reaches itself through the
+// IPv6 ClusterIP (hairpin); the IPv4 ClusterIP still works beside it,
 // and the IPv6 rules are in ip6tables alone.
 func TestDualStackServiceProxy(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -113,6 +114,12 @@ func TestDualStackServiceProxy(t *testing.T) {
 		get("the backend's name through the IPv6 ClusterIP", fromPod, base+"/hostname", "web")
 		get("the client pod's own IPv6 address at the backend", func(url string) (string, error) { return hostOf(fromPod, url) },
 			base+"/clientip", client6)
+	})
+	t.Run("the backend reaches itself through the IPv6 ClusterIP (hairpin)", func(t *testing.T) {
+		fromBackend := func(url string) (string, error) {
+			return testenv.Exec(t, l, "web", "curl", "-sS", "-g", "--max-time", "2", url)
+		}
+		get("the backend's name through its own IPv6 ClusterIP", fromBackend, "http://["+vip6+"]:80/hostname", "web")
 	})
 	t.Run("IPv4 ClusterIP beside it", func(t *testing.T) {
 		get("the backend's name through the IPv4 ClusterIP", fromPod, "http://"+vip4+":80/hostname", "web")
