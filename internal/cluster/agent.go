@@ -222,6 +222,9 @@ func Down(dataDir string, log *slog.Logger) error {
 	if err := removeNFTTable(log); err != nil {
 		errs = append(errs, fmt.Errorf("removing the proxy's nftables table: %w", err))
 	}
+	if err := cleanupProxyIPv6(); err != nil {
+		errs = append(errs, fmt.Errorf("removing the proxy's IPv6 rules: %w", err))
+	}
 	if ipt, err := iptables.New(); err == nil {
 		if err := kubeproxy.Cleanup(ipt); err != nil {
 			errs = append(errs, fmt.Errorf("removing the proxy's rules: %w", err))

@@ -77,6 +77,7 @@ type serviceProxy interface {
 var (
 	_ serviceProxy = (*kubeproxy.Proxier)(nil)
 	_ serviceProxy = (*kubeproxy.NFTProxier)(nil)
+	_ serviceProxy = (*kubeproxy.MetaProxier)(nil)
 )
 
 // startProxy starts the node's service proxy: informers for Services,
@@ -111,6 +112,11 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 				log.Warn("removing the iptables mode's rules", "err", err)
 			}
 		}
+		if nc.SecondaryNodeIP.Is6() {
+			if err := cleanupProxyIPv6(); err != nil {
+				log.Warn("removing the iptables mode's IPv6 rules", "err", err)
+			}
+		}
 		// KUBE-FIREWALL is gone: route_localnet goes back to what it was
 		// before the iptables mode set it, or 127.0.0.0/8 would be routable
 		// unguarded (CVE-2020-8558).
@@ -142,7 +148,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		if nc.Agent != nil {
 			icfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
 		}
-		if p, err = kubeproxy.New(icfg, ipt); err != nil {
+		if p, err = newIPTablesProxy(icfg, ipt, nc.SecondaryNodeIP, log); err != nil {
 			return err
 		}
 	}
@@ -262,19 +268,76 @@ func withObj[T any](o any, f func(T)) {
 	}
 }
 
+// nodeAddress gives the proxy this node and its first InternalIP of each
+// family (a proxier takes the address of its own family).
 func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
 	if n.Name != self {
 		return
 	}
 	p.SetNode(n)
+	seen := map[bool]bool{}
 	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
-				p.SetNodeIP(ip)
-			}
-			return
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil || seen[ip.Is4()] {
+			continue
+		}
+		seen[ip.Is4()] = true
+		p.SetNodeIP(ip)
+	}
+}
+
+// newIPTablesProxy is the iptables mode's proxier: kube-proxy's one per IP
+// family of the node. A node with an IPv6 InternalIP beside its IPv4 one
+// (dual-stack) runs a second proxier writing ip6tables, joined with the
+// first by a MetaProxier; each proxier's health check node ports then listen
+// on its own family only. The pod network's IPv6 range is not known to node
+// components, so the IPv6 proxier runs without a local-traffic detector, as
+// kube-proxy does without --cluster-cidr: off-cluster traffic to an IPv6
+// ClusterIP is not masqueraded.
+func newIPTablesProxy(cfg kubeproxy.Config, ipt iptables.Interface, ip6 netip.Addr, log *slog.Logger) (serviceProxy, error) {
+	var ipt6 iptables.Interface
+	if ip6.Is6() && !ip6.Is4In6() {
+		var err error
+		if ipt6, err = iptables.NewIPv6(); err != nil {
+			log.Warn("no ip6tables: IPv6 services will not work on this node", "err", err)
 		}
 	}
+	if ipt6 == nil {
+		return kubeproxy.New(cfg, ipt)
+	}
+	cfg.HealthCheckListen = listenFamily("tcp4")
+	p4, err := kubeproxy.New(cfg, ipt)
+	if err != nil {
+		return nil, err
+	}
+	cfg6 := cfg
+	cfg6.Family, cfg6.NodeIP, cfg6.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
+	cfg6.RouteLocalnet = nil
+	cfg6.HealthCheckListen = listenFamily("tcp6")
+	p6, err := kubeproxy.New(cfg6, ipt6)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("service proxy in iptables mode, dual-stack", "nodeIPv6", ip6)
+	return kubeproxy.NewMetaProxier(p4, p6)
+}
+
+// listenFamily opens health check node ports on every address of one family.
+func listenFamily(network string) func(port int) (net.Listener, error) {
+	return func(port int) (net.Listener, error) { return net.Listen(network, ":"+strconv.Itoa(port)) }
+}
+
+// cleanupProxyIPv6 removes the iptables mode's IPv6 rules (a dual-stack
+// node's ip6tables chains), for minikit down and a switch to nftables mode.
+func cleanupProxyIPv6() error {
+	ipt6, err := iptables.NewIPv6()
+	if err != nil {
+		return nil // no ip6tables: nothing of ours in it
+	}
+	return kubeproxy.Cleanup(ipt6)
 }
 
 // removeNFTTable removes the nftables mode's table, for minikit down.

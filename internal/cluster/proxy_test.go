@@ -4,11 +4,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/minikit/minikit/internal/kubeproxy"
 	"github.com/minikit/minikit/internal/nft"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestParseProxyMode(t *testing.T) {
@@ -55,5 +60,36 @@ func TestProxyDebugHandlerMetrics(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(b) != "nftables" {
 		t.Errorf("/proxyMode = %d %q, want 200 \"nftables\"", resp.StatusCode, b)
+	}
+}
+
+// recordingProxy records the node addresses it is given.
+type recordingProxy struct {
+	serviceProxy
+	ips []netip.Addr
+}
+
+func (r *recordingProxy) SetNodeIP(ip netip.Addr) { r.ips = append(r.ips, ip) }
+func (r *recordingProxy) SetNode(*corev1.Node)    {}
+
+// The proxy gets the node's first InternalIP of each family (a dual-stack
+// node's proxiers take one each), and nothing for another node.
+func TestNodeAddressPerFamily(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeHostName, Address: "node1"},
+		{Type: corev1.NodeInternalIP, Address: "192.168.56.10"},
+		{Type: corev1.NodeInternalIP, Address: "fd00:56::10"},
+		{Type: corev1.NodeInternalIP, Address: "192.168.57.10"},
+		{Type: corev1.NodeExternalIP, Address: "203.0.113.10"},
+	}}}
+	p := &recordingProxy{}
+	nodeAddress(n, "node2", p)
+	if len(p.ips) != 0 {
+		t.Fatalf("addresses of another node: %v", p.ips)
+	}
+	nodeAddress(n, "node1", p)
+	want := []netip.Addr{netip.MustParseAddr("192.168.56.10"), netip.MustParseAddr("fd00:56::10")}
+	if !slices.Equal(p.ips, want) {
+		t.Errorf("SetNodeIP calls %v, want %v", p.ips, want)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	goipt "github.com/coreos/go-iptables/iptables"
+	"golang.org/x/sys/unix"
 )
 
 // Table names.
@@ -83,6 +84,9 @@ var xtablesMu sync.Mutex
 type runner struct {
 	ipt *goipt.IPTables
 	mu  *sync.Mutex // = &xtablesMu
+	// ipv6 selects ip6tables, ip6tables-restore and nf_tables family ip6;
+	// the two families' tables are separate kernel objects.
+	ipv6 bool
 
 	backend Backend
 	// cached is the last state ReplaceTables read or wrote, valid while the
@@ -98,6 +102,34 @@ func New() (Interface, error) {
 		return nil, fmt.Errorf("finding iptables: %w", err)
 	}
 	return &runner{ipt: ipt, mu: &xtablesMu, backend: detectBackend()}, nil
+}
+
+// NewIPv6 is New for IPv6: ip6tables and ip6tables-restore, the tables of
+// nf_tables family ip6. One process-wide lock covers both families.
+func NewIPv6() (Interface, error) {
+	ipt, err := goipt.NewWithProtocol(goipt.ProtocolIPv6)
+	if err != nil {
+		return nil, fmt.Errorf("finding ip6tables: %w", err)
+	}
+	return &runner{ipt: ipt, mu: &xtablesMu, ipv6: true, backend: detectBackend()}, nil
+}
+
+// bin is the name of an iptables binary of the runner's family: "iptables",
+// "iptables-save" and "iptables-restore", or their ip6tables counterparts.
+func (r *runner) bin(name string) string {
+	if r.ipv6 {
+		return "ip6" + strings.TrimPrefix(name, "ip")
+	}
+	return name
+}
+
+// nfFamily is the runner's nf_tables family (iptables-nft's tables live in
+// family ip, ip6tables-nft's in family ip6).
+func (r *runner) nfFamily() uint8 {
+	if r.ipv6 {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
 }
 
 func (r *runner) EnsureChain(table, chain string) error {
@@ -181,7 +213,7 @@ func (r *runner) ChainExists(table, chain string) (bool, error) {
 // (the legacy backend).
 func (r *runner) chainExists(table, chain string) (bool, error) {
 	if r.backend == NFTables {
-		if ok, err := nftChainExists(table, chain); err == nil {
+		if ok, err := nftChainExists(r.nfFamily(), table, chain); err == nil {
 			return ok, nil
 		}
 	}
@@ -229,18 +261,18 @@ func (r *runner) restore(data []byte, noFlush bool) error {
 	if noFlush {
 		args = append(args, "--noflush")
 	}
-	cmd := exec.Command("iptables-restore", args...)
+	cmd := exec.Command(r.bin("iptables-restore"), args...)
 	cmd.Stdin = bytes.NewReader(data)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("iptables-restore: %v: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s: %v: %s", r.bin("iptables-restore"), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
 
 func (r *runner) Save(table string) ([]byte, error) {
-	out, err := exec.Command("iptables-save", "-t", table).Output()
+	out, err := exec.Command(r.bin("iptables-save"), "-t", table).Output()
 	if err != nil {
-		return nil, fmt.Errorf("iptables-save -t %s: %w", table, err)
+		return nil, fmt.Errorf("%s -t %s: %w", r.bin("iptables-save"), table, err)
 	}
 	return out, nil
 }

@@ -55,11 +55,12 @@ type nftChain struct {
 	Policy int
 }
 
-// nftChainDump lists every chain of family ip (all iptables-nft tables) in
-// one netlink dump.
-func nftChainDump() ([]nftChain, error) {
+// nftChainDump lists every chain of family (unix.AF_INET: nf_tables family
+// ip, all iptables-nft tables; AF_INET6: ip6, ip6tables-nft's) in one
+// netlink dump.
+func nftChainDump(family uint8) ([]nftChain, error) {
 	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetChain, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: family, Version: nl.NFNETLINK_V0})
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewChain)
 	if err != nil {
 		return nil, fmt.Errorf("listing nf_tables chains: %w", err)
@@ -100,10 +101,11 @@ func cString(b []byte) string {
 }
 
 // nftChainExists asks nf_tables for one chain of an iptables-nft table (family
-// ip) by name: one small request, not a dump of every chain.
-func nftChainExists(table, chain string) (bool, error) {
+// ip, or ip6 for ip6tables-nft's) by name: one small request, not a dump of
+// every chain.
+func nftChainExists(family uint8, table, chain string) (bool, error) {
 	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetChain, unix.NLM_F_ACK)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: family, Version: nl.NFNETLINK_V0})
 	req.AddData(nl.NewRtAttr(nftaChainTable, nl.ZeroTerminated(table)))
 	req.AddData(nl.NewRtAttr(nftaChainName, nl.ZeroTerminated(chain)))
 	_, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewChain)
@@ -129,7 +131,7 @@ const (
 // (a lab node's first start) has, and what needs no iptables-save to be kept.
 // Absent tables count as empty. chains is an nftChainDump; only the rules are
 // asked for here.
-func nftTablesEmpty(tables []string, chains []nftChain) (bool, error) {
+func nftTablesEmpty(family uint8, tables []string, chains []nftChain) (bool, error) {
 	want := map[string]bool{}
 	for _, t := range tables {
 		want[t] = true
@@ -140,7 +142,7 @@ func nftTablesEmpty(tables []string, chains []nftChain) (bool, error) {
 		}
 	}
 	req := nl.NewNetlinkRequest(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_DUMP)
-	req.AddData(&nl.Nfgenmsg{NfgenFamily: unix.AF_INET, Version: nl.NFNETLINK_V0})
+	req.AddData(&nl.Nfgenmsg{NfgenFamily: family, Version: nl.NFNETLINK_V0})
 	msgs, err := req.Execute(unix.NETLINK_NETFILTER, nfnlSubsysNFTables<<8|nftMsgNewRule)
 	if err != nil {
 		return false, fmt.Errorf("listing nf_tables rules: %w", err)

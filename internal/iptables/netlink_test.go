@@ -32,11 +32,11 @@ func inNewNetNS(t *testing.T, fn func()) {
 
 // tablesEmpty asks nftTablesEmpty about filter and nat, from a fresh dump.
 func tablesEmpty() (bool, error) {
-	chains, err := nftChainDump()
+	chains, err := nftChainDump(unix.AF_INET)
 	if err != nil {
 		return false, err
 	}
-	return nftTablesEmpty([]string{TableFilter, TableNAT}, chains)
+	return nftTablesEmpty(unix.AF_INET, []string{TableFilter, TableNAT}, chains)
 }
 
 // The netlink answers agree with the iptables binaries, in a fresh namespace:
@@ -70,19 +70,19 @@ func TestNFTablesLookups(t *testing.T) {
 			}
 		}
 		exec.Command("iptables", "-w", "5", "-t", "mangle", "-F", "OUTPUT").Run()
-		if ok, err := nftChainExists(TableMangle, "KUBE-PROXY-CANARY"); err != nil || ok {
+		if ok, err := nftChainExists(unix.AF_INET, TableMangle, "KUBE-PROXY-CANARY"); err != nil || ok {
 			t.Errorf("in a fresh namespace: exists = %v, %v; want false, nil", ok, err)
 		}
 		if out, err := exec.Command("iptables", "-w", "5", "-t", "mangle", "-N", "KUBE-PROXY-CANARY").CombinedOutput(); err != nil {
 			t.Fatalf("iptables -N: %v: %s", err, out)
 		}
-		if ok, err := nftChainExists(TableMangle, "KUBE-PROXY-CANARY"); err != nil || !ok {
+		if ok, err := nftChainExists(unix.AF_INET, TableMangle, "KUBE-PROXY-CANARY"); err != nil || !ok {
 			t.Errorf("after iptables -N: exists = %v, %v; want true, nil", ok, err)
 		}
-		if ok, err := nftChainExists(TableNAT, "KUBE-PROXY-CANARY"); err != nil || ok {
+		if ok, err := nftChainExists(unix.AF_INET, TableNAT, "KUBE-PROXY-CANARY"); err != nil || ok {
 			t.Errorf("in another table: exists = %v, %v; want false, nil", ok, err)
 		}
-		all, err := nftChainDump()
+		all, err := nftChainDump(unix.AF_INET)
 		names := chainNames(all, TableMangle)
 		if err != nil || !slices.Contains(names, "KUBE-PROXY-CANARY") {
 			t.Errorf("chainNames(mangle) = %v, %v; want the canary among them", names, err)

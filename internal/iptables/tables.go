@@ -88,13 +88,13 @@ func (r *runner) ListChains(table string) ([]string, error) {
 // services. The legacy backend has no such shortcut.
 func (r *runner) listChains(table string) ([]string, error) {
 	if r.backend == NFTables {
-		if all, err := nftChainDump(); err == nil {
+		if all, err := nftChainDump(r.nfFamily()); err == nil {
 			return chainNames(all, table), nil
 		}
 	}
-	out, err := exec.Command("iptables-save", "-t", table).Output()
+	out, err := exec.Command(r.bin("iptables-save"), "-t", table).Output()
 	if err != nil {
-		return nil, fmt.Errorf("iptables-save -t %s: %w", table, err)
+		return nil, fmt.Errorf("%s -t %s: %w", r.bin("iptables-save"), table, err)
 	}
 	var names []string
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -139,7 +139,7 @@ func chainNames(all []nftChain, table string) []string {
 // start, they hold little (chains, an nftChainDump, tells the chain count
 // without an exec), and without any exec when they hold nothing to keep (a
 // fresh namespace). ok is false when the tables are too big.
-func readSmallTables(chains []nftChain, tables []string, keep func(table, chain string) bool) (state map[string]*TableState, ok bool, err error) {
+func (r *runner) readSmallTables(chains []nftChain, tables []string, keep func(table, chain string) bool) (state map[string]*TableState, ok bool, err error) {
 	total := 0
 	for _, c := range chains {
 		if slices.Contains(tables, c.Table) {
@@ -149,13 +149,13 @@ func readSmallTables(chains []nftChain, tables []string, keep func(table, chain 
 	if total > smallTablesChains {
 		return nil, false, nil
 	}
-	if empty, err := nftTablesEmpty(tables, chains); err == nil && empty {
+	if empty, err := nftTablesEmpty(r.nfFamily(), tables, chains); err == nil && empty {
 		// Nothing to keep: the built-in chains, empty, policy ACCEPT.
 		return parseSave(nil, tables, keep), true, nil
 	}
-	out, err := exec.Command("iptables-save").Output()
+	out, err := exec.Command(r.bin("iptables-save")).Output()
 	if err != nil {
-		return nil, false, fmt.Errorf("iptables-save: %w", err)
+		return nil, false, fmt.Errorf("%s: %w", r.bin("iptables-save"), err)
 	}
 	return parseSave(out, tables, keep), true, nil
 }
@@ -216,7 +216,7 @@ func ruleTexts(c *SavedChain) []string {
 // readChain reads one chain with `iptables -S`, which on nf_tables fetches
 // only that chain from the kernel.
 func (r *runner) readChain(table, name string) (*Chain, error) {
-	out, err := exec.Command("iptables", "-w", "5", "-t", table, "-S", name).Output()
+	out, err := exec.Command(r.bin("iptables"), "-w", "5", "-t", table, "-S", name).Output()
 	if err != nil {
 		return nil, fmt.Errorf("listing chain %s/%s: %w", table, name, err)
 	}
@@ -241,11 +241,11 @@ func (r *runner) readTables(tables []string, keep func(table, chain string) bool
 	dumped := false
 	if r.backend == NFTables {
 		var err error
-		dump, err = nftChainDump()
+		dump, err = nftChainDump(r.nfFamily())
 		dumped = err == nil
 	}
 	if dumped {
-		if state, ok, err := readSmallTables(dump, tables, keep); ok || err != nil {
+		if state, ok, err := r.readSmallTables(dump, tables, keep); ok || err != nil {
 			return state, err
 		}
 	}

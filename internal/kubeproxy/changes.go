@@ -20,6 +20,9 @@ import (
 // embedded in Proxier and NFTProxier, whose sync loops read and reset it.
 type changes struct {
 	runner *boundedRunner
+	// ipv6 is the proxier's IP family (set once, before Run): node
+	// addresses of the other family are not its own.
+	ipv6 bool
 
 	mu          sync.Mutex
 	services    map[types.NamespacedName]*corev1.Service
@@ -152,8 +155,12 @@ func (p *changes) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
 	p.runner.Run()
 }
 
-// SetNodeIP updates the node's address; the next sync is a full one.
+// SetNodeIP updates the node's address; the next sync is a full one. An
+// address of the other IP family is the other proxier's and is ignored.
 func (p *changes) SetNodeIP(ip netip.Addr) {
+	if ip.IsValid() && ip.Is4() == p.ipv6 {
+		return
+	}
 	p.mu.Lock()
 	changed := ip != p.nodeIP
 	p.nodeIP = ip

@@ -20,23 +20,32 @@ type Flow struct {
 
 // Conntrack is the proxy's view of the kernel connection tracking table.
 type Conntrack interface {
-	// ListUDP lists the IPv4 UDP flows.
+	// ListUDP lists the UDP flows of the proxier's IP family.
 	ListUDP() ([]Flow, error)
 	// Delete removes the given flows and reports how many it removed.
 	Delete(flows []Flow) (int, error)
 }
 
 // netlinkConntrack talks to nf_conntrack over netlink, in the calling
-// process's network namespace; no conntrack binary is needed.
-type netlinkConntrack struct{}
+// process's network namespace; no conntrack binary is needed. Conntrack
+// dumps and deletes per address family: the IPv6 proxier's sees only IPv6
+// flows.
+type netlinkConntrack struct{ ipv6 bool }
+
+func (c netlinkConntrack) family() netlink.InetFamily {
+	if c.ipv6 {
+		return unix.AF_INET6
+	}
+	return unix.AF_INET
+}
 
 func toAddrPort(ip []byte, port uint16) netip.AddrPort {
 	a, _ := netip.AddrFromSlice(ip)
 	return netip.AddrPortFrom(a.Unmap(), port)
 }
 
-func (netlinkConntrack) ListUDP() ([]Flow, error) {
-	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+func (c netlinkConntrack) ListUDP() ([]Flow, error) {
+	flows, err := netlink.ConntrackTableList(netlink.ConntrackTable, c.family())
 	if err != nil {
 		return nil, fmt.Errorf("listing conntrack flows: %w", err)
 	}
@@ -68,12 +77,12 @@ func (s flowSet) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	}]
 }
 
-func (netlinkConntrack) Delete(flows []Flow) (int, error) {
+func (c netlinkConntrack) Delete(flows []Flow) (int, error) {
 	set := flowSet{}
 	for _, f := range flows {
 		set[f] = true
 	}
-	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, set)
+	n, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, c.family(), set)
 	if err != nil {
 		return int(n), fmt.Errorf("deleting conntrack flows: %w", err)
 	}

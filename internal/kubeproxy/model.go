@@ -66,16 +66,23 @@ type endpoint struct {
 	otherTopology bool
 }
 
-// servicePorts turns a Service into its ports. Headless and ExternalName
-// services, and services without a usable IPv4 ClusterIP, get no rules, as in
-// kube-proxy. Unsupported families (IPv6) are skipped: minikit's proxier is IPv4.
-func servicePorts(svc *corev1.Service) []*servicePort {
+// servicePorts is servicePortsOf for IPv4, the nftables mode's only family.
+func servicePorts(svc *corev1.Service) []*servicePort { return servicePortsOf(svc, false) }
+
+// servicePortsOf turns a Service into its ports of one IP family (ipv6 or
+// IPv4), as one of kube-proxy's per-family proxiers sees it
+// (newBaseServiceInfo): the ClusterIP of that family from spec.clusterIPs
+// (GetClusterIPByFamily), and the external IPs, load-balancer IPs and source
+// ranges of that family. Headless and ExternalName services, and services
+// without a ClusterIP of the family, get no rules, as in kube-proxy.
+func servicePortsOf(svc *corev1.Service, ipv6 bool) []*servicePort {
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
-	cip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-	if err != nil || !cip.Is4() {
-		return nil // "None" (headless) or empty
+	ofFamily := func(a netip.Addr) bool { return a.Is4() != ipv6 && !a.Is4In6() && a.Zone() == "" }
+	cip, ok := clusterIPByFamily(svc, ofFamily)
+	if !ok {
+		return nil // "None" (headless), empty, or not of this family
 	}
 	var out []*servicePort
 	for _, p := range svc.Spec.Ports {
@@ -106,7 +113,7 @@ func servicePorts(svc *corev1.Service) []*servicePort {
 			sp.nodePort = int(p.NodePort)
 		}
 		for _, s := range svc.Spec.ExternalIPs {
-			if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			if a, err := netip.ParseAddr(s); err == nil && ofFamily(a) {
 				sp.externalIPs = append(sp.externalIPs, a)
 			}
 		}
@@ -117,12 +124,12 @@ func servicePorts(svc *corev1.Service) []*servicePort {
 				if ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy {
 					continue
 				}
-				if a, err := netip.ParseAddr(ing.IP); err == nil && a.Is4() {
+				if a, err := netip.ParseAddr(ing.IP); err == nil && ofFamily(a) {
 					sp.lbIPs = append(sp.lbIPs, a)
 				}
 			}
 			for _, r := range svc.Spec.LoadBalancerSourceRanges {
-				if pfx, err := netip.ParsePrefix(strings.TrimSpace(r)); err == nil && pfx.Addr().Is4() {
+				if pfx, err := netip.ParsePrefix(strings.TrimSpace(r)); err == nil && ofFamily(pfx.Addr()) {
 					sp.sourceRanges = append(sp.sourceRanges, pfx.Masked())
 				}
 			}
@@ -144,15 +151,36 @@ func servicePorts(svc *corev1.Service) []*servicePort {
 	return out
 }
 
+// clusterIPByFamily is kube-proxy's GetClusterIPByFamily: the service's ClusterIP
+// of the family ofFamily accepts, from spec.clusterIPs, or from spec.clusterIP
+// when clusterIPs is empty (an object written before dual-stack).
+func clusterIPByFamily(svc *corev1.Service, ofFamily func(netip.Addr) bool) (netip.Addr, bool) {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	for _, s := range ips {
+		if a, err := netip.ParseAddr(s); err == nil && ofFamily(a) {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
 // endpointsFor collects the endpoints of one service port from the service's
-// EndpointSlices: the slice port with the same name and protocol gives the
-// target port; duplicates across slices are merged; the result is sorted by
+// EndpointSlices of the port's family (its ClusterIP's): the slice port with
+// the same name and protocol gives the target port; duplicates across slices are merged; the result is sorted by
 // "ip:port" as kube-proxy's endpointslicecache sorts it.
 func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName, zone string) []*endpoint {
 	seen := map[string]*endpoint{}
 	hints := map[string]*discovery.EndpointHints{}
+	ipv6 := sp.clusterIP.Is6()
+	want := discovery.AddressTypeIPv4
+	if ipv6 {
+		want = discovery.AddressTypeIPv6
+	}
 	for _, s := range slices {
-		if s.AddressType != discovery.AddressTypeIPv4 {
+		if s.AddressType != want {
 			continue
 		}
 		port := -1
@@ -177,9 +205,11 @@ func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName, 
 				continue
 			}
 			ip := e.Addresses[0] // kube-proxy uses only the first address
-			if a, err := netip.ParseAddr(ip); err != nil || !a.Is4() {
+			a, err := netip.ParseAddr(ip)
+			if err != nil || a.Is4() == ipv6 || a.Is4In6() || a.Zone() != "" {
 				continue
 			}
+			ip = a.String() // canonical, as the API validates it: the hash input and the DNAT target
 			addr := net.JoinHostPort(ip, strconv.Itoa(port))
 			if _, dup := seen[addr]; dup {
 				continue

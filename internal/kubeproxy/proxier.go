@@ -16,6 +16,11 @@
 // kernel holds and rewrites those that differ, so its cost follows the change,
 // not the cluster's size. tables.go explains the restore input shape and why.
 //
+// A dual-stack node runs one Proxier per IP family, as kube-proxy does: the
+// IPv6 one (Config.Family) writes the same chains with ip6tables-restore from
+// the Services' IPv6 ClusterIPs and the IPv6 EndpointSlices, and MetaProxier
+// (metaproxier.go) hands each proxier the objects of its family.
+//
 // Its nftables mode (--proxy-mode nftables, KEP-3866) is NFTProxier
 // (nft_proxier.go, nft_render.go): kube-proxy's `ip kube-proxy` table, written
 // in transactions through package nft.
@@ -44,13 +49,20 @@ import (
 	"github.com/minikit/minikit/internal/iptables"
 	"github.com/minikit/minikit/internal/kubeproxy/nfacct"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // Config configures a Proxier. Zero durations take kube-proxy's defaults.
 type Config struct {
 	NodeName string
-	NodeIP   netip.Addr
+	// Family is the IP family the proxier serves (kube-proxy runs one
+	// proxier per family): "" or IPv4 writes iptables, IPv6 ip6tables
+	// (the ipt given to New must be an IPv6 runner) from the Services'
+	// IPv6 ClusterIPs and the IPv6 EndpointSlices. NodeIP and ClusterCIDR
+	// are of this family.
+	Family corev1.IPFamily
+	NodeIP netip.Addr
 	// ClusterCIDR is the pod network (kube-proxy's --cluster-cidr): traffic
 	// from it is pod traffic, everything else reaching a cluster IP is
 	// masqueraded.
@@ -199,7 +211,7 @@ func (c *Config) defaults() {
 		c.Clock = realClock{}
 	}
 	if c.Conntrack == nil {
-		c.Conntrack = netlinkConntrack{}
+		c.Conntrack = netlinkConntrack{ipv6: c.Family == corev1.IPv6Protocol}
 	}
 }
 
@@ -207,6 +219,10 @@ func (c *Config) defaults() {
 func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	if ipt == nil {
 		return nil, errors.New("proxy: no iptables")
+	}
+	ipv6 := cfg.Family == corev1.IPv6Protocol
+	if cfg.Family != "" && cfg.Family != corev1.IPv4Protocol && !ipv6 {
+		return nil, fmt.Errorf("proxy: unknown IP family %q", cfg.Family)
 	}
 	cfg.defaults()
 	log := cfg.Logger.With("component", "proxy")
@@ -225,11 +241,12 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 	} else if b, err := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal"); err == nil {
 		p.tcpBeLiberal = strings.TrimSpace(string(b)) != "0"
 	}
+	p.changes.ipv6 = ipv6
 	p.stats.Backend = string(ipt.Backend())
 	p.acct = cfg.NFAcct
 	p.metrics = newSyncMetrics()
 	p.acctErr = map[string]string{}
-	p.fixed = fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal, localhostNodePorts: !cfg.NoLocalhostNodePorts}
+	p.fixed = p.fixedOptions()
 	p.runner = newBoundedRunner(p.syncProxyRules, cfg.MinSyncPeriod, cfg.FullSyncPeriod, cfg.SyncPeriod, 2, cfg.Clock)
 	return p, nil
 }
@@ -237,12 +254,19 @@ func New(cfg Config, ipt iptables.Interface) (*Proxier, error) {
 // Run syncs until ctx ends. Nothing is written before SetInitialized.
 func (p *Proxier) Run(ctx context.Context) { runProxier(ctx, p.runner, p.monitor, p.health) }
 
+// fixedOptions are the fixed chains' settings known at start; localhost
+// NodePorts are IPv4's only.
+func (p *Proxier) fixedOptions() fixedOptions {
+	return fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal,
+		localhostNodePorts: !p.cfg.NoLocalhostNodePorts && !p.ipv6, ipv6: p.ipv6}
+}
+
 // prepareFull runs before a full sync, as kube-proxy's does: it ensures the
 // nfacct counters, whose availability decides whether the rules count with
 // them until the next full sync. (route_localnet comes after the sync, see
 // routeLocalnet.)
 func (p *Proxier) prepareFull() error {
-	fx := fixedOptions{randomFully: p.randomFully, tcpBeLiberal: p.tcpBeLiberal, localhostNodePorts: !p.cfg.NoLocalhostNodePorts}
+	fx := p.fixedOptions()
 	ok := map[string]bool{}
 	if p.acct != nil {
 		for _, name := range []string{CounterLocalhostNodePorts, CounterInvalidDropped} {
@@ -329,7 +353,7 @@ func (p *Proxier) syncProxyRules() (err error) {
 			return
 		}
 		var out []*serviceRules
-		for _, sp := range servicePorts(in.svc) {
+		for _, sp := range servicePortsOf(in.svc, p.ipv6) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}

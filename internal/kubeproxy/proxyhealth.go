@@ -46,7 +46,33 @@ func (c *changes) health(timeout time.Duration) proxyHealth {
 		h.Healthy = false
 	}
 	if !c.updated.IsZero() {
-		h.Status[corev1.IPv4Protocol] = proxierHealth{LastUpdated: c.updated, Healthy: h.Healthy}
+		family := corev1.IPv4Protocol
+		if c.ipv6 {
+			family = corev1.IPv6Protocol
+		}
+		h.Status[family] = proxierHealth{LastUpdated: c.updated, Healthy: h.Healthy}
+	}
+	return h
+}
+
+// healthOf is kube-proxy's ProxyHealthServer.Health over the proxiers of a
+// dual-stack node (one per family): healthy when every one is, last updated
+// when the least recent one was, with each family's status.
+func healthOf(timeout time.Duration, cs []*changes) proxyHealth {
+	var h proxyHealth
+	for i, c := range cs {
+		one := c.health(timeout)
+		if i == 0 {
+			h = one
+			continue
+		}
+		h.Healthy = h.Healthy && one.Healthy
+		if one.LastUpdated.Before(h.LastUpdated) {
+			h.LastUpdated = one.LastUpdated
+		}
+		for f, s := range one.Status {
+			h.Status[f] = s
+		}
 	}
 	return h
 }
@@ -81,12 +107,19 @@ func (c *changes) SetNode(n *corev1.Node) {
 
 // HealthzHandler serves kube-proxy's /healthz and /livez, with kube-proxy's
 // health timeout: twice the sync period.
-func (p *Proxier) HealthzHandler() http.Handler { return p.healthzHandler(2 * p.cfg.SyncPeriod) }
+func (p *Proxier) HealthzHandler() http.Handler {
+	return healthzHandler(2*p.cfg.SyncPeriod, &p.changes)
+}
 
 // HealthzHandler serves kube-proxy's /healthz and /livez, as Proxier's does.
-func (p *NFTProxier) HealthzHandler() http.Handler { return p.healthzHandler(2 * p.cfg.SyncPeriod) }
+func (p *NFTProxier) HealthzHandler() http.Handler {
+	return healthzHandler(2*p.cfg.SyncPeriod, &p.changes)
+}
 
-func (c *changes) healthzHandler(timeout time.Duration) http.Handler {
+// healthzHandler serves the health of cs, one proxier per IP family; the
+// first one's node decides eligibility (every proxier is told the same node).
+func healthzHandler(timeout time.Duration, cs ...*changes) http.Handler {
+	c := cs[0]
 	write := func(w http.ResponseWriter, h proxyHealth, healthy bool) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -102,7 +135,7 @@ func (c *changes) healthzHandler(timeout time.Duration) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		h := c.health(timeout)
+		h := healthOf(timeout, cs)
 		c.mu.Lock()
 		eligible := c.nodeEligible
 		c.mu.Unlock()
@@ -110,7 +143,7 @@ func (c *changes) healthzHandler(timeout time.Duration) http.Handler {
 		write(w, h, h.Healthy && eligible)
 	})
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
-		h := c.health(timeout)
+		h := healthOf(timeout, cs)
 		write(w, h, h.Healthy)
 	})
 	return mux

@@ -412,6 +412,11 @@ type fixedOptions struct {
 	localhostNodePorts bool
 	// countInvalid: the ct_state_invalid_dropped_pkts nfacct counter exists.
 	countInvalid bool
+	// ipv6: the rules are ip6tables', for the IPv6 proxier of a dual-stack
+	// node. Localhost NodePorts never work on IPv6 (there is no
+	// route_localnet), so kube-proxy keeps ::1 out of KUBE-NODEPORTS and
+	// writes no KUBE-FIREWALL rule; localhostNodePorts is false with it.
+	ipv6 bool
 }
 
 func postroutingRules(randomFully bool) []string {
@@ -455,7 +460,7 @@ func forwardRules(fx fixedOptions) []string {
 // (CVE-2020-8558) is dropped unless conntrack knows it (a reply) or nat
 // rewrote it (a NodePort DNAT).
 func firewallRules(fx fixedOptions) []string {
-	if !fx.localhostNodePorts {
+	if !fx.localhostNodePorts || fx.ipv6 {
 		return nil
 	}
 	return []string{rule("-A", chainFirewall,
@@ -466,12 +471,15 @@ func firewallRules(fx fixedOptions) []string {
 
 // nodePortsTail is the last rule of nat KUBE-SERVICES: every local
 // destination goes on to KUBE-NODEPORTS, 127.0.0.0/8 included when NodePorts
-// are served on localhost (kube-proxy's default), excluded otherwise.
+// are served on localhost (kube-proxy's default), excluded otherwise; ::1
+// always excluded on IPv6.
 func nodePortsTail(fx fixedOptions) string {
 	args := []string{"-A", chainServices,
 		"-m", "comment", "--comment", quote("kubernetes service nodeports; NOTE: this must be the last rule in this chain"),
 		"-m", "addrtype", "--dst-type", "LOCAL"}
-	if !fx.localhostNodePorts {
+	if fx.ipv6 {
+		args = append(args, "!", "-d", "::1/128")
+	} else if !fx.localhostNodePorts {
 		args = append(args, "!", "-d", "127.0.0.0/8")
 	}
 	return rule(append(args, "-j", chainNodePorts)...)
