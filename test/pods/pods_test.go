@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 )
@@ -196,12 +197,20 @@ func TestDeploymentEndpointsAndReadiness(t *testing.T) {
 	}
 	scale := func(n int32) {
 		t.Helper()
-		s, err := c.AppsV1().Deployments("default").GetScale(ctx, "hostnames", metav1.GetOptions{})
+		// The Scale carries the Deployment's resourceVersion, and the
+		// deployment controller writes its status meanwhile: a conflict is
+		// Kubernetes' answer, and a client reads again (as kubectl scale
+		// with --resource-version would have to).
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			s, err := c.AppsV1().Deployments("default").GetScale(ctx, "hostnames", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.Spec.Replicas = n
+			_, err = c.AppsV1().Deployments("default").UpdateScale(ctx, "hostnames", s, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		s.Spec.Replicas = n
-		if _, err := c.AppsV1().Deployments("default").UpdateScale(ctx, "hostnames", s, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
