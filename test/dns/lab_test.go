@@ -274,12 +274,7 @@ func TestLabDNSListener(t *testing.T) {
 	if n := len(e.readyHostnamesIPs()); n != 3 {
 		t.Fatalf("%d ready hostnames pods, want 3", n)
 	}
-	scale, err := e.c.AppsV1().Deployments("default").GetScale(e.ctx, "hostnames", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = 1
-	if _, err := e.c.AppsV1().Deployments("default").UpdateScale(e.ctx, "hostnames", scale, metav1.UpdateOptions{}); err != nil {
+	if err := testenv.Scale(e.ctx, e.c, "default", "hostnames", 1); err != nil {
 		t.Fatal(err)
 	}
 	e.eventually("scaled to 1", time.Minute, func() (bool, string) {

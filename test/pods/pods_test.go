@@ -27,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 )
 
 var ctx = context.Background()
@@ -197,20 +196,7 @@ func TestDeploymentEndpointsAndReadiness(t *testing.T) {
 	}
 	scale := func(n int32) {
 		t.Helper()
-		// The Scale carries the Deployment's resourceVersion, and the
-		// deployment controller writes its status meanwhile: a conflict is
-		// Kubernetes' answer, and a client reads again (as kubectl scale
-		// with --resource-version would have to).
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			s, err := c.AppsV1().Deployments("default").GetScale(ctx, "hostnames", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			s.Spec.Replicas = n
-			_, err = c.AppsV1().Deployments("default").UpdateScale(ctx, "hostnames", s, metav1.UpdateOptions{})
-			return err
-		})
-		if err != nil {
+		if err := testenv.Scale(ctx, c, "default", "hostnames", n); err != nil {
 			t.Fatal(err)
 		}
 	}

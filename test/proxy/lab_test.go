@@ -142,12 +142,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		}
 	})
 	t.Run("scaled to zero, the VIP refuses connections at once", func(t *testing.T) {
-		s, err := c.AppsV1().Deployments("default").GetScale(ctx, "hostnames", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Spec.Replicas = 0
-		if _, err := c.AppsV1().Deployments("default").UpdateScale(ctx, "hostnames", s, metav1.UpdateOptions{}); err != nil {
+		if err := testenv.Scale(ctx, c, "default", "hostnames", 0); err != nil {
 			t.Fatal(err)
 		}
 		waitEndpoints(t, c, "hostnames", 0)

@@ -19,8 +19,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 )
 
 // The soak's shape: soakMinutesCI minutes (MINIKIT_SOAK_MINUTES, or
@@ -211,7 +209,7 @@ func TestSoak(t *testing.T) {
 		case 0:
 			n := int32(2 + rng.IntN(4))
 			what = fmt.Sprintf("scale to %d", n)
-			err = scale(ctx, c, "web", n)
+			err = testenv.Scale(ctx, c, "default", "web", n)
 		case 1:
 			what = "rollout restart"
 			patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
@@ -277,22 +275,6 @@ func TestSoak(t *testing.T) {
 			f.Close()
 		}
 	}
-}
-
-// scale reads the Deployment's Scale and writes it back with n replicas, as
-// kubectl scale with --resource-version does; a write that lost the race with
-// the controller's status update (409) reads again, as client-go's
-// RetryOnConflict does.
-func scale(ctx context.Context, c kubernetes.Interface, name string, n int32) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		s, err := c.AppsV1().Deployments("default").GetScale(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		s.Spec.Replicas = n
-		_, err = c.AppsV1().Deployments("default").UpdateScale(ctx, name, s, metav1.UpdateOptions{})
-		return err
-	})
 }
 
 func summarize(list []string) string {

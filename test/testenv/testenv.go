@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 var (
@@ -274,4 +275,21 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// Scale reads a Deployment's Scale and writes it back with n replicas, as
+// kubectl scale with --resource-version does. The Scale carries the
+// Deployment's resourceVersion and the deployment controller writes its
+// status meanwhile, so a write that lost that race (409, Kubernetes' answer)
+// reads again, as client-go's RetryOnConflict does.
+func Scale(ctx context.Context, c kubernetes.Interface, namespace, name string, n int32) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		s, err := c.AppsV1().Deployments(namespace).GetScale(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s.Spec.Replicas = n
+		_, err = c.AppsV1().Deployments(namespace).UpdateScale(ctx, name, s, metav1.UpdateOptions{})
+		return err
+	})
 }

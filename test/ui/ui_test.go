@@ -74,12 +74,7 @@ func deploy(t testing.TB, c kubernetes.Interface, name string, n int32) *corev1.
 
 func scale(t testing.TB, c kubernetes.Interface, name string, n int32) {
 	t.Helper()
-	s, err := c.AppsV1().Deployments("default").GetScale(bg, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Spec.Replicas = n
-	if _, err := c.AppsV1().Deployments("default").UpdateScale(bg, name, s, metav1.UpdateOptions{}); err != nil {
+	if err := testenv.Scale(bg, c, "default", name, n); err != nil {
 		t.Fatal(err)
 	}
 }
