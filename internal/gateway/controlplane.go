@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minikit/minikit/internal/ctrlloop"
 	"github.com/minikit/minikit/internal/informer"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,7 @@ type ControlPlane struct {
 
 	listers
 	nodes corelisters.NodeLister
-	kick  chan struct{}
+	loop  *ctrlloop.Kicked
 }
 
 // NewControlPlane prepares the control plane; Run starts it.
@@ -84,22 +85,15 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &ControlPlane{cfg: cfg, log: cfg.Logger.With("component", "gateway-server"), kick: make(chan struct{}, 1)}
+	s := &ControlPlane{cfg: cfg, log: cfg.Logger.With("component", "gateway-server"), loop: ctrlloop.NewKicked()}
 	s.kube = informers.NewSharedInformerFactory(cfg.Client, 0)
 	s.gw = gwinformers.NewSharedInformerFactory(cfg.Gateway, 0)
 	s.listers = newListers(s.kube, s.gw)
 	s.nodes = s.kube.Core().V1().Nodes().Lister()
-	if err := s.listers.watch(s.trigger, s.kube.Core().V1().Nodes().Informer()); err != nil {
+	if err := s.listers.watch(s.loop.Kick, s.kube.Core().V1().Nodes().Informer()); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-func (s *ControlPlane) trigger() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 }
 
 // Run creates the GatewayClass, then syncs on every change until ctx ends.
@@ -128,33 +122,17 @@ func (s *ControlPlane) Run(ctx context.Context) error {
 			return fmt.Errorf("gateway: cache of %v did not sync", typ)
 		}
 	}
-	s.trigger()
-	retry := time.Duration(0)
-	for {
-		var after <-chan time.Time
-		if retry > 0 {
-			after = time.After(retry)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.kick:
-		case <-after:
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(debounce):
-		}
+	s.loop.Run(ctx, debounce, func(ctx context.Context) error {
 		start := time.Now()
-		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
-			retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
-			s.log.Warn("gateway sync failed, retrying", "in", retry, "err", err)
-		} else {
-			retry = 0
+		err := s.sync(ctx)
+		if err == nil {
 			s.log.Debug("gateway sync", "took", time.Since(start))
 		}
-	}
+		return err
+	}, func(err error, retry time.Duration) {
+		s.log.Warn("gateway sync failed, retrying", "in", retry, "err", err)
+	})
+	return nil
 }
 
 // ensureClass creates the GatewayClass "minikit" when it is missing; an

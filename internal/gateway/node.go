@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/minikit/minikit/internal/ctrlloop"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +48,7 @@ type Node struct {
 	kube informers.SharedInformerFactory
 	gw   gwinformers.SharedInformerFactory
 	listers
-	kick chan struct{}
+	loop *ctrlloop.Kicked
 	snap atomic.Pointer[Snapshot]
 
 	mu      sync.Mutex // guards servers
@@ -64,17 +66,12 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Listen == nil {
 		cfg.Listen = func(port int32) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "gateway"), kick: make(chan struct{}, 1), servers: map[int32]*http.Server{}}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "gateway"), loop: ctrlloop.NewKicked(), servers: map[int32]*http.Server{}}
 	n.kube = informers.NewSharedInformerFactory(cfg.Client, 0)
 	n.gw = gwinformers.NewSharedInformerFactory(cfg.Gateway, 0)
 	n.listers = newListers(n.kube, n.gw)
 	n.snap.Store(&Snapshot{})
-	if err := n.listers.watch(func() {
-		select {
-		case n.kick <- struct{}{}:
-		default:
-		}
-	}); err != nil {
+	if err := n.listers.watch(n.loop.Kick); err != nil {
 		return nil, err
 	}
 	return n, nil
@@ -102,40 +99,21 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 	announced := false
-	retry := time.Duration(0)
-	select {
-	case n.kick <- struct{}{}:
-	default: // a change already asked for a sync
-	}
-	for {
-		var after <-chan time.Time
-		if retry > 0 {
-			after = time.After(retry)
+	n.loop.Run(ctx, debounce, func(ctx context.Context) error {
+		if err := n.sync(); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-n.kick:
-		case <-after:
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(debounce):
-		}
-		err := n.sync()
-		if err == nil && !announced {
-			if err = n.announce(ctx); err == nil {
-				announced = true
+		if !announced {
+			if err := n.announce(ctx); err != nil {
+				return err
 			}
+			announced = true
 		}
-		if err != nil && ctx.Err() == nil {
-			retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
-			n.log.Warn("gateway data plane sync failed, retrying", "in", retry, "err", err)
-		} else {
-			retry = 0
-		}
-	}
+		return nil
+	}, func(err error, retry time.Duration) {
+		n.log.Warn("gateway data plane sync failed, retrying", "in", retry, "err", err)
+	})
+	return nil
 }
 
 func (n *Node) announce(ctx context.Context) error {

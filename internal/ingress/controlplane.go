@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minikit/minikit/internal/ctrlloop"
 	"github.com/minikit/minikit/internal/informer"
 	"github.com/minikit/minikit/internal/ingress/config"
 
@@ -58,7 +59,7 @@ type ControlPlane struct {
 	svcs      corelisters.ServiceLister
 	endpoints corelisters.EndpointsLister
 	slices    discoverylisters.EndpointSliceLister
-	kick      chan struct{}
+	loop      *ctrlloop.Kicked
 }
 
 // NewControlPlane prepares the control-plane side; Run starts it.
@@ -72,7 +73,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if cfg.Class == (config.Class{}) {
 		cfg.Class = config.DefaultClass
 	}
-	s := &ControlPlane{cfg: cfg, log: cfg.Logger.With("component", "ingress-server"), kick: make(chan struct{}, 1)}
+	s := &ControlPlane{cfg: cfg, log: cfg.Logger.With("component", "ingress-server"), loop: ctrlloop.NewKicked()}
 	s.all = informers.NewSharedInformerFactory(cfg.Client, 0)
 	s.ns = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(Namespace))
 	s.nodes = s.all.Core().V1().Nodes().Lister()
@@ -81,7 +82,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	s.svcs = s.ns.Core().V1().Services().Lister()
 	s.endpoints = s.ns.Core().V1().Endpoints().Lister()
 	s.slices = s.ns.Discovery().V1().EndpointSlices().Lister()
-	if err := informer.AddHandler(informer.OnChange(s.trigger),
+	if err := informer.AddHandler(informer.OnChange(s.loop.Kick),
 		s.all.Core().V1().Nodes().Informer(),
 		s.all.Networking().V1().Ingresses().Informer(),
 		s.all.Networking().V1().IngressClasses().Informer(),
@@ -92,13 +93,6 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-func (s *ControlPlane) trigger() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
 }
 
 // Run creates the controller's objects, then keeps endpoints and status in
@@ -123,31 +117,10 @@ func (s *ControlPlane) Run(ctx context.Context) error {
 	if err := informer.WaitForSync(ctx, s.all, s.ns); err != nil {
 		return fmt.Errorf("ingress: %w", err)
 	}
-	s.trigger()
-	retry := time.Duration(0)
-	for {
-		var after <-chan time.Time
-		if retry > 0 {
-			after = time.After(retry)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.kick:
-		case <-after:
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(debounce):
-		}
-		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
-			retry = min(max(2*retry, 100*time.Millisecond), 5*time.Second)
-			s.log.Warn("ingress sync failed, retrying", "in", retry, "err", err)
-		} else {
-			retry = 0
-		}
-	}
+	s.loop.Run(ctx, debounce, s.sync, func(err error, retry time.Duration) {
+		s.log.Warn("ingress sync failed, retrying", "in", retry, "err", err)
+	})
+	return nil
 }
 
 // ensureObjects creates the namespace, the default IngressClass and the Service
