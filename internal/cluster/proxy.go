@@ -101,12 +101,17 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	var closeBackend func()
 	switch mode {
 	case ProxyModeNFTables:
-		backend, name, err := newNFTBackend()
+		backend, name, err := newNFTBackend(nft.IPv4Family)
 		if err != nil {
 			log.Warn("no nftables: services will not work on this node", "err", err)
 			return nil
 		}
-		closeBackend = func() { closeNFT(backend) }
+		backends := []nft.Interface{backend}
+		closeBackend = func() {
+			for _, b := range backends {
+				closeNFT(b)
+			}
+		}
 		if ipt, err := iptables.New(); err == nil {
 			if err := kubeproxy.Cleanup(ipt); err != nil {
 				log.Warn("removing the iptables mode's rules", "err", err)
@@ -129,9 +134,14 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		if nc.ServiceCIDR.IsValid() {
 			cidrs = append(cidrs, nc.ServiceCIDR)
 		}
-		if p, err = kubeproxy.NewNFT(kubeproxy.NFTConfig{Config: cfg, ServiceCIDRs: cidrs, Backend: name}, backend); err != nil {
+		ncfg := kubeproxy.NFTConfig{Config: cfg, ServiceCIDRs: cidrs, Backend: name}
+		var backend6 nft.Interface
+		if p, backend6, err = newNFTProxy(ncfg, backend, nc.SecondaryNodeIP, log); err != nil {
 			closeBackend()
 			return err
+		}
+		if backend6 != nil {
+			backends = append(backends, backend6)
 		}
 		log.Info("service proxy in nftables mode", "backend", name)
 	default:
@@ -325,6 +335,40 @@ func newIPTablesProxy(cfg kubeproxy.Config, ipt iptables.Interface, ip6 netip.Ad
 	return kubeproxy.NewMetaProxier(p4, p6)
 }
 
+// newNFTProxy is the nftables mode's proxier, one per IP family of the node
+// as in iptables mode (newIPTablesProxy): on a dual-stack node a second
+// proxier writes `ip6 kube-proxy` through a backend of its own (returned,
+// for closing), without a local-traffic detector, and a MetaProxier joins
+// the two.
+func newNFTProxy(cfg kubeproxy.NFTConfig, backend nft.Interface, ip6 netip.Addr, log *slog.Logger) (serviceProxy, nft.Interface, error) {
+	var backend6 nft.Interface
+	if ip6.Is6() && !ip6.Is4In6() {
+		var err error
+		if backend6, _, err = newNFTBackend(nft.IPv6Family); err != nil {
+			log.Warn("no ip6 nftables: IPv6 services will not work on this node", "err", err)
+		}
+	}
+	if backend6 == nil {
+		p, err := kubeproxy.NewNFT(cfg, backend)
+		return p, nil, err
+	}
+	cfg.HealthCheckListen = listenFamily("tcp4")
+	p4, err := kubeproxy.NewNFT(cfg, backend)
+	if err != nil {
+		return nil, backend6, err
+	}
+	cfg6 := cfg
+	cfg6.Family, cfg6.NodeIP, cfg6.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
+	cfg6.HealthCheckListen = listenFamily("tcp6")
+	p6, err := kubeproxy.NewNFT(cfg6, backend6)
+	if err != nil {
+		return nil, backend6, err
+	}
+	log.Info("service proxy in nftables mode, dual-stack", "nodeIPv6", ip6)
+	m, err := kubeproxy.NewNFTMetaProxier(p4, p6)
+	return m, backend6, err
+}
+
 // listenFamily opens health check node ports on every address of one family.
 func listenFamily(network string) func(port int) (net.Listener, error) {
 	return func(port int) (net.Listener, error) { return net.Listen(network, ":"+strconv.Itoa(port)) }
@@ -340,15 +384,20 @@ func cleanupProxyIPv6() error {
 	return kubeproxy.Cleanup(ipt6)
 }
 
-// removeNFTTable removes the nftables mode's table, for minikit down.
+// removeNFTTable removes the nftables mode's tables (ip, and the ip6 one
+// of a dual-stack node), for minikit down.
 func removeNFTTable(log *slog.Logger) error {
-	backend, _, err := newNFTBackend()
-	if err != nil {
-		log.Debug("no nftables; no table to remove", "err", err)
-		return nil
+	var errs []error
+	for _, fam := range []nft.Family{nft.IPv4Family, nft.IPv6Family} {
+		backend, _, err := newNFTBackend(fam)
+		if err != nil {
+			log.Debug("no nftables; no table to remove", "family", fam, "err", err)
+			return nil
+		}
+		errs = append(errs, kubeproxy.CleanupNFT(context.Background(), backend))
+		closeNFT(backend)
 	}
-	defer closeNFT(backend)
-	return kubeproxy.CleanupNFT(context.Background(), backend)
+	return errors.Join(errs...)
 }
 
 // closeNFT closes a backend's sockets.
@@ -373,15 +422,15 @@ func (b *nftBackend) List(ctx context.Context) (string, error) {
 	return b.exec.List(ctx)
 }
 
-// newNFTBackend opens the nftables backend of the proxy's table in this
-// network namespace.
-func newNFTBackend() (nft.Interface, string, error) {
-	nl, err := nft.NewNetlink(nft.IPv4Family, kubeproxy.NFTTableName)
+// newNFTBackend opens the nftables backend of the proxy's table of family
+// fam in this network namespace.
+func newNFTBackend(fam nft.Family) (nft.Interface, string, error) {
+	nl, err := nft.NewNetlink(fam, kubeproxy.NFTTableName)
 	if err != nil {
 		return nil, "", err
 	}
 	b := &nftBackend{Netlink: nl}
-	if ex, err := nft.NewExec(nft.IPv4Family, kubeproxy.NFTTableName); err == nil {
+	if ex, err := nft.NewExec(fam, kubeproxy.NFTTableName); err == nil {
 		b.exec = ex
 	}
 	return b, "netlink", nil

@@ -3,30 +3,88 @@ package kubeproxy
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/netip"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 )
 
 // MetaProxier is kube-proxy's dual-stack metaproxier (pkg/proxy/metaproxier):
-// a dual-stack node runs one iptables-mode Proxier per IP family, the IPv4
-// one writing iptables and the IPv6 one ip6tables, each with its own sync
-// loop, and MetaProxier hands them the objects: every Service to both (each
-// takes its own family's ClusterIP), each EndpointSlice to the proxier of
-// its addressType, each node address to the proxier of its family.
+// a dual-stack node runs one proxier per IP family, each with its own sync
+// loop (in iptables mode the IPv4 one writing iptables and the IPv6 one
+// ip6tables; in nftables mode `ip kube-proxy` and `ip6 kube-proxy`), and
+// MetaProxier hands them the objects: every Service to both (each takes its
+// own family's ClusterIP), each EndpointSlice to the proxier of its
+// addressType, each node address to the proxier of its family.
 type MetaProxier struct {
-	ipv4, ipv6 *Proxier
+	ipv4, ipv6 familyProxier
 }
 
-// NewMetaProxier joins the two proxiers of a dual-stack node.
+// familyProxier is one IP family's proxier, of either mode.
+type familyProxier interface {
+	Run(ctx context.Context)
+	SetInitialized()
+	OnServiceUpdate(*corev1.Service)
+	OnServiceDelete(*corev1.Service)
+	OnEndpointSliceUpdate(*discovery.EndpointSlice)
+	OnEndpointSliceDelete(*discovery.EndpointSlice)
+	SetNodeIP(netip.Addr)
+	SetNode(*corev1.Node)
+	Handler() http.Handler
+	Stats() Stats
+	// tracker is the proxier's change tracker and its sync period, for
+	// the joint health check.
+	tracker() (*changes, time.Duration)
+}
+
+func (p *Proxier) tracker() (*changes, time.Duration)    { return &p.changes, p.cfg.SyncPeriod }
+func (p *NFTProxier) tracker() (*changes, time.Duration) { return &p.changes, p.cfg.SyncPeriod }
+
+// NewMetaProxier joins the two iptables-mode proxiers of a dual-stack node.
 func NewMetaProxier(ipv4, ipv6 *Proxier) (*MetaProxier, error) {
-	if ipv4 == nil || ipv6 == nil || ipv4.changes.ipv6 || !ipv6.changes.ipv6 {
+	if ipv4 == nil || ipv6 == nil {
+		return nil, errors.New("proxy: a dual-stack proxier needs an IPv4 and an IPv6 proxier")
+	}
+	return newMetaProxier(ipv4, ipv6)
+}
+
+func newMetaProxier(ipv4, ipv6 familyProxier) (*MetaProxier, error) {
+	c4, _ := ipv4.tracker()
+	c6, _ := ipv6.tracker()
+	if c4.ipv6 || !c6.ipv6 {
 		return nil, errors.New("proxy: a dual-stack proxier needs an IPv4 and an IPv6 proxier")
 	}
 	return &MetaProxier{ipv4: ipv4, ipv6: ipv6}, nil
+}
+
+// NFTMetaProxier is MetaProxier over the two nftables-mode proxiers of a
+// dual-stack node, with their sync metrics.
+type NFTMetaProxier struct {
+	*MetaProxier
+	nft4, nft6 *NFTProxier
+}
+
+// NewNFTMetaProxier joins the two nftables-mode proxiers of a dual-stack
+// node.
+func NewNFTMetaProxier(ipv4, ipv6 *NFTProxier) (*NFTMetaProxier, error) {
+	if ipv4 == nil || ipv6 == nil {
+		return nil, errors.New("proxy: a dual-stack proxier needs an IPv4 and an IPv6 proxier")
+	}
+	m, err := newMetaProxier(ipv4, ipv6)
+	if err != nil {
+		return nil, err
+	}
+	return &NFTMetaProxier{MetaProxier: m, nft4: ipv4, nft6: ipv6}, nil
+}
+
+// WriteMetrics writes the sync metrics of both families' syncs, as
+// kube-proxy's two proxiers observe into the same histograms.
+func (m *NFTMetaProxier) WriteMetrics(w io.Writer) {
+	writeMergedNFTMetrics(w, m.nft4, m.nft6)
 }
 
 // Run runs both proxiers until ctx ends.
@@ -58,7 +116,7 @@ func (m *MetaProxier) OnServiceDelete(svc *corev1.Service) {
 
 // forSlice is the proxier of a slice's addressType; FQDN slices are no
 // proxier's (kube-proxy ignores them), the IPv4 one drops them.
-func (m *MetaProxier) forSlice(s *discovery.EndpointSlice) *Proxier {
+func (m *MetaProxier) forSlice(s *discovery.EndpointSlice) familyProxier {
 	if s.AddressType == discovery.AddressTypeIPv6 {
 		return m.ipv6
 	}
@@ -106,7 +164,9 @@ func (m *MetaProxier) Handler() http.Handler {
 // HealthzHandler is kube-proxy's healthz over both families: healthy when
 // both proxiers are.
 func (m *MetaProxier) HealthzHandler() http.Handler {
-	return healthzHandler(2*m.ipv4.cfg.SyncPeriod, &m.ipv4.changes, &m.ipv6.changes)
+	c4, period := m.ipv4.tracker()
+	c6, _ := m.ipv6.tracker()
+	return healthzHandler(2*period, c4, c6)
 }
 
 // Stats is the IPv4 proxier's statistics, with the IPv6 proxier's counts

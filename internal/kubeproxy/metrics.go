@@ -127,6 +127,17 @@ func (h *promHistogram) observe(v float64) {
 	}
 }
 
+// add adds o's observations (with the same bounds) to h.
+func (h *promHistogram) add(o *promHistogram) {
+	h.count += o.count
+	h.sum += o.sum
+	for i := range h.counts {
+		if i < len(o.counts) {
+			h.counts[i] += o.counts[i]
+		}
+	}
+}
+
 func (h *promHistogram) write(w io.Writer, name, help string) {
 	fmt.Fprintf(w, "# HELP %s [ALPHA] %s\n# TYPE %s histogram\n", name, help, name)
 	var cum uint64

@@ -75,7 +75,12 @@ func newNetns(t testing.TB) string {
 // objects in creation order and hash sets in its own order.
 func listTable(t *testing.T, ns string) string {
 	t.Helper()
-	out, err := nsNFT(ns, "", "list", "table", "ip", nftTableName)
+	return listTableFamily(t, ns, nft.IPv4Family)
+}
+
+func listTableFamily(t *testing.T, ns string, fam nft.Family) string {
+	t.Helper()
+	out, err := nsNFT(ns, "", "list", "table", string(fam), nftTableName)
 	if err != nil {
 		t.Fatalf("nft list table in %s: %v: %s", ns, err, out)
 	}
@@ -172,14 +177,19 @@ func TestNFTTransactionsInTheKernel(t *testing.T) {
 // through `nft -f`, to a second namespace: the Exec way, kube-proxy's.
 type execTee struct {
 	nft.Interface
-	ns string
+	ns  string
+	fam nft.Family // "" is ip
 }
 
 func (e *execTee) Run(ctx context.Context, tx *nft.Transaction) error {
 	if err := e.Interface.Run(ctx, tx); err != nil {
 		return err
 	}
-	text, err := nft.RenderTransaction(nft.IPv4Family, nftTableName, tx)
+	fam := e.fam
+	if fam == "" {
+		fam = nft.IPv4Family
+	}
+	text, err := nft.RenderTransaction(fam, nftTableName, tx)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,12 @@ package kubeproxy
 // kube-proxy`, that it owns entirely, written through an nft.Interface in
 // transactions that the backend applies atomically (one netlink batch).
 //
+// A dual-stack node runs one NFTProxier per IP family, as kube-proxy does:
+// the IPv6 one (Config.Family) writes `ip6 kube-proxy`, the same chains,
+// sets and maps with ip6 matches and ipv6_addr keys, from the Services'
+// IPv6 ClusterIPs and the IPv6 EndpointSlices; MetaProxier hands each
+// proxier the objects of its family.
+//
 // Syncs. A full sync (at start, after any failure, when the drift monitor
 // finds the table changed behind our back, and every FullSyncPeriod) re-adds
 // and flushes every chain and rewrites every service's chains, and diffs the
@@ -76,6 +82,7 @@ import (
 
 	"github.com/minikit/minikit/internal/nft"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -153,6 +160,10 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 	if backend == nil {
 		return nil, errors.New("proxy: no nftables backend")
 	}
+	ipv6 := cfg.Family == corev1.IPv6Protocol
+	if cfg.Family != "" && cfg.Family != corev1.IPv4Protocol && !ipv6 {
+		return nil, fmt.Errorf("proxy: unknown IP family %q", cfg.Family)
+	}
 	c := &cfg.Config
 	c.defaults()
 	if cfg.DriftSampleChains == 0 {
@@ -162,6 +173,9 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 		cfg.PrepBatchServices = 500
 	}
 	log := c.Logger.With("component", "proxy", "mode", "nftables")
+	if ipv6 {
+		log = log.With("family", "ip6")
+	}
 	p := &NFTProxier{
 		cfg: cfg, nft: backend, ct: c.Conntrack, log: log, clock: c.Clock,
 		programming: newSyncMetrics(), changes: newChanges(c.NodeIP, c.Clock),
@@ -177,6 +191,7 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 		healthChecked: map[types.NamespacedName]bool{},
 		udp:           newUDPFrontends(),
 	}
+	p.changes.ipv6 = ipv6
 	p.stats.Backend = "nftables"
 	if cfg.Backend != "" {
 		p.stats.Backend += " (" + cfg.Backend + ")"
@@ -190,13 +205,16 @@ func NewNFT(cfg NFTConfig, backend nft.Interface) (*NFTProxier, error) {
 // Run syncs until ctx ends. Nothing is written before SetInitialized.
 func (p *NFTProxier) Run(ctx context.Context) { runProxier(ctx, p.runner, p.monitor, p.health) }
 
+// ipv6 tells whether this is a dual-stack node's IPv6 proxier.
+func (p *NFTProxier) ipv6() bool { return p.changes.ipv6 }
+
 func (p *NFTProxier) renderConfig(nodeIP netip.Addr) *nftRenderConfig {
-	cfg := &nftRenderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll}
-	if p.cfg.ClusterCIDR.IsValid() {
+	cfg := &nftRenderConfig{nodeIP: nodeIP, masqueradeAll: p.cfg.MasqueradeAll, ipv6: p.ipv6()}
+	if p.cfg.ClusterCIDR.IsValid() && p.cfg.ClusterCIDR.Addr().Is4() != p.ipv6() {
 		cfg.clusterCIDR = p.cfg.ClusterCIDR.Masked().String()
 	}
 	for _, c := range p.cfg.ServiceCIDRs {
-		if c.Addr().Is4() {
+		if c.Addr().Is4() != p.ipv6() {
 			cfg.serviceCIDRs = append(cfg.serviceCIDRs, c.Masked().String())
 		}
 	}
@@ -251,7 +269,7 @@ func (p *NFTProxier) syncProxyRules() (err error) {
 			continue
 		}
 		var out []*nftServiceRules
-		for _, sp := range servicePorts(in.svc) {
+		for _, sp := range servicePortsOf(in.svc, p.ipv6()) {
 			if sp.protocol == "udp" {
 				udpChanged = true
 			}
@@ -338,7 +356,7 @@ func (p *NFTProxier) deleteStaleChains(ctx context.Context, now time.Time) error
 		return nil
 	}
 	sort.Strings(names)
-	tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+	tx.Add(&nft.Table{Family: nftFamily(p.ipv6()), Name: nftTableName, Comment: "rules for kube-proxy"})
 	for _, n := range names {
 		tx.Add(&nft.Chain{Name: n})
 		tx.Delete(&nft.Chain{Name: n})
@@ -359,7 +377,7 @@ func (p *NFTProxier) fullSync(ctx context.Context, cfg *nftRenderConfig, start t
 	fixed := nftSetup(tx, cfg)
 	dnatMaps := p.blocks.mapNames()
 	for _, name := range dnatMaps {
-		tx.Add(nftDNATMap(name))
+		tx.Add(nftDNATMap(name, p.ipv6()))
 	}
 
 	// What the kernel holds.
@@ -575,7 +593,7 @@ func (p *NFTProxier) writeUnreachable(ctx context.Context, first []nft.Op, rs []
 	for len(rs) > 0 {
 		n := min(len(rs), p.cfg.PrepBatchServices)
 		tx := &nft.Transaction{}
-		tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+		tx.Add(&nft.Table{Family: nftFamily(p.ipv6()), Name: nftTableName, Comment: "rules for kube-proxy"})
 		tx.Ops = append(tx.Ops, first...)
 		first = nil
 		chains, rules := serviceChainOps(rs[:n], false)
@@ -718,7 +736,7 @@ func (p *NFTProxier) partialSync(ctx context.Context, keys []types.NamespacedNam
 	for _, name := range p.blocks.mapNames() {
 		if !p.mapsWritten[name] {
 			newMaps = append(newMaps, name)
-			mapOps = append(mapOps, nft.Op{Kind: nft.OpAdd, Map: nftDNATMap(name)})
+			mapOps = append(mapOps, nft.Op{Kind: nft.OpAdd, Map: nftDNATMap(name, p.ipv6())})
 		}
 	}
 	chainOps = append(mapOps, chainOps...)
@@ -1032,4 +1050,41 @@ func (p *NFTProxier) WriteMetrics(w io.Writer) {
 	if !m.lastSync.IsZero() {
 		fmt.Fprintf(w, "# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were successfully synced\n# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge\nkubeproxy_sync_proxy_rules_last_timestamp_seconds %d\n", m.lastSync.Unix())
 	}
+}
+
+// add adds o's observations to h.
+func (h *histogram) add(o *histogram) {
+	if o.counts != nil {
+		if h.counts == nil {
+			h.counts = make([]uint64, len(syncBuckets))
+		}
+		for i, c := range o.counts {
+			h.counts[i] += c
+		}
+	}
+	h.sum += o.sum
+	h.n += o.n
+}
+
+// writeMergedNFTMetrics writes the metrics of a dual-stack node's two
+// nftables proxiers as one proxier's: kube-proxy's two proxiers observe
+// into the same process-wide histograms and counters.
+func writeMergedNFTMetrics(w io.Writer, ps ...*NFTProxier) {
+	merged := &NFTProxier{programming: newSyncMetrics()}
+	m := &merged.metrics
+	for _, p := range ps {
+		p.metrics.mu.Lock()
+		m.all.add(&p.metrics.all)
+		m.full.add(&p.metrics.full)
+		m.partial.add(&p.metrics.partial)
+		m.failures += p.metrics.failures
+		if p.metrics.lastSync.After(m.lastSync) {
+			m.lastSync, m.lastSyncDurationSec = p.metrics.lastSync, p.metrics.lastSyncDurationSec
+		}
+		p.metrics.mu.Unlock()
+		p.programming.mu.Lock()
+		merged.programming.programming.add(&p.programming.programming)
+		p.programming.mu.Unlock()
+	}
+	merged.WriteMetrics(w)
 }

@@ -25,7 +25,8 @@ import (
 	"github.com/minikit/minikit/internal/nft"
 )
 
-// NFTTableName is the nftables mode's table, in family ip.
+// NFTTableName is the nftables mode's table, in family ip (and, on a
+// dual-stack node, ip6: the IPv6 proxier's table of the same name).
 const NFTTableName = "kube-proxy"
 
 // The table, its base chains, and the chains, sets and maps every sync has;
@@ -167,10 +168,11 @@ func nftChainBase(sp *servicePort) string {
 }
 
 // nftEndpointBase is servicePortEndpointChainNameBase:
-// "HASH-ns/svc/proto/portname__ip/port".
+// "HASH-ns/svc/proto/portname__ip/port", an IPv6 address's colons (not
+// allowed in a name) written as dots, as upstream does.
 func nftEndpointBase(sp *servicePort, e *endpoint) string {
 	return nftHashName(sp.svc.Namespace + "/" + sp.svc.Name + "/" + sp.protocol + "/" + sp.portName +
-		"__" + e.ip + "/" + strconv.Itoa(e.port))
+		"__" + strings.ReplaceAll(e.ip, ":", ".") + "/" + strconv.Itoa(e.port))
 }
 
 // nftServiceChain reports whether a chain is a per-service or per-endpoint
@@ -193,6 +195,36 @@ type nftRenderConfig struct {
 	serviceCIDRs  []string
 	nodeIP        netip.Addr
 	masqueradeAll bool
+	// ipv6: the table is `ip6 kube-proxy`, the IPv6 proxier's of a
+	// dual-stack node: the same chains, sets and maps, with ip6 matches
+	// and ipv6_addr keys (upstream's ipX and ipvX_addr).
+	ipv6 bool
+}
+
+// ip is the address match's protocol: "ip" or "ip6".
+func (c *nftRenderConfig) ip() string {
+	if c.ipv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// addrType is the family's nft address type.
+func (c *nftRenderConfig) addrType() string {
+	if c.ipv6 {
+		return "ipv6_addr"
+	}
+	return "ipv4_addr"
+}
+
+// family is the table's family.
+func (c *nftRenderConfig) family() nft.Family { return nftFamily(c.ipv6) }
+
+func nftFamily(ipv6 bool) nft.Family {
+	if ipv6 {
+		return nft.IPv6Family
+	}
+	return nft.IPv4Family
 }
 
 // nftChain is one regular chain with its rules.
@@ -341,10 +373,15 @@ func (b *nftBlocks) mapNames() []string {
 	return out
 }
 
-// nftDNATMap is the declaration of a dnat-endpoints map.
-func nftDNATMap(name string) *nft.Map {
+// nftDNATMap is the declaration of a dnat-endpoints map (of IPv6
+// endpoints in the ip6 table).
+func nftDNATMap(name string, ipv6 bool) *nft.Map {
 	proto, _, _ := strings.Cut(strings.TrimPrefix(name, nftDNATMapPrefix), "-")
-	return &nft.Map{Name: name, Type: nft.TypeofNumgenEndpoints(proto),
+	typ := nft.TypeofNumgenEndpoints(proto)
+	if ipv6 {
+		typ = nft.TypeofNumgenEndpoints6(proto)
+	}
+	return &nft.Map{Name: name, Type: typ,
 		Comment: proto + " endpoints of services, in the blocks of keys their chains pick from"}
 }
 
@@ -487,7 +524,7 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 			if cfg.clusterCIDR != "" {
 				// Pod -> external destination is subject to neither traffic
 				// policy, as if it went out to the load balancer and back.
-				add(extChain, "ip saddr "+cfg.clusterCIDR+" goto "+clusterChain, "short-circuit pod traffic")
+				add(extChain, cfg.ip()+" saddr "+cfg.clusterCIDR+" goto "+clusterChain, "short-circuit pod traffic")
 			}
 			// The node itself has a local source address (the LB IP is
 			// local): masquerade it and send it to any endpoint.
@@ -514,13 +551,13 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 				sources = append(sources, ip.String())
 			}
 		}
-		add(fwChain, "ip saddr != { "+strings.Join(sources, " , ")+" } drop", "")
+		add(fwChain, cfg.ip()+" saddr != { "+strings.Join(sources, " , ")+" } drop", "")
 	}
 
 	if affinity {
 		for _, e := range reachable {
 			out.sets = append(out.sets, nft.Set{
-				Name: epSet[e], Type: "ipv4_addr",
+				Name: epSet[e], Type: cfg.addrType(),
 				// "dynamic" as kube-proxy: some kernels add it anyway, and a
 				// later add without it would then fail.
 				Flags:   []string{"dynamic", "timeout"},
@@ -533,7 +570,7 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 		dnat := func(chain string, eps []*endpoint) {
 			m, base := blocks.get(chain, proto, len(eps))
 			out.blocks = append(out.blocks, chain)
-			add(chain, nftDNATRule(proto, m, base, len(eps)), "")
+			add(chain, nftDNATRule(cfg.ip(), proto, m, base, len(eps)), "")
 			for i, e := range eps {
 				elem(m, []string{strconv.Itoa(base + i)}, e.ip+" . "+strconv.Itoa(e.port), "")
 			}
@@ -547,7 +584,7 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 	} else {
 		jumps := func(chain string, eps []*endpoint) {
 			for _, e := range eps {
-				add(chain, "ip saddr @"+epSet[e]+" goto "+epChain[e], "")
+				add(chain, cfg.ip()+" saddr @"+epSet[e]+" goto "+epChain[e], "")
 			}
 			for i, e := range eps {
 				add(chain, numgenPick(i, len(eps))+"goto "+epChain[e], "")
@@ -560,7 +597,7 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 			jumps(localChain, local)
 		}
 		for _, e := range reachable {
-			add(epChain[e], "update @"+epSet[e]+" { ip saddr }", "")
+			add(epChain[e], "update @"+epSet[e]+" { "+cfg.ip()+" saddr }", "")
 			add(epChain[e], "meta l4proto "+proto+" dnat to "+net.JoinHostPort(e.ip, strconv.Itoa(e.port)), "")
 		}
 	}
@@ -595,8 +632,8 @@ func renderNFTService(cfg *nftRenderConfig, sp *servicePort, eps []*endpoint, bl
 // shared map keeps the table's set list short, and an endpoint replaced is
 // one element of a map no base chain's verdict depends on: the commit
 // validates no chain. A changed endpoint count replaces this rule (its mod).
-func nftDNATRule(proto, m string, base, n int) string {
-	r := "meta l4proto " + proto + " dnat ip to numgen random mod " + strconv.Itoa(n)
+func nftDNATRule(ip, proto, m string, base, n int) string {
+	r := "meta l4proto " + proto + " dnat " + ip + " to numgen random mod " + strconv.Itoa(n)
 	if base != 0 {
 		r += " offset " + strconv.Itoa(base)
 	}
@@ -634,7 +671,7 @@ func nftSetup(tx *nft.Transaction, cfg *nftRenderConfig) map[string]int {
 		tx.Flush(&nft.Chain{Name: name})
 	}
 
-	tx.Add(&nft.Table{Family: nft.IPv4Family, Name: nftTableName, Comment: "rules for kube-proxy"})
+	tx.Add(&nft.Table{Family: cfg.family(), Name: nftTableName, Comment: "rules for kube-proxy"})
 	for i := range nftBaseChains {
 		c := nftBaseChains[i]
 		tx.Add(&c)
@@ -653,51 +690,52 @@ func nftSetup(tx *nft.Transaction, cfg *nftRenderConfig) map[string]int {
 		ensure(c)
 	}
 
-	tx.Add(&nft.Set{Name: nftHairpinSet, Type: "ipv4_addr . ipv4_addr . inet_proto . inet_service", Comment: "service hairpin connections"})
+	ip, addr := cfg.ip(), cfg.addrType()
+	tx.Add(&nft.Set{Name: nftHairpinSet, Type: addr + " . " + addr + " . inet_proto . inet_service", Comment: "service hairpin connections"})
 	rule(nftMasquerading, "mark and "+masqMark+" != 0 mark set mark xor "+masqMark+" masquerade fully-random", "")
-	rule(nftMasquerading, "ct status dnat ip saddr . ip daddr . meta l4proto . th dport @"+nftHairpinSet+" masquerade fully-random", "")
+	rule(nftMasquerading, "ct status dnat "+ip+" saddr . "+ip+" daddr . meta l4proto . th dport @"+nftHairpinSet+" masquerade fully-random", "")
 
-	tx.Add(&nft.Set{Name: nftClusterIPsSet, Type: "ipv4_addr", Comment: "Active ClusterIPs"})
-	rule(nftClusterIPsCheck, "ip daddr @"+nftClusterIPsSet+" reject", "Reject traffic to invalid ports of ClusterIPs")
+	tx.Add(&nft.Set{Name: nftClusterIPsSet, Type: addr, Comment: "Active ClusterIPs"})
+	rule(nftClusterIPsCheck, ip+" daddr @"+nftClusterIPsSet+" reject", "Reject traffic to invalid ports of ClusterIPs")
 	if len(cfg.serviceCIDRs) > 0 {
-		rule(nftClusterIPsCheck, "ip daddr { "+strings.Join(cfg.serviceCIDRs, ",")+" } drop", "Drop traffic to unallocated ClusterIPs")
+		rule(nftClusterIPsCheck, ip+" daddr { "+strings.Join(cfg.serviceCIDRs, ",")+" } drop", "Drop traffic to unallocated ClusterIPs")
 	}
 
 	// NodePorts are accepted on the node's IP only (kube-proxy's default
 	// nodePortAddresses "primary" in nftables mode): never on 127.0.0.1.
-	tx.Add(&nft.Set{Name: nftNodePortIPsSet, Type: "ipv4_addr", Comment: "IPs that accept NodePort traffic"})
+	tx.Add(&nft.Set{Name: nftNodePortIPsSet, Type: addr, Comment: "IPs that accept NodePort traffic"})
 	tx.Flush(&nft.Set{Name: nftNodePortIPsSet})
 	if cfg.nodeIP.IsValid() && !cfg.nodeIP.IsLoopback() {
 		tx.Add(&nft.Element{Set: nftNodePortIPsSet, Key: []string{cfg.nodeIP.String()}})
 	}
 
-	tx.Add(&nft.Map{Name: nftNoEndpointServicesMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
+	tx.Add(&nft.Map{Name: nftNoEndpointServicesMap, Type: addr + " . inet_proto . inet_service : verdict",
 		Comment: "vmap to drop or reject packets to services with no endpoints"})
 	tx.Add(&nft.Map{Name: nftNoEndpointNodePortsMap, Type: "inet_proto . inet_service : verdict",
 		Comment: "vmap to drop or reject packets to service nodeports with no endpoints"})
 	tx.Add(&nft.Chain{Name: nftRejectChain, Comment: "helper for @no-endpoint-services / @no-endpoint-nodeports"})
 	tx.Flush(&nft.Chain{Name: nftRejectChain})
 	rule(nftRejectChain, "reject", "")
-	rule(nftServiceEndpointsCheck, "ip daddr . meta l4proto . th dport vmap @"+nftNoEndpointServicesMap, "")
-	rule(nftNodePortEndpointsCheck, "ip daddr @"+nftNodePortIPsSet+" meta l4proto . th dport vmap @"+nftNoEndpointNodePortsMap, "")
+	rule(nftServiceEndpointsCheck, ip+" daddr . meta l4proto . th dport vmap @"+nftNoEndpointServicesMap, "")
+	rule(nftNodePortEndpointsCheck, ip+" daddr @"+nftNodePortIPsSet+" meta l4proto . th dport vmap @"+nftNoEndpointNodePortsMap, "")
 
-	tx.Add(&nft.Map{Name: nftFirewallIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
+	tx.Add(&nft.Map{Name: nftFirewallIPsMap, Type: addr + " . inet_proto . inet_service : verdict",
 		Comment: "destinations that are subject to LoadBalancerSourceRanges"})
 	ensure(nftFirewallCheck)
-	rule(nftFirewallCheck, "ip daddr . meta l4proto . th dport vmap @"+nftFirewallIPsMap, "")
+	rule(nftFirewallCheck, ip+" daddr . meta l4proto . th dport vmap @"+nftFirewallIPsMap, "")
 
-	tx.Add(&nft.Map{Name: nftServiceIPsMap, Type: "ipv4_addr . inet_proto . inet_service : verdict",
+	tx.Add(&nft.Map{Name: nftServiceIPsMap, Type: addr + " . inet_proto . inet_service : verdict",
 		Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"})
 	tx.Add(&nft.Map{Name: nftServiceNodePortsMap, Type: "inet_proto . inet_service : verdict", Comment: "NodePort traffic"})
 	if cfg.masqueradeAll {
-		rule(nftServicesChain, "ip daddr @"+nftClusterIPsSet+" "+nftMasqueradeRule, "masquerade all clusterIP traffic")
+		rule(nftServicesChain, ip+" daddr @"+nftClusterIPsSet+" "+nftMasqueradeRule, "masquerade all clusterIP traffic")
 	} else if cfg.clusterCIDR != "" {
 		// Off-cluster traffic to a service VIP may have been routed here
 		// from elsewhere: masquerade it so the reply comes back this way.
-		rule(nftServicesChain, "ip daddr @"+nftClusterIPsSet+" ip saddr != "+cfg.clusterCIDR+" "+nftMasqueradeRule,
+		rule(nftServicesChain, ip+" daddr @"+nftClusterIPsSet+" "+ip+" saddr != "+cfg.clusterCIDR+" "+nftMasqueradeRule,
 			"masquerade clusterIP traffic from outside cluster")
 	}
-	rule(nftServicesChain, "ip daddr . meta l4proto . th dport vmap @"+nftServiceIPsMap, "")
-	rule(nftServicesChain, "ip daddr @"+nftNodePortIPsSet+" meta l4proto . th dport vmap @"+nftServiceNodePortsMap, "")
+	rule(nftServicesChain, ip+" daddr . meta l4proto . th dport vmap @"+nftServiceIPsMap, "")
+	rule(nftServicesChain, ip+" daddr @"+nftNodePortIPsSet+" meta l4proto . th dport vmap @"+nftServiceNodePortsMap, "")
 	return counts
 }

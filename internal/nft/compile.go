@@ -20,7 +20,7 @@ import (
 // statement.
 //
 // Supported (kube-proxy v1.37.2 pkg/proxy/nftables/proxier.go):
-//   - matches: ip saddr/daddr, meta l4proto, th sport/dport, mark / meta mark
+//   - matches: ip saddr/daddr (ip6 saddr/daddr in an ip6 table), meta l4proto, th sport/dport, mark / meta mark
 //     (with and/or/xor), ct state, ct status, fib saddr/daddr type, numgen
 //     random mod N; concatenations of them with "."; == (implicit), !=;
 //     right-hand sides: a value, an address prefix, @set, { a, b, ... }
@@ -33,6 +33,11 @@ import (
 //     dnat ip to <numgen> map @map (a named map of ipv4_addr . inet_service,
 //     minikit's dnat-endpoints), numgen random mod N [offset B]
 //   - update|add @set { <selector> }
+//
+// A backend compiles for its table's family (compileFor): in an ip6 table
+// the addresses are ip6's (16 bytes at offsets 8 and 24 of the IPv6
+// header), "dnat ip6 ..." and "dnat to [A]:P" are IPv6 NAT, and a bare
+// "reject" is ICMPv6 port unreachable, as nft compiles them there.
 
 // nft datatypes (nftables include/datatype.h) and their sizes.
 type dtype uint32
@@ -41,6 +46,7 @@ const (
 	typeVerdict  dtype = 1
 	typeInteger  dtype = 4
 	typeIPv4     dtype = 7
+	typeIPv6     dtype = 8
 	typeMark     dtype = 19
 	typeProto    dtype = 12
 	typeService  dtype = 13
@@ -54,6 +60,8 @@ func (t dtype) size() int {
 	switch t {
 	case typeIPv4:
 		return 4
+	case typeIPv6:
+		return 16
 	case typeProto:
 		return 1
 	case typeService:
@@ -64,13 +72,26 @@ func (t dtype) size() int {
 
 // bigEndian tells whether values are in network byte order (else host).
 func (t dtype) bigEndian() bool {
-	return t == typeIPv4 || t == typeService
+	return t == typeIPv4 || t == typeIPv6 || t == typeService
+}
+
+// isAddr tells whether t is an address type.
+func (t dtype) isAddr() bool { return t == typeIPv4 || t == typeIPv6 }
+
+// ofType tells whether a is an address of type t.
+func ofType(t dtype, a netip.Addr) bool {
+	if t == typeIPv6 {
+		return a.Is6() && !a.Is4In6() && a.Zone() == ""
+	}
+	return a.Is4()
 }
 
 func (t dtype) String() string {
 	switch t {
 	case typeIPv4:
 		return "ipv4_addr"
+	case typeIPv6:
+		return "ipv6_addr"
 	case typeProto:
 		return "inet_proto"
 	case typeService:
@@ -101,13 +122,12 @@ var (
 // encodeValue encodes one literal of type t (unpadded).
 func encodeValue(t dtype, s string) ([]byte, error) {
 	switch t {
-	case typeIPv4:
+	case typeIPv4, typeIPv6:
 		a, err := netip.ParseAddr(s)
-		if err != nil || !a.Is4() {
-			return nil, fmt.Errorf("invalid IPv4 address %q", s)
+		if err != nil || !ofType(t, a) {
+			return nil, fmt.Errorf("invalid %s address %q", familyWord(t), s)
 		}
-		b := a.As4()
-		return b[:], nil
+		return a.AsSlice(), nil
 	case typeProto:
 		if p, ok := protoNumbers[s]; ok {
 			return []byte{p}, nil
@@ -274,8 +294,17 @@ func (f field) load(reg, length uint32) expr.Any {
 	}
 }
 
+// familyWord names an address type's family in errors.
+func familyWord(t dtype) string {
+	if t == typeIPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
 // compiler holds the state of compiling one rule.
 type compiler struct {
+	fam  Family
 	rule string
 	toks []string
 	pos  int
@@ -325,8 +354,12 @@ func tokenize(s string) ([]string, error) {
 	return out, nil
 }
 
-// Compile compiles one rule's text; the error names the rule.
-func Compile(rule string) (ret *compiledRule, err error) {
+// Compile compiles one rule's text for an ip table; the error names the
+// rule.
+func Compile(rule string) (*compiledRule, error) { return compileFor(IPv4Family, rule) }
+
+// compileFor compiles one rule's text for a table of family fam.
+func compileFor(fam Family, rule string) (ret *compiledRule, err error) {
 	toks, err := tokenize(rule)
 	if err == nil && len(toks) == 0 {
 		err = fmt.Errorf("empty rule")
@@ -334,7 +367,7 @@ func Compile(rule string) (ret *compiledRule, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiling rule %q: %w", rule, err)
 	}
-	c := &compiler{rule: rule, toks: toks}
+	c := &compiler{fam: fam, rule: rule, toks: toks}
 	for c.pos < len(c.toks) {
 		if err := c.statement(); err != nil {
 			return nil, fmt.Errorf("compiling rule %q: %w", rule, err)
@@ -393,7 +426,12 @@ func (c *compiler) statement() error {
 		if c.peek(0) == "with" {
 			return fmt.Errorf("unsupported: reject with")
 		}
-		c.emit(&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: 3})
+		// nft's default: port unreachable of the table's ICMP.
+		code := uint8(3) // ICMP_PORT_UNREACH
+		if c.fam == IPv6Family {
+			code = 4 // ICMPV6_PORT_UNREACH
+		}
+		c.emit(&expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
 		return nil
 	case "masquerade":
 		c.pos++
@@ -443,14 +481,25 @@ func (c *compiler) selector() ([]field, error) {
 func (c *compiler) field() (field, error) {
 	t := c.next()
 	switch t {
-	case "ip":
+	case "ip", "ip6":
+		if Family(t) != c.fam {
+			return field{}, fmt.Errorf("%s match in a table of family %s", t, c.fam)
+		}
+		// ipField is the header field's index in nft's protocol
+		// templates (proto_ip, proto_ip6), as typeof records it.
 		switch c.next() {
 		case "saddr":
+			if t == "ip6" {
+				return field{kind: selPayload, typ: typeIPv6, base: expr.PayloadBaseNetworkHeader, offset: 8, length: 16, ipField: 8}, nil
+			}
 			return field{kind: selPayload, typ: typeIPv4, base: expr.PayloadBaseNetworkHeader, offset: 12, length: 4, ipField: 11}, nil
 		case "daddr":
+			if t == "ip6" {
+				return field{kind: selPayload, typ: typeIPv6, base: expr.PayloadBaseNetworkHeader, offset: 24, length: 16, ipField: 9}, nil
+			}
 			return field{kind: selPayload, typ: typeIPv4, base: expr.PayloadBaseNetworkHeader, offset: 16, length: 4, ipField: 12}, nil
 		}
-		return field{}, fmt.Errorf("unsupported ip match %q", c.prev())
+		return field{}, fmt.Errorf("unsupported %s match %q", t, c.prev())
 	case "th":
 		switch c.next() {
 		case "sport":
@@ -510,18 +559,25 @@ func (c *compiler) field() (field, error) {
 	return field{}, fmt.Errorf("unsupported statement or match %q", t)
 }
 
-// loadFields loads a selector into registers as nft allocates them: the
-// first field in NFT_REG_1, the following ones in 32-bit registers after it.
+// loadFields loads a selector into registers as nft allocates them: each
+// field in the 32-bit words after the previous one, named as nft names a
+// register (netlink_put_register): a word that starts a 128-bit register
+// by that register's number (NFT_REG_1 + word/4), any other as
+// NFT_REG32_00 + word. (An IPv6 address fills a 128-bit register, so the
+// field after it starts one.)
 func (c *compiler) loadFields(fields []field) {
 	words := uint32(0)
-	for i, f := range fields {
-		reg := uint32(unix.NFT_REG_1)
-		if i > 0 {
-			reg = unix.NFT_REG32_00 + words
-		}
-		c.emit(f.load(reg, 0))
+	for _, f := range fields {
+		c.emit(f.load(wordRegister(words), 0))
 		words += uint32(padded(f.typ.size()) / 4)
 	}
+}
+
+func wordRegister(word uint32) uint32 {
+	if word%4 == 0 {
+		return unix.NFT_REG_1 + word/4
+	}
+	return unix.NFT_REG32_00 + word
 }
 
 func concatType(types []dtype) (typ uint32, length uint32) {
@@ -683,29 +739,27 @@ func (c *compiler) relational(fields []field, invert, explicit bool, value strin
 	if invert {
 		op = expr.CmpOpNeq
 	}
-	if f.typ == typeIPv4 && strings.Contains(value, "/") {
+	if f.typ.isAddr() && strings.Contains(value, "/") {
 		p, err := netip.ParsePrefix(value)
-		if err != nil || !p.Addr().Is4() {
-			return fmt.Errorf("invalid IPv4 prefix %q", value)
+		if err != nil || !ofType(f.typ, p.Addr()) {
+			return fmt.Errorf("invalid %s prefix %q", familyWord(f.typ), value)
 		}
 		p = p.Masked()
-		a := p.Addr().As4()
-		bits := p.Bits()
+		a := p.Addr().AsSlice()
+		bits, size := p.Bits(), len(a)
 		switch {
-		case bits == 32:
+		case bits == size*8:
 		case bits%8 == 0 && f.kind == selPayload && bits > 0:
 			n := uint32(bits / 8)
 			c.emit(f.load(1, n), &expr.Cmp{Op: op, Register: 1, Data: a[:n]})
 			return nil
 		default:
-			mask := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-			_ = mask
-			m := binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-bits))
-			if bits == 0 {
-				m = []byte{0, 0, 0, 0}
+			m := make([]byte, size)
+			for i := 0; i < bits; i++ {
+				m[i/8] |= 0x80 >> (i % 8)
 			}
-			c.emit(f.load(1, 0), &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m, Xor: []byte{0, 0, 0, 0}},
-				&expr.Cmp{Op: op, Register: 1, Data: a[:]})
+			c.emit(f.load(1, 0), &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(size), Mask: m, Xor: make([]byte, size)},
+				&expr.Cmp{Op: op, Register: 1, Data: a})
 			return nil
 		}
 		value = p.Addr().String()
@@ -801,12 +855,53 @@ func byteorderOf(types []dtype) uint32 {
 	return byteorderHost
 }
 
-// ipTypeofUdata is nft's "typeof" record of an ip saddr/daddr key.
-func ipTypeofUdata(field byte) []byte {
-	return []byte{3, 20, 0, 4, 7, 0, 0, 0, 1, 12, 0, 4, 12, 0, 0, 0, 1, 4, field, 0, 0, 0}
+// ipTypeofUdata is nft's "typeof" record of an ip saddr/daddr (or ip6
+// saddr/daddr) key: a payload expression, the header's protocol
+// description id (proto_ip 12, proto_ip6 13) and the field's index.
+func ipTypeofUdata(t dtype, field byte) []byte {
+	desc := byte(12)
+	if t == typeIPv6 {
+		desc = 13
+	}
+	return []byte{3, 20, 0, 4, 7, 0, 0, 0, 1, 12, 0, 4, desc, 0, 0, 0, 1, 4, field, 0, 0, 0}
 }
 
-type ipRange struct{ lo, hi uint32 }
+// ipRange is an inclusive range of addresses of one family.
+type ipRange struct{ lo, hi netip.Addr }
+
+// intervalElems are an interval set's elements for ranges of addresses (of
+// one family), as nft writes them: merged ranges, a leading interval end at the
+// zero address unless a range starts there, and after each range an end
+// element at the address after it (none after the family's last address).
+func intervalElems(ranges []ipRange) []rawElem {
+	sort.Slice(ranges, func(i, j int) bool { return ranges[i].lo.Less(ranges[j].lo) })
+	merged := ranges[:1]
+	for _, r := range ranges[1:] {
+		last := &merged[len(merged)-1]
+		if next := last.hi.Next(); !next.IsValid() || !next.Less(r.lo) {
+			if last.hi.Less(r.hi) {
+				last.hi = r.hi
+			}
+			continue
+		}
+		merged = append(merged, r)
+	}
+	var out []rawElem
+	zero := netip.IPv6Unspecified()
+	if merged[0].lo.Is4() {
+		zero = netip.IPv4Unspecified()
+	}
+	if merged[0].lo != zero {
+		out = append(out, rawElem{key: zero.AsSlice(), flags: unix.NFT_SET_ELEM_INTERVAL_END})
+	}
+	for _, r := range merged {
+		out = append(out, rawElem{key: r.lo.AsSlice()})
+		if next := r.hi.Next(); next.IsValid() {
+			out = append(out, rawElem{key: next.AsSlice(), flags: unix.NFT_SET_ELEM_INTERVAL_END})
+		}
+	}
+	return out
+}
 
 // anonLookup matches fields against an anonymous set; ipv4 prefixes make it
 // an interval set, built as nft does (merged ranges, a leading interval end
@@ -818,48 +913,27 @@ func (c *compiler) anonLookup(fields []field, invert bool, items [][]string) err
 	interval := false
 	for _, it := range items {
 		for _, t := range it {
-			if strings.Contains(t, "/") || (types[0] == typeIPv4 && strings.Contains(t, "-")) {
+			if strings.Contains(t, "/") || (types[0].isAddr() && strings.Contains(t, "-")) {
 				interval = true
 			}
 		}
 	}
 	if interval {
-		if len(fields) != 1 || types[0] != typeIPv4 {
-			return fmt.Errorf("intervals are supported only in sets of ipv4_addr")
+		if len(fields) != 1 || !types[0].isAddr() {
+			return fmt.Errorf("intervals are supported only in sets of ipv4_addr or ipv6_addr")
 		}
 		var ranges []ipRange
 		for _, it := range items {
 			if len(it) != 1 {
 				return fmt.Errorf("invalid set element %q", strings.Join(it, " "))
 			}
-			r, err := parseIPRange(it[0])
+			r, err := parseIPRange(types[0], it[0])
 			if err != nil {
 				return err
 			}
 			ranges = append(ranges, r)
 		}
-		sort.Slice(ranges, func(i, j int) bool { return ranges[i].lo < ranges[j].lo })
-		merged := ranges[:1]
-		for _, r := range ranges[1:] {
-			last := &merged[len(merged)-1]
-			if uint64(r.lo) <= uint64(last.hi)+1 {
-				if r.hi > last.hi {
-					last.hi = r.hi
-				}
-				continue
-			}
-			merged = append(merged, r)
-		}
-		key := func(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
-		if merged[0].lo != 0 {
-			s.elems = append(s.elems, rawElem{key: key(0), flags: unix.NFT_SET_ELEM_INTERVAL_END})
-		}
-		for _, r := range merged {
-			s.elems = append(s.elems, rawElem{key: key(r.lo)})
-			if r.hi != ^uint32(0) {
-				s.elems = append(s.elems, rawElem{key: key(r.hi + 1), flags: unix.NFT_SET_ELEM_INTERVAL_END})
-			}
-		}
+		s.elems = intervalElems(ranges)
 		s.flags |= unix.NFT_SET_INTERVAL
 		s.udata = udataU32(udataU32(nil, 0, byteorderBig), 2, 1)
 	} else {
@@ -877,7 +951,7 @@ func (c *compiler) anonLookup(fields []field, invert bool, items [][]string) err
 		s.udata = udataU32(nil, 0, byteorderOf(types))
 	}
 	if len(fields) == 1 && fields[0].ipField != 0 {
-		s.udata = append(s.udata, ipTypeofUdata(fields[0].ipField)...)
+		s.udata = append(s.udata, ipTypeofUdata(fields[0].typ, fields[0].ipField)...)
 	}
 	c.loadFields(fields)
 	l := &expr.Lookup{SourceRegister: 1, SetName: s.name, Invert: invert}
@@ -887,31 +961,40 @@ func (c *compiler) anonLookup(fields []field, invert bool, items [][]string) err
 	return nil
 }
 
-func parseIPRange(s string) (ipRange, error) {
+// parseIPRange parses an address, prefix or "A-B" range of type t.
+func parseIPRange(t dtype, s string) (ipRange, error) {
 	if lo, hi, ok := strings.Cut(s, "-"); ok {
 		a, err1 := netip.ParseAddr(lo)
 		b, err2 := netip.ParseAddr(hi)
-		if err1 != nil || err2 != nil || !a.Is4() || !b.Is4() || b.Less(a) {
+		if err1 != nil || err2 != nil || !ofType(t, a) || !ofType(t, b) || b.Less(a) {
 			return ipRange{}, fmt.Errorf("invalid address range %q", s)
 		}
-		return ipRange{u32(a), u32(b)}, nil
+		return ipRange{a, b}, nil
 	}
 	if !strings.Contains(s, "/") {
-		s += "/32"
+		a, err := netip.ParseAddr(s)
+		if err != nil || !ofType(t, a) {
+			return ipRange{}, fmt.Errorf("invalid %s address %q", familyWord(t), s)
+		}
+		return ipRange{a, a}, nil
 	}
 	p, err := netip.ParsePrefix(s)
-	if err != nil || !p.Addr().Is4() {
-		return ipRange{}, fmt.Errorf("invalid IPv4 prefix %q", s)
+	if err != nil || !ofType(t, p.Addr()) {
+		return ipRange{}, fmt.Errorf("invalid %s prefix %q", familyWord(t), s)
 	}
-	lo := u32(p.Masked().Addr())
-	hi := lo | (^uint32(0) >> p.Bits())
-	if p.Bits() == 0 {
-		hi = ^uint32(0)
-	}
-	return ipRange{lo, hi}, nil
+	p = p.Masked()
+	return ipRange{p.Addr(), lastAddr(p)}, nil
 }
 
-func u32(a netip.Addr) uint32 { b := a.As4(); return binary.BigEndian.Uint32(b[:]) }
+// lastAddr is a prefix's last address.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
 
 // vmap: "<selector> vmap @map" or "<selector> vmap { k : verdict, ... }".
 func (c *compiler) vmap(fields []field) error {
@@ -980,22 +1063,38 @@ func indexOf(toks []string, t string) int {
 
 // dnat: "dnat to A[:P]", "dnat ip addr . port to <numgen> map { ... }" or
 // "dnat ip to <numgen> map @map" (what nft prints for both forms of a map
-// whose data is ipv4_addr . inet_service; the named map's type says so).
+// whose data is ipv4_addr . inet_service; the named map's type says so);
+// in an ip6 table "dnat to [A]:P" and "dnat ip6 ...".
 func (c *compiler) dnat() error {
 	c.pos++
+	addrType := c.fam.addrType()
+	natFamily := uint32(c.fam.nfproto())
 	if c.peek(0) == "to" {
 		c.pos++
 		target := c.next()
 		addr, port, hasPort := target, "", false
-		if i := strings.LastIndex(target, ":"); i >= 0 {
+		if addrType == typeIPv6 {
+			// [A]:P or a bare A.
+			if strings.HasPrefix(target, "[") {
+				end := strings.Index(target, "]")
+				if end < 0 {
+					return fmt.Errorf("dnat to %q: missing ]", target)
+				}
+				addr, port = target[1:end], strings.TrimPrefix(target[end+1:], ":")
+				hasPort = len(target) > end+1
+				if hasPort && !strings.HasPrefix(target[end+1:], ":") {
+					return fmt.Errorf("dnat to %q: expected \":\" after ]", target)
+				}
+			}
+		} else if i := strings.LastIndex(target, ":"); i >= 0 {
 			addr, port, hasPort = target[:i], target[i+1:], true
 		}
-		a, err := encodeValue(typeIPv4, addr)
+		a, err := encodeValue(addrType, addr)
 		if err != nil {
 			return fmt.Errorf("dnat to %q: %w", target, err)
 		}
 		c.emit(&expr.Immediate{Register: 1, Data: a})
-		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1}
+		nat := &expr.NAT{Type: expr.NATTypeDestNAT, Family: natFamily, RegAddrMin: 1}
 		if hasPort {
 			p, err := encodeValue(typeService, port)
 			if err != nil {
@@ -1007,9 +1106,11 @@ func (c *compiler) dnat() error {
 		c.emit(nat)
 		return nil
 	}
-	if err := c.expect("ip"); err != nil {
+	if err := c.expect(string(c.fam)); err != nil {
 		return fmt.Errorf("dnat: %w", err)
 	}
+	// The port follows the address in the registers.
+	portReg := wordRegister(uint32(addrType.size() / 4))
 	if c.peek(0) == "addr" {
 		if err := c.expect("addr", ".", "port"); err != nil {
 			return fmt.Errorf("dnat: %w", err)
@@ -1032,7 +1133,7 @@ func (c *compiler) dnat() error {
 		c.pos++
 		c.loadFields(fields)
 		c.emit(&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: name[1:]},
-			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: unix.NFT_REG32_01})
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: natFamily, RegAddrMin: 1, RegProtoMin: portReg})
 		return nil
 	}
 	if err := c.expect("{"); err != nil {
@@ -1044,7 +1145,7 @@ func (c *compiler) dnat() error {
 	}
 	types := fieldTypes(fields)
 	keyType, keyLen := concatType(types)
-	dataTypes := []dtype{typeIPv4, typeService}
+	dataTypes := []dtype{addrType, typeService}
 	dataType, dataLen := concatType(dataTypes)
 	s := &anonSet{name: "__map%d", flags: unix.NFT_SET_ANONYMOUS | unix.NFT_SET_CONSTANT | unix.NFT_SET_MAP,
 		keyType: keyType, keyLen: keyLen, dataType: dataType, dataLen: dataLen}
@@ -1080,7 +1181,7 @@ func (c *compiler) dnat() error {
 	l := &expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: s.name}
 	s.lookups = append(s.lookups, l)
 	c.out.anon = append(c.out.anon, s)
-	c.emit(l, &expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: unix.NFT_REG32_01})
+	c.emit(l, &expr.NAT{Type: expr.NATTypeDestNAT, Family: natFamily, RegAddrMin: 1, RegProtoMin: portReg})
 	return nil
 }
 

@@ -1,10 +1,13 @@
 package nft
 
 import (
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // exprNames summarises a compiled rule as its expression kinds, enough to
@@ -178,7 +181,7 @@ func FuzzCompile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := marshalExprs(c.exprs); err != nil {
+		if _, err := marshalExprs(IPv4Family, c.exprs); err != nil {
 			t.Errorf("compiled %q but cannot marshal: %v", rule, err)
 		}
 	})
@@ -213,5 +216,90 @@ func TestElide(t *testing.T) {
 	}
 	if strings.Join(kept, "\n") != strings.Join(want, "\n") {
 		t.Errorf("elide kept:\n%s\nwant:\n%s", strings.Join(kept, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestCompileIPv6 pins what differs in an ip6 table: ip6 addresses are 16
+// bytes at offsets 8 and 24, a field after one starts a 128-bit register,
+// NAT and reject are IPv6's, and ip matches are refused.
+func TestCompileIPv6(t *testing.T) {
+	c, err := compileFor(IPv6Family, "ct status dnat ip6 saddr . ip6 daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var regs []string
+	for _, e := range c.exprs {
+		switch x := e.(type) {
+		case *expr.Payload:
+			regs = append(regs, fmt.Sprintf("payload %d+%d>%d", x.Offset, x.Len, x.DestRegister))
+		case *expr.Meta:
+			regs = append(regs, fmt.Sprintf("meta>%d", x.Register))
+		}
+	}
+	// nft: ip6 saddr => reg 1, ip6 daddr => reg 2, l4proto => reg 3,
+	// th dport => reg 17 (NFT_REG32_09).
+	if got, want := strings.Join(regs, " "), "payload 8+16>1 payload 24+16>2 meta>3 payload 2+2>17"; got != want {
+		t.Errorf("hairpin registers %q, want %q", got, want)
+	}
+
+	c, err = compileFor(IPv6Family, "meta l4proto tcp dnat ip6 to numgen random mod 2 offset 3 map @dnat-endpoints-tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nat := c.exprs[len(c.exprs)-1].(*expr.NAT)
+	if nat.Family != unix.NFPROTO_IPV6 || nat.RegAddrMin != 1 || nat.RegProtoMin != 2 {
+		t.Errorf("dnat ip6 map: %+v, want family ip6, addr reg 1, port reg 2", nat)
+	}
+	c, err = compileFor(IPv6Family, "meta l4proto tcp dnat to [fd00::2]:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imm := c.exprs[2].(*expr.Immediate)
+	if a, _ := netip.AddrFromSlice(imm.Data); a != netip.MustParseAddr("fd00::2") {
+		t.Errorf("dnat to [fd00::2]:80 loads %x", imm.Data)
+	}
+	if nat := c.exprs[4].(*expr.NAT); nat.Family != unix.NFPROTO_IPV6 || !nat.Specified {
+		t.Errorf("dnat to [fd00::2]:80: %+v", nat)
+	}
+	c, err = compileFor(IPv6Family, "reject")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.exprs[0].(*expr.Reject); r.Code != 4 {
+		t.Errorf("reject in ip6: code %d, want 4 (port unreachable)", r.Code)
+	}
+	c, err = compileFor(IPv6Family, "ip6 saddr fd00:10::/33 drop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.exprs[1].(*expr.Bitwise); b.Len != 16 || fmt.Sprintf("%x", b.Mask) != "ffffffff800000000000000000000000" {
+		t.Errorf("ip6 /33 mask: len %d mask %x", b.Len, b.Mask)
+	}
+
+	c, err = compileFor(IPv6Family, "ip6 saddr != { fd00::/8 , 2001:db8::1 , ffff::/16 } drop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range c.anon[0].elems {
+		x := decodeKey([]dtype{typeIPv6}, e.key)[0]
+		if e.flags != 0 {
+			x += " end"
+		}
+		got = append(got, x)
+	}
+	// The last range reaches the family's last address: no end after it.
+	want := "::,end 2001:db8::1 2001:db8::2,end fd00:: fe00::,end ffff::"
+	if g := strings.ReplaceAll(strings.Join(got, " "), " end", ",end"); g != want {
+		t.Errorf("ip6 interval elements %q, want %q", g, want)
+	}
+
+	for _, rule := range []string{"ip daddr @cluster-ips reject", "meta l4proto tcp dnat to 10.0.0.1:80", "ip6 daddr 10.0.0.1 drop", "dnat ip to numgen random mod 1 map @m"} {
+		if _, err := compileFor(IPv6Family, rule); err == nil {
+			t.Errorf("compiling %q for ip6 succeeded, want an error", rule)
+		}
+	}
+	if _, err := Compile("ip6 daddr fd00::1 drop"); err == nil {
+		t.Errorf("compiling an ip6 match for ip succeeded, want an error")
 	}
 }

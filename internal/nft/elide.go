@@ -151,7 +151,7 @@ func (n *Netlink) generation() (uint32, error) {
 // setTypeFromKernel reads a set's key and data types (NFT_MSG_GETSET).
 func (n *Netlink) setTypeFromKernel(name string) (*setType, error) {
 	b := &batch{seq: n.seq}
-	m := b.begin(nftMsg|unix.NFT_MSG_GETSET, 0, nfprotoIPv4)
+	m := b.begin(nftMsg|unix.NFT_MSG_GETSET, 0, n.family.nfproto())
 	b.str(unix.NFTA_SET_TABLE, n.table)
 	b.str(unix.NFTA_SET_NAME, name)
 	b.end(m)

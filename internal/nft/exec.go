@@ -25,6 +25,9 @@ var _ Interface = (*Exec)(nil)
 // NewExec returns an Exec backend for the table family/table; it fails when
 // the nft binary is missing.
 func NewExec(family Family, table string) (*Exec, error) {
+	if err := checkFamily(family); err != nil {
+		return nil, fmt.Errorf("exec backend: %w", err)
+	}
 	path, err := exec.LookPath("nft")
 	if err != nil {
 		return nil, fmt.Errorf("finding nft binary: %w", err)

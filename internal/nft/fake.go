@@ -44,7 +44,11 @@ type fakeSet struct {
 var _ Interface = (*Fake)(nil)
 
 // NewFake returns an empty Fake for table `ip kube-proxy`.
-func NewFake() *Fake { return &Fake{family: IPv4Family, table: "kube-proxy"} }
+func NewFake() *Fake { return NewFakeFamily(IPv4Family) }
+
+// NewFakeFamily returns an empty Fake for table `FAMILY kube-proxy`; a
+// table operation of another family fails, as it would name another table.
+func NewFakeFamily(family Family) *Fake { return &Fake{family: family, table: "kube-proxy"} }
 
 func (t *fakeTable) clone() *fakeTable {
 	n := &fakeTable{comment: t.comment, chains: make(map[string]*fakeChain, len(t.chains)), sets: make(map[string]*fakeSet, len(t.sets))}
@@ -94,6 +98,9 @@ func keyFields(typ string) int {
 
 func (f *Fake) apply(st *fakeTable, o *Op) (*fakeTable, error) {
 	if o.Table != nil {
+		if o.Table.Family != "" && o.Table.Family != f.family {
+			return st, fmt.Errorf("table %s %s: this backend manages table %s %s", o.Table.Family, o.Table.Name, f.family, f.table)
+		}
 		switch o.Kind {
 		case OpAdd:
 			if err := checkComment("table", o.Table.Comment); err != nil {

@@ -143,3 +143,33 @@ add element ip kube-proxy no-endpoint-services { 10.96.0.2 . tcp . 80 comment "n
 		t.Errorf("Dump:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// A Fake is bound to one table: an ip6 Fake takes `ip6 kube-proxy` and
+// refuses a transaction naming the ip table, atomically.
+func TestFakeFamily(t *testing.T) {
+	ctx := context.Background()
+	f := NewFakeFamily(IPv6Family)
+	tx := &Transaction{}
+	tx.Add(&Table{Family: IPv6Family, Name: "kube-proxy"})
+	tx.Add(&Set{Name: "cluster-ips", Type: "ipv6_addr"})
+	tx.Add(&Element{Set: "cluster-ips", Key: []string{"fd00:10:96::1"}})
+	if err := f.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	before := f.Dump()
+	if !strings.HasPrefix(before, "add table ip6 kube-proxy") || !strings.Contains(before, "add element ip6 kube-proxy cluster-ips { fd00:10:96::1 }") {
+		t.Errorf("dump:\n%s", before)
+	}
+	tx = &Transaction{}
+	tx.Add(&Element{Set: "cluster-ips", Key: []string{"fd00:10:96::2"}})
+	tx.Add(&Table{Family: IPv4Family, Name: "kube-proxy"})
+	if err := f.Run(ctx, tx); err == nil || !strings.Contains(err.Error(), "table ip kube-proxy") {
+		t.Errorf("a transaction naming table ip kube-proxy: %v, want an error naming it", err)
+	}
+	if f.Dump() != before {
+		t.Errorf("the failed transaction changed the table:\n%s", f.Dump())
+	}
+	if _, err := NewNetlink("inet", "kube-proxy"); err == nil {
+		t.Error("NewNetlink accepted family inet")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strconv"
@@ -49,13 +50,11 @@ type Netlink struct {
 
 var _ Interface = (*Netlink)(nil)
 
-const nfprotoIPv4 = unix.NFPROTO_IPV4
-
 // NewNetlink opens the sockets of a Netlink backend for family/table in the
 // calling thread's network namespace.
 func NewNetlink(family Family, table string) (*Netlink, error) {
-	if family != IPv4Family {
-		return nil, fmt.Errorf("netlink backend: family %q is not supported", family)
+	if err := checkFamily(family); err != nil {
+		return nil, fmt.Errorf("netlink backend: %w", err)
 	}
 	nsFD, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -112,7 +111,7 @@ type setType struct {
 	data     []dtype // nil for verdict maps
 }
 
-var typeNames = map[string]dtype{"ipv4_addr": typeIPv4, "inet_proto": typeProto, "inet_service": typeService, "mark": typeMark, "integer": typeInteger}
+var typeNames = map[string]dtype{"ipv4_addr": typeIPv4, "ipv6_addr": typeIPv6, "inet_proto": typeProto, "inet_service": typeService, "mark": typeMark, "integer": typeInteger}
 
 // TypeofNumgenEndpoints returns the one "typeof" set type the backends
 // know, for proto tcp, udp or sctp: a map from a random number to an
@@ -123,6 +122,12 @@ var typeNames = map[string]dtype{"ipv4_addr": typeIPv4, "inet_proto": typeProto,
 // against the rule's "meta l4proto" (and "th dport" against neither).
 func TypeofNumgenEndpoints(proto string) string {
 	return "typeof numgen random mod 1 : ip daddr . " + proto + " dport"
+}
+
+// TypeofNumgenEndpoints6 is TypeofNumgenEndpoints for an ip6 table: the
+// data is ipv6_addr . inet_service.
+func TypeofNumgenEndpoints6(proto string) string {
+	return "typeof numgen random mod 1 : ip6 daddr . " + proto + " dport"
 }
 
 // typeofProtoDesc is nft's protocol description id of each transport
@@ -148,20 +153,41 @@ var typeofNumgenEndpointsUdata = []byte{
 
 const typeofProtoDescAt = 84
 
-// typeofEndpointsProto returns the protocol of a TypeofNumgenEndpoints
-// type, or "".
-func typeofEndpointsProto(typ string) string {
+// For TypeofNumgenEndpoints6 nft writes the same bytes but for the
+// address's header (proto_ip6, 13, at typeofAddrDescAt) and field (ip6
+// daddr, 9, at typeofAddrFieldAt), captured the same way.
+const (
+	typeofAddrDescAt  = 62
+	typeofAddrFieldAt = 68
+)
+
+// typeofEndpointsProto returns the protocol and address type of a
+// TypeofNumgenEndpoints or TypeofNumgenEndpoints6 type, or "".
+func typeofEndpointsProto(typ string) (string, dtype) {
 	for p := range typeofProtoDesc {
-		if typ == TypeofNumgenEndpoints(p) {
-			return p
+		switch typ {
+		case TypeofNumgenEndpoints(p):
+			return p, typeIPv4
+		case TypeofNumgenEndpoints6(p):
+			return p, typeIPv6
 		}
 	}
-	return ""
+	return "", 0
+}
+
+// typeofEndpointsUdata is the userdata of a typeof endpoints map.
+func typeofEndpointsUdata(proto string, addr dtype) []byte {
+	ud := append([]byte(nil), typeofNumgenEndpointsUdata...)
+	ud[typeofProtoDescAt] = typeofProtoDesc[proto]
+	if addr == typeIPv6 {
+		ud[typeofAddrDescAt], ud[typeofAddrFieldAt] = 13, 9
+	}
+	return ud
 }
 
 func parseSetType(typ string) (*setType, error) {
-	if typeofEndpointsProto(typ) != "" {
-		return &setType{isMap: true, key: []dtype{typeInteger}, data: []dtype{typeIPv4, typeService}}, nil
+	if p, addr := typeofEndpointsProto(typ); p != "" {
+		return &setType{isMap: true, key: []dtype{typeInteger}, data: []dtype{addr, typeService}}, nil
 	}
 	if strings.HasPrefix(typ, "typeof ") {
 		return nil, fmt.Errorf("unsupported type %q (of the typeof declarations only %q, for tcp, udp or sctp)", typ, TypeofNumgenEndpoints("tcp"))
@@ -262,7 +288,7 @@ func commentUdata(typ byte, c string) []byte {
 }
 
 func (n *Netlink) addTable(b *batch, comment string) {
-	m := b.begin(nftMsg|unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, nfprotoIPv4)
+	m := b.begin(nftMsg|unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, n.family.nfproto())
 	b.str(unix.NFTA_TABLE_NAME, n.table)
 	b.u32(unix.NFTA_TABLE_FLAGS, 0)
 	if comment != "" {
@@ -274,7 +300,7 @@ func (n *Netlink) addTable(b *batch, comment string) {
 var hooks = map[string]uint32{"prerouting": unix.NF_INET_PRE_ROUTING, "input": unix.NF_INET_LOCAL_IN, "forward": unix.NF_INET_FORWARD, "output": unix.NF_INET_LOCAL_OUT, "postrouting": unix.NF_INET_POST_ROUTING}
 
 func (n *Netlink) addChain(b *batch, c *Chain) error {
-	m := b.begin(nftMsg|unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, nfprotoIPv4)
+	m := b.begin(nftMsg|unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, n.family.nfproto())
 	b.str(unix.NFTA_CHAIN_TABLE, n.table)
 	b.str(unix.NFTA_CHAIN_NAME, c.Name)
 	if c.Hook != "" {
@@ -328,7 +354,7 @@ func (n *Netlink) addSet(b *batch, name, typ string, flags []string, timeout tim
 	}
 	keyType, keyLen := concatType(st.key)
 	n.nextID++
-	m := b.begin(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, nfprotoIPv4)
+	m := b.begin(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, n.family.nfproto())
 	b.str(unix.NFTA_SET_TABLE, n.table)
 	b.str(unix.NFTA_SET_NAME, name)
 	b.u32(unix.NFTA_SET_FLAGS, f)
@@ -349,10 +375,9 @@ func (n *Netlink) addSet(b *batch, name, typ string, flags []string, timeout tim
 		b.attr(unix.NFTA_SET_TIMEOUT, binary.BigEndian.AppendUint64(nil, uint64(timeout.Milliseconds())))
 	}
 	ud := udataU32(nil, 0, byteorderOf(st.key))
-	typeofProto := typeofEndpointsProto(typ)
+	typeofProto, typeofAddr := typeofEndpointsProto(typ)
 	if typeofProto != "" {
-		ud = append([]byte(nil), typeofNumgenEndpointsUdata...)
-		ud[typeofProtoDescAt] = typeofProtoDesc[typeofProto]
+		ud = typeofEndpointsUdata(typeofProto, typeofAddr)
 	} else if isMap {
 		bo := uint32(byteorderInvalid)
 		if st.data != nil {
@@ -384,7 +409,7 @@ const maxElemBytes = 60000
 
 func (n *Netlink) writeElems(b *batch, msgType uint16, set string, setID uint32, elems []rawElem) error {
 	for i := 0; i < len(elems); {
-		m := b.begin(nftMsg|msgType, unix.NLM_F_CREATE, nfprotoIPv4)
+		m := b.begin(nftMsg|msgType, unix.NLM_F_CREATE, n.family.nfproto())
 		b.str(unix.NFTA_SET_ELEM_LIST_TABLE, n.table)
 		b.str(unix.NFTA_SET_ELEM_LIST_SET, set)
 		if setID != 0 {
@@ -436,7 +461,7 @@ func (n *Netlink) addAnonSet(b *batch, s *anonSet) error {
 	// to this backend never parses as one of the kernel's (or nft's)
 	// names. nft prints anonymous sets inline, whatever their name.
 	name := strings.Replace(s.name, "%d", "-nl"+strconv.FormatUint(n.anonBase+uint64(id), 36), 1)
-	m := b.begin(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, nfprotoIPv4)
+	m := b.begin(nftMsg|unix.NFT_MSG_NEWSET, unix.NLM_F_CREATE, n.family.nfproto())
 	b.str(unix.NFTA_SET_TABLE, n.table)
 	b.str(unix.NFTA_SET_NAME, name)
 	b.u32(unix.NFTA_SET_FLAGS, s.flags)
@@ -463,12 +488,12 @@ func (n *Netlink) compile(rule string) (*compiledRule, error) {
 	if c, ok := n.rules[rule]; ok {
 		return c, nil
 	}
-	c, err := Compile(rule)
+	c, err := compileFor(n.family, rule)
 	if err != nil {
 		return nil, err
 	}
 	if len(c.anon) == 0 {
-		if c.marshaled, err = marshalExprs(c.exprs); err != nil {
+		if c.marshaled, err = marshalExprs(n.family, c.exprs); err != nil {
 			return nil, fmt.Errorf("compiling rule %q: %w", rule, err)
 		}
 	}
@@ -479,10 +504,10 @@ func (n *Netlink) compile(rule string) (*compiledRule, error) {
 	return c, nil
 }
 
-func marshalExprs(exprs []expr.Any) ([]byte, error) {
+func marshalExprs(fam Family, exprs []expr.Any) ([]byte, error) {
 	var b batch
 	for _, e := range exprs {
-		data, err := expr.Marshal(nfprotoIPv4, e)
+		data, err := expr.Marshal(fam.nfproto(), e)
 		if err != nil {
 			return nil, err
 		}
@@ -503,11 +528,11 @@ func (n *Netlink) addRule(b *batch, r *Rule) error {
 	}
 	exprs := c.marshaled
 	if exprs == nil {
-		if exprs, err = marshalExprs(c.exprs); err != nil {
+		if exprs, err = marshalExprs(n.family, c.exprs); err != nil {
 			return fmt.Errorf("rule %q: %w", r.Rule, err)
 		}
 	}
-	m := b.begin(nftMsg|unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, nfprotoIPv4)
+	m := b.begin(nftMsg|unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, n.family.nfproto())
 	b.str(unix.NFTA_RULE_TABLE, n.table)
 	b.str(unix.NFTA_RULE_CHAIN, r.Chain)
 	nest := b.nest(unix.NFTA_RULE_EXPRESSIONS)
@@ -552,19 +577,19 @@ func (n *Netlink) element(e *Element, withValue bool) ([]rawElem, error) {
 	}
 	if st.interval {
 		// An interval is its start and, flagged, the address after its end.
-		if len(e.Key) != 1 || len(st.key) != 1 || st.key[0] != typeIPv4 || st.isMap {
-			return nil, fmt.Errorf("element %q of %q: intervals are supported only in sets of ipv4_addr", keyString(e.Key), e.Set)
+		if len(e.Key) != 1 || len(st.key) != 1 || !st.key[0].isAddr() || st.isMap {
+			return nil, fmt.Errorf("element %q of %q: intervals are supported only in sets of ipv4_addr or ipv6_addr", keyString(e.Key), e.Set)
 		}
-		r, err := parseIPRange(e.Key[0])
+		r, err := parseIPRange(st.key[0], e.Key[0])
 		if err != nil {
 			return nil, fmt.Errorf("element %q of %q: %w", keyString(e.Key), e.Set, err)
 		}
-		out := []rawElem{{key: binary.BigEndian.AppendUint32(nil, r.lo)}}
+		out := []rawElem{{key: r.lo.AsSlice()}}
 		if withValue {
 			out[0].comment = e.Comment
 		}
-		if r.hi != ^uint32(0) {
-			out = append(out, rawElem{key: binary.BigEndian.AppendUint32(nil, r.hi+1), flags: unix.NFT_SET_ELEM_INTERVAL_END})
+		if next := r.hi.Next(); next.IsValid() {
+			out = append(out, rawElem{key: next.AsSlice(), flags: unix.NFT_SET_ELEM_INTERVAL_END})
 		}
 		return out, nil
 	}
@@ -615,7 +640,7 @@ func (n *Netlink) plainElement(st *setType, e *Element, withValue bool) (rawElem
 // encode appends one operation's messages.
 func (n *Netlink) encode(b *batch, o *Op) error {
 	simple := func(msgType uint16, nameAttr uint16, tableAttr uint16, name string) {
-		m := b.begin(nftMsg|msgType, 0, nfprotoIPv4)
+		m := b.begin(nftMsg|msgType, 0, n.family.nfproto())
 		b.str(tableAttr, n.table)
 		if name != "" {
 			b.str(nameAttr, name)
@@ -659,7 +684,7 @@ func (n *Netlink) encode(b *batch, o *Op) error {
 	case OpDelete:
 		switch {
 		case o.Table != nil:
-			m := b.begin(nftMsg|unix.NFT_MSG_DELTABLE, 0, nfprotoIPv4)
+			m := b.begin(nftMsg|unix.NFT_MSG_DELTABLE, 0, n.family.nfproto())
 			b.str(unix.NFTA_TABLE_NAME, n.table)
 			b.end(m)
 			return nil
@@ -837,14 +862,21 @@ func (n *Netlink) opError(b *batch, tx *Transaction, msg syscall.NetlinkMessage,
 }
 
 func (n *Netlink) nftTable() *nftables.Table {
-	return &nftables.Table{Name: n.table, Family: nftables.TableFamilyIPv4}
+	return &nftables.Table{Name: n.table, Family: n.tableFamily()}
+}
+
+func (n *Netlink) tableFamily() nftables.TableFamily {
+	if n.family == IPv6Family {
+		return nftables.TableFamilyIPv6
+	}
+	return nftables.TableFamilyIPv4
 }
 
 // ListChains returns the table's chain names.
 func (n *Netlink) ListChains(context.Context) ([]string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	chains, err := n.conn.ListChainsOfTableFamily(nftables.TableFamilyIPv4)
+	chains, err := n.conn.ListChainsOfTableFamily(n.tableFamily())
 	if err != nil {
 		return nil, fmt.Errorf("listing chains: %w", err)
 	}
@@ -909,7 +941,7 @@ func (n *Netlink) ListElements(_ context.Context, set string) ([]*Element, error
 	if err != nil {
 		return nil, fmt.Errorf("listing elements of %q: %w", set, err)
 	}
-	if st.interval && len(keyTypes) == 1 && keyTypes[0] == typeIPv4 {
+	if st.interval && len(keyTypes) == 1 && keyTypes[0].isAddr() {
 		return intervalElements(set, els), nil
 	}
 	out := make([]*Element, 0, len(els))
@@ -961,8 +993,9 @@ func decodeKey(types []dtype, b []byte) []string {
 		}
 		v := b[:sz]
 		switch t {
-		case typeIPv4:
-			out = append(out, fmt.Sprintf("%d.%d.%d.%d", v[0], v[1], v[2], v[3]))
+		case typeIPv4, typeIPv6:
+			a, _ := netip.AddrFromSlice(v)
+			out = append(out, a.String())
 		case typeProto:
 			name := strconv.Itoa(int(v[0]))
 			for k, p := range protoNumbers {
@@ -1009,15 +1042,15 @@ const (
 )
 
 // intervalElements turns the start / end-flagged elements of an ipv4_addr
-// interval set back into prefixes, addresses or ranges.
+// or ipv6_addr interval set back into prefixes, addresses or ranges.
 func intervalElements(set string, els []nftables.SetElement) []*Element {
-	var starts, ends []uint32
-	comments := map[uint32]string{}
+	var starts, ends []netip.Addr
+	comments := map[netip.Addr]string{}
 	for _, e := range els {
-		if len(e.Key) != 4 {
+		v, ok := netip.AddrFromSlice(e.Key)
+		if !ok || (len(e.Key) != 4 && len(e.Key) != 16) {
 			continue
 		}
-		v := binary.BigEndian.Uint32(e.Key)
 		if e.IntervalEnd {
 			ends = append(ends, v)
 		} else {
@@ -1025,33 +1058,36 @@ func intervalElements(set string, els []nftables.SetElement) []*Element {
 			comments[v] = e.Comment
 		}
 	}
-	slices.Sort(starts)
-	slices.Sort(ends)
+	slices.SortFunc(starts, netip.Addr.Compare)
+	slices.SortFunc(ends, netip.Addr.Compare)
 	var out []*Element
 	for _, lo := range starts {
-		hi := ^uint32(0)
-		if i, _ := slices.BinarySearch(ends, lo+1); i < len(ends) {
-			hi = ends[i] - 1
+		hi := lastAddr(netip.PrefixFrom(lo, 0))
+		if next := lo.Next(); next.IsValid() {
+			if i, _ := slices.BinarySearchFunc(ends, next, netip.Addr.Compare); i < len(ends) {
+				hi = ends[i].Prev()
+			}
 		}
 		out = append(out, &Element{Set: set, Key: []string{rangeText(lo, hi)}, Comment: comments[lo]})
 	}
 	return out
 }
 
-func rangeText(lo, hi uint32) string {
-	addr := func(v uint32) string { return fmt.Sprintf("%d.%d.%d.%d", v>>24, v>>16&255, v>>8&255, v&255) }
+// rangeText prints a range as nft does: an address, a prefix, or A-B.
+func rangeText(lo, hi netip.Addr) string {
 	if lo == hi {
-		return addr(lo)
+		return lo.String()
 	}
-	size := uint64(hi) - uint64(lo) + 1
-	if size&(size-1) == 0 && uint64(lo)%size == 0 {
-		bits := 32
-		for s := size; s > 1; s >>= 1 {
-			bits--
+	for bits := lo.BitLen() - 1; bits >= 0; bits-- {
+		p := netip.PrefixFrom(lo, bits)
+		if p.Masked().Addr() != lo {
+			break
 		}
-		return fmt.Sprintf("%s/%d", addr(lo), bits)
+		if lastAddr(p) == hi {
+			return p.String()
+		}
 	}
-	return addr(lo) + "-" + addr(hi)
+	return lo.String() + "-" + hi.String()
 }
 
 // verdictAttrText prints the NFTA_DATA_VERDICT attributes of a map

@@ -53,10 +53,15 @@ func inNS(t testing.TB, ns string, fn func() error) {
 // in an order that depends on a per-set random seed).
 func nftList(t testing.TB, ns string) string {
 	t.Helper()
+	return nftListFamily(t, ns, IPv4Family)
+}
+
+func nftListFamily(t testing.TB, ns string, fam Family) string {
+	t.Helper()
 	var out []byte
 	inNS(t, ns, func() error {
 		var err error
-		out, err = exec.Command("nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
+		out, err = exec.Command("nft", "list", "table", string(fam), "kube-proxy").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("nft list: %v: %s", err, out)
 		}
@@ -80,6 +85,7 @@ func normalizeList(s string) string {
 }
 
 type pair struct {
+	fam          Family
 	execNS, nlNS string
 	exec         *Exec
 	nl           *Netlink
@@ -87,13 +93,18 @@ type pair struct {
 
 func newPair(t testing.TB) *pair {
 	t.Helper()
-	p := &pair{execNS: newNS(t, "exec"), nlNS: newNS(t, "nl")}
+	return newPairFamily(t, IPv4Family)
+}
+
+func newPairFamily(t testing.TB, fam Family) *pair {
+	t.Helper()
+	p := &pair{fam: fam, execNS: newNS(t, "exec"), nlNS: newNS(t, "nl")}
 	var err error
-	if p.exec, err = NewExec(IPv4Family, "kube-proxy"); err != nil {
+	if p.exec, err = NewExec(fam, "kube-proxy"); err != nil {
 		t.Fatal(err)
 	}
 	inNS(t, p.nlNS, func() error {
-		p.nl, err = NewNetlink(IPv4Family, "kube-proxy")
+		p.nl, err = NewNetlink(fam, "kube-proxy")
 		return err
 	})
 	t.Cleanup(func() { p.nl.Close() })
@@ -107,7 +118,7 @@ func (p *pair) run(t testing.TB, what string, tx *Transaction) {
 	if err := p.nl.Run(ctx, tx); err != nil {
 		t.Fatalf("%s: netlink: %v", what, err)
 	}
-	want, got := nftList(t, p.execNS), nftList(t, p.nlNS)
+	want, got := nftListFamily(t, p.execNS, p.fam), nftListFamily(t, p.nlNS, p.fam)
 	if want != got {
 		t.Fatalf("%s: netlink table differs from nft -f's:\n%s", what, lineDiff(want, got))
 	}
@@ -511,4 +522,111 @@ func TestNetlinkFlushOfUnrememberedChain(t *testing.T) {
 	if got := nftList(t, p.nlNS); strings.Contains(got, "@A") || strings.Contains(got, "set A") {
 		t.Fatalf("the flush was left out:\n%s", got)
 	}
+}
+
+// TestOracleIPv6 builds a kube-proxy-shaped `ip6 kube-proxy` table (what
+// a dual-stack node's IPv6 proxier writes) with both backends: the kernel
+// takes the Netlink backend's batch and nft lists the same table as after
+// nft -f, and the Netlink backend lists the elements nft -f wrote as Exec
+// lists them.
+func TestOracleIPv6(t *testing.T) {
+	p := newPairFamily(t, IPv6Family)
+	tx := &Transaction{}
+	tx.Add(&Table{Family: IPv6Family, Name: "kube-proxy", Comment: "rules for kube-proxy"})
+	for _, c := range []*Chain{
+		{Name: "filter-input", Type: "filter", Hook: "input", Priority: 0},
+		{Name: "nat-prerouting", Type: "nat", Hook: "prerouting", Priority: -100},
+		{Name: "nat-postrouting", Type: "nat", Hook: "postrouting", Priority: 100},
+		{Name: "services"}, {Name: "masquerading"}, {Name: "reject-chain"}, {Name: "cluster-ips-check"},
+		{Name: "svc"}, {Name: "ep"}, {Name: "fw"},
+	} {
+		tx.Add(c)
+	}
+	tx.Add(&Set{Name: "cluster-ips", Type: "ipv6_addr", Comment: "Active ClusterIPs"})
+	tx.Add(&Set{Name: "nodeport-ips", Type: "ipv6_addr"})
+	tx.Add(&Set{Name: "ranges", Type: "ipv6_addr", Flags: []string{"interval"}})
+	tx.Add(&Set{Name: "hairpin-connections", Type: "ipv6_addr . ipv6_addr . inet_proto . inet_service"})
+	tx.Add(&Set{Name: "affinity-x", Type: "ipv6_addr", Flags: []string{"dynamic", "timeout"}, Timeout: 10800e9})
+	tx.Add(&Map{Name: "service-ips", Type: "ipv6_addr . inet_proto . inet_service : verdict"})
+	tx.Add(&Map{Name: "service-nodeports", Type: "inet_proto . inet_service : verdict"})
+	for _, proto := range []string{"tcp", "udp", "sctp"} {
+		tx.Add(&Map{Name: "dnat-endpoints-" + proto, Type: TypeofNumgenEndpoints6(proto)})
+	}
+	rules := []struct{ chain, rule string }{
+		{"filter-input", "ct state new jump cluster-ips-check"},
+		{"nat-prerouting", "jump services"},
+		{"nat-postrouting", "jump masquerading"},
+		{"services", "ip6 daddr @cluster-ips ip6 saddr != fd00:10:244::/56 mark set mark or 0x4000"},
+		{"services", "ip6 daddr . meta l4proto . th dport vmap @service-ips"},
+		{"services", "ip6 daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports"},
+		{"masquerading", "ct status dnat ip6 saddr . ip6 daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random"},
+		{"masquerading", "mark and 0x4000 == 0 return"},
+		{"masquerading", "masquerade fully-random"},
+		{"reject-chain", "reject"},
+		{"cluster-ips-check", "ip6 daddr @cluster-ips reject"},
+		{"cluster-ips-check", "ip6 daddr { fd00:10:96::/112 } drop"},
+		{"fw", "ip6 saddr != { 2001:db8::/64 , fd00:1::5 , fd00:1::6 } drop"},
+		{"fw", "ip6 saddr fd00::/7 drop"},
+		{"fw", "ip6 saddr 2001:db8::/33 drop"},
+		{"fw", "ip6 daddr fd00:10:96::1 accept"},
+		{"fw", "ip6 daddr @ranges accept"},
+		{"svc", "fib saddr type local mark set mark or 0x4000"},
+		{"svc", "ip6 saddr @affinity-x goto ep"},
+		{"svc", "numgen random mod 2 0 goto ep"},
+		{"svc", "meta l4proto tcp dnat ip6 to numgen random mod 2 map @dnat-endpoints-tcp"},
+		{"svc", "meta l4proto udp dnat ip6 to numgen random mod 1 offset 4 map @dnat-endpoints-udp"},
+		{"svc", "meta l4proto sctp dnat ip6 to numgen random mod 1 map @dnat-endpoints-sctp"},
+		{"svc", "meta l4proto tcp dnat ip6 addr . port to numgen random mod 2 map { 0 : fd00:10:244:1::5 . 8080 , 1 : fd00:10:244:2::5 . 8080 }"},
+		{"ep", "update @affinity-x { ip6 saddr }"},
+		{"ep", "meta l4proto tcp dnat to [fd00:10:244:1::5]:8080"},
+		{"ep", "meta l4proto udp dnat to fd00:10:244:1::5"},
+	}
+	for i, r := range rules {
+		tx.Add(&Rule{Chain: r.chain, Rule: r.rule, Comment: fmt.Sprintf("rule %d", i)})
+	}
+	tx.Add(&Element{Set: "cluster-ips", Key: []string{"fd00:10:96::a"}})
+	tx.Add(&Element{Set: "nodeport-ips", Key: []string{"fd00:172:18::2"}})
+	tx.Add(&Element{Set: "ranges", Key: []string{"2001:db8:1::/48"}, Comment: "a range"})
+	tx.Add(&Element{Set: "ranges", Key: []string{"2001:db8:3::1"}})
+	tx.Add(&Element{Set: "hairpin-connections", Key: []string{"fd00:10:244:1::5", "fd00:10:244:1::5", "tcp", "8080"}})
+	tx.Add(&Element{Set: "service-ips", Key: []string{"fd00:10:96::a", "tcp", "80"}, Value: "goto svc", Comment: "ns/svc/tcp/http"})
+	tx.Add(&Element{Set: "service-nodeports", Key: []string{"tcp", "30080"}, Value: "goto svc"})
+	tx.Add(&Element{Set: "dnat-endpoints-tcp", Key: []string{"0"}, Value: "fd00:10:244:1::5 . 8080"})
+	tx.Add(&Element{Set: "dnat-endpoints-tcp", Key: []string{"1"}, Value: "fd00:10:244:2::5 . 8080"})
+	tx.Add(&Element{Set: "dnat-endpoints-udp", Key: []string{"4"}, Value: "fd00:10:244:1::5 . 53"})
+	p.run(t, "ip6 table", tx)
+
+	// A partial sync: an endpoint replaced, an element deleted.
+	tx = &Transaction{}
+	tx.Delete(&Element{Set: "dnat-endpoints-tcp", Key: []string{"1"}})
+	tx.Add(&Element{Set: "dnat-endpoints-tcp", Key: []string{"1"}, Value: "fd00:10:244:3::7 . 8080"})
+	tx.Delete(&Element{Set: "ranges", Key: []string{"2001:db8:3::1"}})
+	p.run(t, "ip6 partial", tx)
+
+	// The Netlink backend reads what either backend wrote.
+	ctx := context.Background()
+	for _, set := range []string{"cluster-ips", "ranges", "hairpin-connections", "service-ips", "dnat-endpoints-tcp"} {
+		var fromExec []*Element
+		inNS(t, p.execNS, func() (err error) { fromExec, err = p.exec.ListElements(ctx, set); return })
+		fromNL, err := p.nl.ListElements(ctx, set)
+		if err != nil {
+			t.Fatalf("listing %s: %v", set, err)
+		}
+		if a, b := elemStrings(fromExec), elemStrings(fromNL); a != b {
+			t.Errorf("elements of %s: exec lists\n%s\nnetlink lists\n%s", set, a, b)
+		}
+	}
+	chains, err := p.nl.ListChains(ctx)
+	if err != nil || len(chains) != 10 {
+		t.Errorf("ListChains of the ip6 table = %v, %v; want its 10 chains", chains, err)
+	}
+}
+
+func elemStrings(els []*Element) string {
+	var out []string
+	for _, e := range els {
+		out = append(out, keyString(e.Key)+" : "+e.Value+" # "+e.Comment)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
 }

@@ -61,17 +61,50 @@ package nft
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNotFound is wrapped by errors about a missing table, chain, set or map.
 var ErrNotFound = errors.New("not found")
 
-// Family is the table's address family. minikit's proxy is IPv4.
+// Family is the table's address family: a dual-stack node's proxy has a
+// table in each.
 type Family string
 
-// IPv4Family is nft's "ip" family, the only one minikit's proxy uses.
-const IPv4Family Family = "ip"
+const (
+	// IPv4Family is nft's "ip" family.
+	IPv4Family Family = "ip"
+	// IPv6Family is nft's "ip6" family: rules match ip6 saddr/daddr, sets
+	// hold ipv6_addr, dnat and reject are IPv6's.
+	IPv6Family Family = "ip6"
+)
+
+// nfproto is the family's NFPROTO_ number (the nfgenmsg family).
+func (f Family) nfproto() uint8 {
+	if f == IPv6Family {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
+}
+
+// addrType is the family's address type.
+func (f Family) addrType() dtype {
+	if f == IPv6Family {
+		return typeIPv6
+	}
+	return typeIPv4
+}
+
+// checkFamily refuses a family the backends do not know.
+func checkFamily(f Family) error {
+	if f != IPv4Family && f != IPv6Family {
+		return fmt.Errorf("family %q is not supported (ip or ip6)", f)
+	}
+	return nil
+}
 
 // Table is the one table a Backend manages.
 type Table struct {

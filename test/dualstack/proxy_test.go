@@ -19,17 +19,24 @@ import (
 
 const agnhost = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
 
-// TestDualStackServiceProxy: on a dual-stack lab the iptables proxy runs one
-// proxier per family. A pod on node1 reaches a dual-stack Service's IPv6
-// ClusterIP, answered by the backend on node2, which sees the client pod's
-// own IPv6 address (pod traffic is not masqueraded); the lab's client host
-// reaches the NodePort on node1's IPv6 address, forwarded to node2 and
-// masqueraded to node1's address; the backend reaches itself through the
-// IPv6 ClusterIP (hairpin); the IPv4 ClusterIP still works beside it,
-// and the IPv6 rules are in ip6tables alone.
+// TestDualStackServiceProxy: on a dual-stack lab the proxy runs one
+// proxier per family, in either mode (a subtest and a lab each). A pod on
+// node1 reaches a dual-stack Service's IPv6 ClusterIP, answered by the
+// backend on node2, which sees the client pod's own IPv6 address (pod
+// traffic is not masqueraded); the lab's client host reaches the NodePort
+// on node1's IPv6 address, forwarded to node2 and masqueraded to node1's
+// address; the backend reaches itself through the IPv6 ClusterIP
+// (hairpin); the IPv4 ClusterIP still works beside it, and the IPv6 rules
+// are in the mode's IPv6 place alone (ip6tables; the ip6 kube-proxy table).
 func TestDualStackServiceProxy(t *testing.T) {
 	testenv.RequireRoot(t)
-	l := testenv.NewLabConfig(t, lab.Config{Nodes: 2, IPFamily: lab.IPFamilyDual})
+	for _, mode := range []string{"iptables", "nftables"} {
+		t.Run(mode, func(t *testing.T) { testDualStackServiceProxy(t, mode) })
+	}
+}
+
+func testDualStackServiceProxy(t *testing.T, mode string) {
+	l := testenv.NewLabConfig(t, lab.Config{Nodes: 2, IPFamily: lab.IPFamilyDual, ProxyMode: mode})
 	c := testenv.Client(t, l)
 	ctx := context.Background()
 
@@ -132,6 +139,23 @@ func TestDualStackServiceProxy(t *testing.T) {
 		get("node1's IPv6 address at the backend", func(url string) (string, error) { return hostOf(fromClientHost, url) },
 			base+"/clientip", l.Addr6("node1").String())
 	})
+	if mode == "nftables" {
+		t.Run("the IPv6 rules are in the ip6 kube-proxy table only", func(t *testing.T) {
+			out6, err := testenv.Run(l, "node1", "nft", "list", "table", "ip6", "kube-proxy")
+			if err != nil || !strings.Contains(out6, vip6+" . tcp . 80 : goto service-") || !strings.Contains(out6, l.Addr6("node1").String()) {
+				t.Errorf("node1's ip6 kube-proxy table lacks the service or the node's IPv6 address: %v\n%s", err, out6)
+			}
+			out4, err := testenv.Run(l, "node1", "nft", "list", "table", "ip", "kube-proxy")
+			if err != nil || strings.Contains(out4, vip6) || !strings.Contains(out4, vip4+" . tcp . 80 : goto service-") {
+				t.Errorf("node1's ip kube-proxy table: %v\n%s", err, out4)
+			}
+			ipt6, err := testenv.Run(l, "node1", "ip6tables-save", "-t", "nat")
+			if err != nil || strings.Contains(ipt6, vip6) {
+				t.Errorf("node1's ip6tables hold the service in nftables mode: %v\n%s", err, ipt6)
+			}
+		})
+		return
+	}
 	t.Run("the IPv6 rules are in ip6tables only", func(t *testing.T) {
 		out6, err := testenv.Run(l, "node1", "ip6tables-save", "-t", "nat")
 		if err != nil || !strings.Contains(out6, `"default/web:http cluster IP"`) || !strings.Contains(out6, "-d "+vip6+"/128") {

@@ -22,6 +22,11 @@ import (
 // reads a node's.
 func loadTable(t *testing.T, files []string, extra ...string) []byte {
 	t.Helper()
+	return loadTableFamily(t, "ip", files, extra...)
+}
+
+func loadTableFamily(t *testing.T, family string, files []string, extra ...string) []byte {
+	t.Helper()
 	b := make([]byte, 4)
 	rand.Read(b)
 	ns := "mkt-nfttrace-" + hex.EncodeToString(b)
@@ -47,7 +52,7 @@ func loadTable(t *testing.T, files []string, extra ...string) []byte {
 	for _, e := range extra {
 		nft(strings.Fields(e)...)
 	}
-	return nft("-j", "list", "table", "ip", "kube-proxy")
+	return nft("-j", "list", "table", family, "kube-proxy")
 }
 
 func parseOverall(t *testing.T, extra ...string) *Ruleset {
@@ -378,5 +383,53 @@ func traceNumgen(t *testing.T, files []string, cases []numgenCase) {
 		if sum < 0.999 || sum > 1.001 {
 			t.Errorf("%v: probabilities sum to %v", tc.pkt.Dst, sum)
 		}
+	}
+}
+
+// TestTraceIPv6 traces IPv6 packets through a dual-stack node's `ip6
+// kube-proxy` table (the IPv6 proxier's, testdata/ip6.nft: a NodePort
+// service with externalTrafficPolicy Local and one without endpoints).
+func TestTraceIPv6(t *testing.T) {
+	r, err := Parse(loadTableFamily(t, "ip6", []string{"ip6.nft"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Family != "ip6" {
+		t.Fatalf("family %q, want ip6", r.Family)
+	}
+	node6 := iptsim.Node{Addrs: []netip.Addr{netip.MustParseAddr("fd00:56::10")}}
+	pod := netip.MustParseAddr("fd00:10:244:1::9")
+	ext := netip.MustParseAddr("2001:db8::100")
+	tests := []struct {
+		name string
+		src  netip.Addr
+		dst  string
+		want []string
+	}{
+		{"pod to the IPv6 ClusterIP, three endpoints", pod, "[fd00:10:96::30]:80",
+			[]string{"ACCEPT [fd00:10:244:1::5]:80 p=0.33", "ACCEPT [fd00:10:244:2::5]:80 p=0.33", "ACCEPT [fd00:10:244:2::6]:80 p=0.33"}},
+		{"outside to the NodePort on the node's IPv6 address: the local endpoint, not masqueraded", ext, "[fd00:56::10]:30003",
+			[]string{"ACCEPT [fd00:10:244:1::5]:80 p=1.00"}},
+		{"hairpin through the ClusterIP is masqueraded", netip.MustParseAddr("fd00:10:244:1::5"), "[fd00:10:96::30]:80",
+			[]string{"ACCEPT [fd00:10:244:1::5]:80 p=0.33 masq", "ACCEPT [fd00:10:244:2::5]:80 p=0.33", "ACCEPT [fd00:10:244:2::6]:80 p=0.33"}},
+		{"no endpoints: reject", pod, "[fd00:10:96::80]:80", []string{"REJECT [fd00:10:96::80]:80 p=1.00"}},
+		{"NodePort without endpoints: reject", ext, "[fd00:56::10]:30006", []string{"REJECT [fd00:56::10]:30006 p=1.00"}},
+		{"ClusterIP, wrong port: reject", pod, "[fd00:10:96::30]:81", []string{"REJECT [fd00:10:96::30]:81 p=1.00"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			outs, err := r.Trace(node6, iptsim.Packet{Src: tc.src, Dst: netip.MustParseAddrPort(tc.dst), Proto: "tcp"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, o := range outs {
+				got = append(got, summary(o))
+			}
+			sort.Strings(got)
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("outcomes\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
 	}
 }

@@ -650,7 +650,12 @@ func (w *walker) eval(e any, st *state) (any, error) {
 	case "payload":
 		proto, field := str(arg["protocol"]), str(arg["field"])
 		switch proto {
-		case "ip":
+		case "ip", "ip6":
+			// An ip table's rules say ip, an ip6 table's ip6; the
+			// packet is of the table's family.
+			if (proto == "ip6") == w.pkt.Src.Is4() {
+				return nil, fmt.Errorf("%s payload of an IPv%d packet", proto, map[bool]int{true: 4, false: 6}[w.pkt.Src.Is4()])
+			}
 			switch field {
 			case "saddr":
 				return w.pkt.Src, nil
@@ -673,6 +678,9 @@ func (w *walker) eval(e any, st *state) (any, error) {
 		case "mark":
 			return uint64(st.mark), nil
 		case "nfproto":
+			if !w.pkt.Src.Is4() {
+				return "ipv6", nil
+			}
 			return "ipv4", nil
 		case "iifname":
 			if w.pkt.In == "" {
