@@ -11,7 +11,7 @@
 //     direction) and the per-policy chains KUBE-NWPLCY-<hash> (one per policy
 //     and direction with selected local pods);
 //   - the ipsets KUBE-NP-<hash> (one per policy rule with peers, and one per
-//     egress rule port given by name).
+//     egress rule port given by name), KUBE-NP6-<hash> for IPv6.
 //
 // # Packet path
 //
@@ -31,7 +31,7 @@
 // cannot block access to itself: its chains let its own address through.
 //
 // With more than 16 isolated pods in a direction, the hook chain first
-// dispatches by /28 to a KUBE-NWPLCY- chain per group, so a packet walks at
+// dispatches by /28 (/124 for IPv6) to a KUBE-NWPLCY- chain per group, so a packet walks at
 // most a few dozen address matches before its pod's chain.
 //
 // A pod chain jumps to the chain of every policy that selects the pod for
@@ -44,7 +44,7 @@
 // # Peer sets
 //
 // A rule's peers (podSelector, namespaceSelector, both, ipBlock) become one
-// hash:net ipset of /32 pod addresses and CIDRs, so a packet costs one set
+// hash:net ipset of /32 (/128) pod addresses and CIDRs, so a packet costs one set
 // lookup whatever the number of pods. ipBlock.except trims only its own peer:
 // the CIDR minus its exceptions is computed here as a list of prefixes, since
 // vishvananda/netlink's IPSetEntry cannot carry ipset's per-entry nomatch flag
@@ -68,6 +68,21 @@
 // are diffed against what the last sync wrote; the periodic sync (every
 // FullSyncPeriod) and any sync after a failure or drift read them back from
 // the kernel, so a set changed by hand is repaired within that period.
+//
+// # Dual-stack
+//
+// A dual-stack node runs one enforcer per IP family, as it runs one proxier
+// per family (Config.Family): the IPv6 one writes the same chains, by the
+// same names, with ip6tables, and its peer sets are KUBE-NP6-* of family
+// inet6 (ipsets are not per family in the kernel, so the names differ and
+// each enforcer lists, diffs and destroys only its own). Pod and namespace
+// selectors match a pod by its address of each family (status.podIPs);
+// an ipBlock, with its except, belongs to the family of its CIDR, so an
+// IPv4 ipBlock never admits IPv6 traffic nor the reverse. Rejects answer
+// with ICMPv6 port unreachable, and the IPv6 hook chain lets neighbour
+// solicitations and advertisements through: conntrack does not track them,
+// and between pods of a node they are bridged through FORWARD, where IPv4's
+// ARP never goes. Ports, protocols and endPort render the same in both.
 //
 // SCTP rules are written as for TCP and UDP; if the kernel refuses them (no
 // SCTP match), the enforcer leaves them out and logs that once.

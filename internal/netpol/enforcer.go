@@ -53,6 +53,11 @@ type Config struct {
 	SyncPeriod time.Duration
 	// FullSyncPeriod is how often a sync runs without any event. Default 1m.
 	FullSyncPeriod time.Duration
+	// Family is the IP family enforced (Input.Family): IPv4 ("" too) with an
+	// iptables runner, IPv6 with an ip6tables one. The enforcer touches only
+	// the ipsets of its family (KUBE-NP-* or KUBE-NP6-*), so the two
+	// enforcers of a dual-stack node share the kernel's sets.
+	Family corev1.IPFamily
 }
 
 // Enforcer keeps one node's network policy rules in line with the API.
@@ -99,7 +104,11 @@ func New(cfg Config, ipt iptables.Interface, sets IPSets, l Listers) *Enforcer {
 	if cfg.FullSyncPeriod == 0 {
 		cfg.FullSyncPeriod = time.Minute
 	}
-	return &Enforcer{cfg: cfg, log: cfg.Logger.With("component", "netpol"), ipt: ipt, sets: sets,
+	log := cfg.Logger.With("component", "netpol")
+	if cfg.Family == corev1.IPv6Protocol {
+		log = log.With("family", "IPv6")
+	}
+	return &Enforcer{cfg: cfg, log: log, ipt: ipt, sets: sets,
 		listers: l, trigger: make(chan struct{}, 1)}
 }
 
@@ -196,7 +205,7 @@ func (e *Enforcer) Sync() error {
 		fix = &jumpFix{}
 	}
 	e.mu.Unlock()
-	in := Input{NodeName: e.cfg.NodeName, Policies: pols, Pods: pods, Namespaces: nss, NoSCTP: noSCTP}
+	in := Input{NodeName: e.cfg.NodeName, Policies: pols, Pods: pods, Namespaces: nss, NoSCTP: noSCTP, Family: e.cfg.Family}
 	st := Compute(in)
 	for _, p := range st.Problems {
 		e.log.Warn("network policy left out", "problem", p)
@@ -272,7 +281,7 @@ func (e *Enforcer) forgetKernel() {
 func (e *Enforcer) apply(st *State, fix *jumpFix, have map[string]*Set, prev map[string]string) error {
 	if have == nil {
 		var err error
-		if have, err = e.sets.List(); err != nil {
+		if have, err = listFamily(e.sets, familyOf(e.cfg.Family)); err != nil {
 			return err
 		}
 	}
@@ -337,18 +346,18 @@ func (e *Enforcer) apply(st *State, fix *jumpFix, have map[string]*Set, prev map
 func syncSets(s IPSets, want []Set, have map[string]*Set) error {
 	for _, w := range want {
 		h := have[w.Name]
-		if h != nil && h.Type != w.Type {
-			// Not one we made (our names fix the type): replace it.
+		if h != nil && (h.Type != w.Type || h.Family != w.Family) {
+			// Not one we made (our names fix the type and family): replace it.
 			if err := s.Destroy(w.Name); err != nil {
 				return err
 			}
 			h = nil
 		}
 		if h == nil {
-			if err := s.Create(w.Name, w.Type); err != nil {
+			if err := s.Create(w.Name, w.Type, w.Family); err != nil {
 				return err
 			}
-			h = &Set{Name: w.Name, Type: w.Type}
+			h = &Set{Name: w.Name, Type: w.Type, Family: w.Family}
 		}
 		cur := make(map[string]bool, len(h.Entries))
 		for _, en := range h.Entries {
@@ -481,10 +490,31 @@ func (e *Enforcer) Stats() Stats {
 	return s
 }
 
-// Cleanup removes everything the enforcer put into the kernel: the FORWARD
-// jump (every copy), its chains and its ipsets. It works from the kernel
-// alone (also after a crash) and is idempotent; minikit down calls it.
+// listFamily lists the sets of one family's enforcer.
+func listFamily(sets IPSets, f family) (map[string]*Set, error) {
+	have, err := sets.List()
+	if err != nil {
+		return nil, err
+	}
+	for name := range have {
+		if !strings.HasPrefix(name, f.setPrefix()) {
+			delete(have, name)
+		}
+	}
+	return have, nil
+}
+
+// Cleanup removes everything the IPv4 enforcer put into the kernel: the
+// FORWARD jump (every copy), its chains and its ipsets. It works from the
+// kernel alone (also after a crash) and is idempotent; minikit down calls it.
 func Cleanup(ipt iptables.Interface, sets IPSets) error {
+	return CleanupFamily(ipt, sets, corev1.IPv4Protocol)
+}
+
+// CleanupFamily is Cleanup for the enforcer of one family, with that
+// family's runner (ip6tables for IPv6). It destroys that family's ipsets
+// only: the other family's may still be in use by its rules.
+func CleanupFamily(ipt iptables.Interface, sets IPSets, family corev1.IPFamily) error {
 	var errs []error
 	names, err := ipt.ListChains(iptables.TableFilter)
 	if err != nil {
@@ -514,7 +544,7 @@ func Cleanup(ipt iptables.Interface, sets IPSets) error {
 		}
 	}
 	if sets != nil {
-		have, err := sets.List()
+		have, err := listFamily(sets, familyOf(family))
 		if err != nil {
 			errs = append(errs, err)
 		}

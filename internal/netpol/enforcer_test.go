@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,7 +15,8 @@ import (
 )
 
 // fakeSets is a stateful IPSets: sets must exist to take entries, and a
-// set's type is fixed at creation.
+// set's type and family are fixed at creation (an inet set refuses IPv6
+// entries and an inet6 set IPv4 ones, as the kernel does).
 type fakeSets struct{ sets map[string]*Set }
 
 func newFakeSets() *fakeSets { return &fakeSets{sets: map[string]*Set{}} }
@@ -29,11 +31,14 @@ func (f *fakeSets) List() (map[string]*Set, error) {
 	return out, nil
 }
 
-func (f *fakeSets) Create(name, typ string) error {
+func (f *fakeSets) Create(name, typ, family string) error {
 	if f.sets[name] != nil {
 		return fmt.Errorf("set %s exists", name)
 	}
-	f.sets[name] = &Set{Name: name, Type: typ}
+	if family != "" && family != "inet6" {
+		return fmt.Errorf("unknown family %q", family)
+	}
+	f.sets[name] = &Set{Name: name, Type: typ, Family: family}
 	return nil
 }
 
@@ -42,8 +47,12 @@ func (f *fakeSets) Add(name, typ, entry string) error {
 	if s == nil || s.Type != typ {
 		return fmt.Errorf("no %s set %s", typ, name)
 	}
-	if _, err := parseEntry(typ, entry); err != nil {
+	e, err := parseEntry(typ, entry)
+	if err != nil {
 		return err
+	}
+	if v6 := e.IP.To4() == nil; v6 != (s.Family == "inet6") {
+		return fmt.Errorf("%s: family mismatch for set %s (family %q)", entry, name, s.Family)
 	}
 	s.Entries = append(s.Entries, entry)
 	return nil
@@ -161,5 +170,60 @@ func TestSyncConverges(t *testing.T) {
 	}
 	if fwd := ipt.Rules("filter", "FORWARD"); len(fwd) != 1 || fwd[0] != JumpRule() {
 		t.Errorf("FORWARD = %q", fwd)
+	}
+}
+
+// The two enforcers of a dual-stack node share the kernel's ipsets: each
+// syncs, replaces and cleans up only its own family's sets.
+func TestDualStackEnforcersShareSets(t *testing.T) {
+	w := dualWorld()
+	w.pols = append(w.pols, ingress(policy("x", "web", sel("pod", "b")), []networkingPeer{podPeer(sel("pod", "a"), sel())}))
+	sets := newFakeSets()
+	ipt4, ipt6 := iptablestest.NewFake(), iptablestest.NewFake()
+	e4 := New(Config{NodeName: "n1"}, ipt4, sets, w.listers())
+	e6 := New(Config{NodeName: "n1", Family: corev1.IPv6Protocol}, ipt6, sets, w.listers())
+	e4.SetInitialized()
+	e6.SetInitialized()
+	entries := func() map[string]string {
+		out := map[string]string{}
+		for _, s := range sets.sets {
+			out[s.Family] = strings.Join(sorted(s.Entries), " ")
+		}
+		return out
+	}
+	want := map[string]string{"": "10.244.1.2/32 10.244.2.2/32", "inet6": "fd00:10:244:1::2/128 fd00:10:244:2::2/128"}
+	for i, e := range []*Enforcer{e4, e6, e4, e6} {
+		e.forgetKernel() // list the kernel's sets, the other family's among them
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := entries(); i > 0 && (len(sets.sets) != 2 || got[""] != want[""] || got["inet6"] != want["inet6"]) {
+			t.Fatalf("sets after a sync: %v, want %v", got, want)
+		}
+	}
+	// A set of the IPv6 enforcer's name but the wrong family is replaced.
+	for name, s := range sets.sets {
+		if s.Family == "inet6" {
+			sets.sets[name] = &Set{Name: name, Type: s.Type}
+		}
+	}
+	e6.forgetKernel()
+	if err := e6.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(); got["inet6"] != want["inet6"] {
+		t.Errorf("the IPv6 set after replacing an inet one: %v", got)
+	}
+	if err := CleanupFamily(ipt6, sets, corev1.IPv6Protocol); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(); len(sets.sets) != 1 || got[""] != want[""] {
+		t.Errorf("after the IPv6 cleanup: %v, want the IPv4 set alone", got)
+	}
+	if chains, _ := ipt6.ListChains("filter"); slices.ContainsFunc(chains, Owned) {
+		t.Errorf("IPv6 chains left: %v", chains)
+	}
+	if chains, _ := ipt4.ListChains("filter"); !slices.Contains(chains, ChainHook) {
+		t.Errorf("the IPv6 cleanup removed IPv4 chains: %v", chains)
 	}
 }

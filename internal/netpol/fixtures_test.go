@@ -70,6 +70,13 @@ func pod(namespace, name, node, ip string, lbl []string, ports ...corev1.Contain
 	}
 }
 
+// dual gives p an IPv6 address beside its IPv4 one: status.podIPs lists
+// both, IPv4 first, as on a dual-stack node.
+func dual(p *corev1.Pod, ip6 string) *corev1.Pod {
+	p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}, {IP: ip6}}
+	return p
+}
+
 func cport(name string, n int32, proto corev1.Protocol) corev1.ContainerPort {
 	return corev1.ContainerPort{Name: name, ContainerPort: n, Protocol: proto}
 }

@@ -1,6 +1,7 @@
 package netpol
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -15,12 +16,14 @@ import (
 )
 
 // IPSets is what the enforcer needs from the kernel's ipsets. Every method
-// acts only on sets named KUBE-NP-*.
+// acts only on sets named KUBE-NP-* and KUBE-NP6-*.
 type IPSets interface {
-	// List returns the enforcer's sets in the kernel, with their entries in
-	// Set's canonical form (unsorted).
+	// List returns the enforcer's sets in the kernel, of both families, with
+	// their entries in Set's canonical form (unsorted).
 	List() (map[string]*Set, error)
-	Create(name, typ string) error
+	// Create creates a set of ipset type typ and family ("" is inet, or
+	// "inet6": Set.Family).
+	Create(name, typ, family string) error
 	Add(name, typ, entry string) error
 	Del(name, typ, entry string) error
 	Destroy(name string) error
@@ -76,6 +79,7 @@ func (s *NetlinkSets) List() (map[string]*Set, error) {
 			return nil, fmt.Errorf("listing ipsets: %w", err)
 		}
 		var name, typ string
+		var fam uint8
 		var adt []byte
 		for _, a := range attrs {
 			switch a.Attr.Type & nl.NLA_TYPE_MASK {
@@ -83,6 +87,10 @@ func (s *NetlinkSets) List() (map[string]*Set, error) {
 				name = nl.BytesToString(a.Value)
 			case nl.IPSET_ATTR_TYPENAME:
 				typ = nl.BytesToString(a.Value)
+			case nl.IPSET_ATTR_FAMILY:
+				if len(a.Value) > 0 {
+					fam = a.Value[0]
+				}
 			case nl.IPSET_ATTR_ADT:
 				adt = a.Value
 			}
@@ -97,6 +105,9 @@ func (s *NetlinkSets) List() (map[string]*Set, error) {
 		}
 		if typ != "" {
 			set.Type = typ
+		}
+		if fam == unix.AF_INET6 {
+			set.Family = "inet6"
 		}
 		if adt == nil {
 			continue
@@ -163,13 +174,22 @@ func parseDumpEntry(b []byte) (netlink.IPSetEntry, bool) {
 	return e, e.IP != nil
 }
 
-// Create creates the set of ipset type typ (hash:ip, hash:net, ...) unless it exists.
-func (s *NetlinkSets) Create(name, typ string) error {
+// Create creates the set of ipset type typ (hash:ip, hash:net, ...) and
+// family ("" or "inet6") unless it exists.
+func (s *NetlinkSets) Create(name, typ, family string) error {
 	if !OwnedSet(name) {
 		return fmt.Errorf("refusing to create ipset %q: not the enforcer's", name)
 	}
-	if err := s.h.IpsetCreate(name, typ, netlink.IpsetCreateOptions{}); err != nil {
-		return fmt.Errorf("creating ipset %s (%s): %w", name, typ, err)
+	opts := netlink.IpsetCreateOptions{Family: unix.AF_INET}
+	switch family {
+	case "":
+	case "inet6":
+		opts.Family = unix.AF_INET6
+	default:
+		return fmt.Errorf("creating ipset %s: unknown family %q", name, family)
+	}
+	if err := s.h.IpsetCreate(name, typ, opts); err != nil {
+		return fmt.Errorf("creating ipset %s (%s family %s): %w", name, typ, cmp.Or(family, "inet"), err)
 	}
 	return nil
 }
@@ -211,13 +231,13 @@ func (s *NetlinkSets) Destroy(name string) error {
 
 var protoNums = map[string]uint8{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}
 
-// parseEntry turns a canonical entry into netlink's form.
+// parseEntry turns a canonical entry of either family into netlink's form.
 func parseEntry(typ, entry string) (*netlink.IPSetEntry, error) {
 	bad := fmt.Errorf("invalid %s entry %q", typ, entry)
 	switch typ {
 	case setNet:
 		p, err := netip.ParsePrefix(entry)
-		if err != nil || !p.Addr().Is4() || p.Bits() == 0 {
+		if err != nil || p.Addr().Is4In6() || p.Bits() == 0 {
 			return nil, bad
 		}
 		return &netlink.IPSetEntry{IP: net.IP(p.Addr().AsSlice()), CIDR: uint8(p.Bits())}, nil
@@ -227,7 +247,7 @@ func parseEntry(typ, entry string) (*netlink.IPSetEntry, error) {
 		a, err := netip.ParseAddr(ip)
 		n, err2 := strconv.ParseUint(port, 10, 16)
 		pn, ok3 := protoNums[proto]
-		if !ok || !ok2 || !ok3 || err != nil || err2 != nil || !a.Is4() {
+		if !ok || !ok2 || !ok3 || err != nil || err2 != nil || a.Is4In6() || a.Zone() != "" {
 			return nil, bad
 		}
 		p16 := uint16(n)
@@ -244,7 +264,7 @@ func formatEntry(typ string, e netlink.IPSetEntry) string {
 	case setNet:
 		bits := int(e.CIDR)
 		if bits == 0 {
-			bits = 32
+			bits = a.BitLen()
 		}
 		return netip.PrefixFrom(a, bits).String()
 	case setIPPort:

@@ -24,8 +24,12 @@ const (
 type Set struct {
 	Name string
 	Type string
+	// Family is ipset's family of the set: "" for inet (IPv4, ipset's
+	// default), "inet6" for IPv6.
+	Family string
 	// Entries are canonical and sorted: "10.244.1.5/32", "10.0.0.0/8" for
-	// hash:net; "10.244.1.5,tcp:8080" for hash:ip,port.
+	// hash:net; "10.244.1.5,tcp:8080" for hash:ip,port; IPv6 addresses in
+	// netip's form ("fd00:10:244:1::5/128") in an inet6 set.
 	Entries []string
 	// Owner says which policy rule it serves, for logs and trace.
 	Owner string
@@ -56,9 +60,68 @@ type Input struct {
 	Namespaces []*corev1.Namespace
 	// NoSCTP leaves SCTP rules out (the kernel refused them).
 	NoSCTP bool
+	// Family is the IP family enforced: IPv4 ("" too) for iptables, IPv6
+	// for ip6tables. A dual-stack node runs one enforcer per family, as it
+	// runs one proxier per family: each state holds its family's pod
+	// addresses and ipBlocks only, so a peer matches on both families and an
+	// ipBlock on its own.
+	Family corev1.IPFamily
 }
 
-// podInfo is a pod that has an IPv4 address on the pod network.
+// family is what differs between the IPv4 and IPv6 renderings.
+type family struct {
+	v6 bool
+}
+
+func familyOf(f corev1.IPFamily) family { return family{v6: f == corev1.IPv6Protocol} }
+
+// is reports whether a is an address of the family (an IPv4-mapped IPv6
+// address is neither: pods and ipBlocks never carry one).
+func (f family) is(a netip.Addr) bool {
+	if f.v6 {
+		return a.Is6() && !a.Is4In6()
+	}
+	return a.Is4()
+}
+
+// host is a's single-address prefix: "10.244.1.2/32", "fd00::2/128".
+func (f family) host(a netip.Addr) string { return netip.PrefixFrom(a, a.BitLen()).String() }
+
+// groupBits is the prefix length of the hook chain's dispatch groups: 16
+// addresses in either family.
+func (f family) groupBits() int {
+	if f.v6 {
+		return 124
+	}
+	return 28
+}
+
+// unreachable is REJECT's ICMP answer for what no policy allows.
+func (f family) unreachable() string {
+	if f.v6 {
+		return "icmp6-port-unreachable"
+	}
+	return "icmp-port-unreachable"
+}
+
+// setPrefix is the prefix of the family's ipset names: ipsets are not per
+// family in the kernel, so the IPv6 sets have names of their own.
+func (f family) setPrefix() string {
+	if f.v6 {
+		return PrefixSet6
+	}
+	return PrefixSet
+}
+
+// setFamily is Set.Family for the family's sets.
+func (f family) setFamily() string {
+	if f.v6 {
+		return "inet6"
+	}
+	return ""
+}
+
+// podInfo is a pod that has an address of the enforced family on the pod network.
 type podInfo struct {
 	pod *corev1.Pod
 	ip  netip.Addr
@@ -66,10 +129,10 @@ type podInfo struct {
 
 func (p podInfo) key() string { return p.pod.Namespace + "/" + p.pod.Name }
 
-// podAddr returns the pod's IPv4 address on the pod network, if it has one
-// that traffic can reach: not hostNetwork (its address is the node's), not
-// finished (its address may be reused).
-func podAddr(p *corev1.Pod) (netip.Addr, bool) {
+// podAddr returns the pod's address of family f on the pod network, if it
+// has one that traffic can reach: not hostNetwork (its address is the
+// node's), not finished (its address may be reused).
+func podAddr(p *corev1.Pod, f family) (netip.Addr, bool) {
 	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return netip.Addr{}, false
 	}
@@ -78,7 +141,7 @@ func podAddr(p *corev1.Pod) (netip.Addr, bool) {
 		cands = append(cands, ip.IP)
 	}
 	for _, c := range cands {
-		if a, err := netip.ParseAddr(c); err == nil && a.Is4() {
+		if a, err := netip.ParseAddr(c); err == nil && f.is(a) {
 			return a, true
 		}
 	}
@@ -132,6 +195,7 @@ var (
 // computer holds the indexes of one Compute.
 type computer struct {
 	in       Input
+	fam      family
 	st       *State
 	nsLabels map[string]labels.Set
 	pods     []podInfo // every reachable pod, by namespace/name
@@ -141,12 +205,12 @@ type computer struct {
 
 // Compute derives the desired chains and sets from the objects. It is pure.
 func Compute(in Input) *State {
-	c := &computer{in: in, st: &State{}, nsLabels: map[string]labels.Set{}, sets: map[string]bool{}}
+	c := &computer{in: in, fam: familyOf(in.Family), st: &State{}, nsLabels: map[string]labels.Set{}, sets: map[string]bool{}}
 	for _, ns := range in.Namespaces {
 		c.nsLabels[ns.Name] = labels.Set(ns.Labels)
 	}
 	for _, p := range in.Pods {
-		if ip, ok := podAddr(p); ok {
+		if ip, ok := podAddr(p, c.fam); ok {
 			pi := podInfo{p, ip}
 			c.pods = append(c.pods, pi)
 			if p.Spec.NodeName == in.NodeName {
@@ -197,6 +261,14 @@ func Compute(in Input) *State {
 	hook := []string{
 		"-A " + ChainHook + " -m conntrack --ctstate RELATED,ESTABLISHED " + comment("replies and established flows") + " -j RETURN",
 	}
+	if c.fam.v6 {
+		// Neighbour discovery is IPv6's ARP: conntrack does not track it, and
+		// between pods of a node it is bridged through FORWARD. Policies
+		// judge connections, not address resolution.
+		for _, typ := range []string{"neighbour-solicitation", "neighbour-advertisement"} {
+			hook = append(hook, "-A "+ChainHook+" -p ipv6-icmp -m icmp6 --icmpv6-type "+typ+" "+comment("neighbour discovery")+" -j RETURN")
+		}
+	}
 	jumps := map[direction][]podJump{}
 	for _, lp := range c.local {
 		for _, d := range []direction{dirEgress, dirIngress} {
@@ -206,7 +278,7 @@ func Compute(in Input) *State {
 			}
 			name := podChain(lp.pod.Namespace, lp.pod.Name, d.name)
 			jumps[d] = append(jumps[d], podJump{lp.ip, name, lp.key() + " " + d.name})
-			c.st.Chains = append(c.st.Chains, Chain{Name: name, Rules: podChainRules(name, lp, d, refs)})
+			c.st.Chains = append(c.st.Chains, Chain{Name: name, Rules: podChainRules(c.fam, name, lp, d, refs)})
 		}
 	}
 	clear := "-j MARK --set-xmark 0x0/" + markAllow
@@ -239,7 +311,7 @@ const dispatchDirect = 16
 // instead of 254.
 func (c *computer) dispatch(d direction, jumps []podJump) []string {
 	line := func(chain string, j podJump) string {
-		return "-A " + chain + " " + d.addr + " " + j.ip.String() + "/32 " + comment(j.remark) + " -j " + j.chain
+		return "-A " + chain + " " + d.addr + " " + c.fam.host(j.ip) + " " + comment(j.remark) + " -j " + j.chain
 	}
 	if len(jumps) <= dispatchDirect {
 		var out []string
@@ -251,7 +323,7 @@ func (c *computer) dispatch(d direction, jumps []podJump) []string {
 	slices.SortFunc(jumps, func(a, b podJump) int { return a.ip.Compare(b.ip) })
 	var out []string
 	for i := 0; i < len(jumps); {
-		group := netip.PrefixFrom(jumps[i].ip, 28).Masked()
+		group := netip.PrefixFrom(jumps[i].ip, c.fam.groupBits()).Masked()
 		k := i
 		for k < len(jumps) && group.Contains(jumps[k].ip) {
 			k++
@@ -276,11 +348,11 @@ func (c *computer) problem(format string, args ...any) {
 	c.st.Problems = append(c.st.Problems, fmt.Sprintf(format, args...))
 }
 
-func podChainRules(name string, lp podInfo, d direction, refs []polRef) []string {
+func podChainRules(f family, name string, lp podInfo, d direction, refs []polRef) []string {
 	// A pod cannot block access to itself (hairpin through its own Service),
 	// and traffic from its node is always allowed (kubelet probes; the node's
 	// own packets take OUTPUT, but a hairpin may carry a local source).
-	self := lp.ip.String() + "/32"
+	self := f.host(lp.ip)
 	var r []string
 	if d == dirIngress {
 		r = append(r,
@@ -302,7 +374,7 @@ func podChainRules(name string, lp podInfo, d direction, refs []polRef) []string
 	deny := comment(lp.key() + " " + d.name + ": no NetworkPolicy allows")
 	return append(r,
 		"-A "+name+" -p tcp -m conntrack ! --ctstate DNAT "+deny+" -j REJECT --reject-with tcp-reset",
-		"-A "+name+" "+deny+" -j REJECT --reject-with icmp-port-unreachable")
+		"-A "+name+" "+deny+" -j REJECT --reject-with "+f.unreachable())
 }
 
 // policyChain renders the chain of one policy and direction and returns its name.
@@ -339,8 +411,8 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 			if len(r.peers) == 0 || match != "" {
 				return match
 			}
-			set := setName(pol + "/" + d.name + "/" + strconv.Itoa(i) + "/peers")
-			c.addSet(Set{Name: set, Type: setNet, Entries: netEntries(nets), Owner: owner})
+			set := c.fam.setPrefix() + hash16(pol+"/"+d.name+"/"+strconv.Itoa(i)+"/peers")
+			c.addSet(Set{Name: set, Type: setNet, Family: c.fam.setFamily(), Entries: netEntries(nets), Owner: owner})
 			match = " -m set --match-set " + set + " " + d.peer
 			return match
 		}
@@ -379,7 +451,7 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 					if !ok {
 						continue
 					}
-					rules = append(rules, "-A "+name+" -d "+lp.ip.String()+"/32 -p "+proto+peerMatch()+" -m "+proto+" --dport "+strconv.Itoa(int(n))+tail)
+					rules = append(rules, "-A "+name+" -d "+c.fam.host(lp.ip)+" -p "+proto+peerMatch()+" -m "+proto+" --dport "+strconv.Itoa(int(n))+tail)
 				}
 			default:
 				// Egress: the destination pod's port of that name, so the rule
@@ -396,8 +468,8 @@ func (c *computer) policyChain(p *networkingv1.NetworkPolicy, d direction, selec
 				}
 				slices.Sort(entries)
 				entries = slices.Compact(entries)
-				set := setName(pol + "/" + d.name + "/" + strconv.Itoa(i) + "/port/" + strconv.Itoa(j))
-				c.addSet(Set{Name: set, Type: setIPPort, Entries: entries, Owner: owner})
+				set := c.fam.setPrefix() + hash16(pol+"/"+d.name+"/"+strconv.Itoa(i)+"/port/"+strconv.Itoa(j))
+				c.addSet(Set{Name: set, Type: setIPPort, Family: c.fam.setFamily(), Entries: entries, Owner: owner})
 				rules = append(rules, "-A "+name+" -p "+proto+" -m set --match-set "+set+" dst,dst"+tail)
 			}
 		}
@@ -430,8 +502,10 @@ func protocol(p *corev1.Protocol) (string, bool) {
 	return "", false
 }
 
-// peers resolves a rule's peer list to addresses: the pods that the selector
-// peers match as /32s, and the ipBlocks minus their own exceptions.
+// peers resolves a rule's peer list to addresses of the enforced family: the
+// pods that the selector peers match as single addresses (/32, /128), and
+// the ipBlocks of the family minus their own exceptions. An ipBlock of the
+// other family matches nothing here: its traffic is the other enforcer's.
 func (c *computer) peers(p *networkingv1.NetworkPolicy, peers []networkingv1.NetworkPolicyPeer, owner string) []netip.Prefix {
 	var nets []netip.Prefix
 	seen := map[netip.Addr]bool{}
@@ -442,12 +516,12 @@ func (c *computer) peers(p *networkingv1.NetworkPolicy, peers []networkingv1.Net
 				c.problem("%s: peers[%d].ipBlock.cidr: %v", owner, k, err)
 				continue
 			}
-			if !cidr.Addr().Is4() {
-				continue // IPv4 only
+			if !c.fam.is(cidr.Addr()) {
+				continue
 			}
 			var except []netip.Prefix
 			for _, e := range peer.IPBlock.Except {
-				if ep, err := netip.ParsePrefix(e); err == nil && ep.Addr().Is4() {
+				if ep, err := netip.ParsePrefix(e); err == nil && c.fam.is(ep.Addr()) {
 					except = append(except, ep.Masked())
 				} else if err != nil {
 					c.problem("%s: peers[%d].ipBlock.except: %v", owner, k, err)
@@ -489,7 +563,7 @@ func (c *computer) peers(p *networkingv1.NetworkPolicy, peers []networkingv1.Net
 				continue
 			}
 			seen[pi.ip] = true
-			nets = append(nets, netip.PrefixFrom(pi.ip, 32))
+			nets = append(nets, netip.PrefixFrom(pi.ip, pi.ip.BitLen()))
 		}
 	}
 	return nets
@@ -499,8 +573,13 @@ func netEntries(nets []netip.Prefix) []string {
 	out := make([]string, 0, len(nets))
 	for _, n := range nets {
 		if n.Bits() == 0 {
-			// hash:net takes prefixes of 1 to 32 bits: 0.0.0.0/0 is two halves.
-			out = append(out, "0.0.0.0/1", "128.0.0.0/1")
+			// hash:net takes prefixes of 1 to 32 (128) bits: 0.0.0.0/0 (::/0)
+			// is two halves.
+			if n.Addr().Is6() {
+				out = append(out, "::/1", "8000::/1")
+			} else {
+				out = append(out, "0.0.0.0/1", "128.0.0.0/1")
+			}
 			continue
 		}
 		out = append(out, n.String())
@@ -514,7 +593,7 @@ func within(pods []podInfo, nets []netip.Prefix) []podInfo {
 	hosts := map[netip.Addr]bool{}
 	var blocks []netip.Prefix
 	for _, n := range nets {
-		if n.Bits() == 32 {
+		if n.IsSingleIP() {
 			hosts[n.Addr()] = true
 		} else {
 			blocks = append(blocks, n)
@@ -532,7 +611,7 @@ func within(pods []podInfo, nets []netip.Prefix) []podInfo {
 // subtract returns p minus the exceptions as a list of prefixes: what ipset's
 // nomatch entries would express. It splits p in halves until each half is
 // either inside an exception (dropped) or clear of all of them (kept), so the
-// result has at most 32 prefixes per exception.
+// result has at most 32 (128) prefixes per exception.
 func subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
 	overlap := false
 	for _, e := range except {
@@ -543,13 +622,14 @@ func subtract(p netip.Prefix, except []netip.Prefix) []netip.Prefix {
 			overlap = true
 		}
 	}
-	if !overlap || p.Bits() >= 32 {
+	if !overlap || p.Bits() >= p.Addr().BitLen() {
 		return []netip.Prefix{p}
 	}
 	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
-	a := p.Addr().As4()
+	a := p.Addr().AsSlice()
 	bit := p.Bits()
 	a[bit/8] |= 0x80 >> (bit % 8)
-	hi := netip.PrefixFrom(netip.AddrFrom4(a), p.Bits()+1)
+	ha, _ := netip.AddrFromSlice(a)
+	hi := netip.PrefixFrom(ha, p.Bits()+1)
 	return append(subtract(lo, except), subtract(hi, except)...)
 }

@@ -13,6 +13,7 @@ const (
 	PrefixPolicy    = "KUBE-NWPLCY-"
 	PrefixPod       = "KUBE-POD-FW-"
 	PrefixSet       = "KUBE-NP-"
+	PrefixSet6      = "KUBE-NP6-" // the IPv6 enforcer's sets
 	hookComment     = "kubernetes network policy"
 	markAllow       = "0x10000"
 	markAllowMasked = markAllow + "/" + markAllow
@@ -23,12 +24,14 @@ func Owned(chain string) bool {
 	return strings.HasPrefix(chain, PrefixPolicy) || strings.HasPrefix(chain, PrefixPod)
 }
 
-// OwnedSet reports whether an ipset is the enforcer's.
-func OwnedSet(name string) bool { return strings.HasPrefix(name, PrefixSet) }
+// OwnedSet reports whether an ipset is the enforcer's, of either family.
+func OwnedSet(name string) bool {
+	return strings.HasPrefix(name, PrefixSet) || strings.HasPrefix(name, PrefixSet6)
+}
 
 // hash16 is the first 16 characters of the base32 sha256 of key, as
 // kube-proxy names its chains: names stay within iptables' 28 characters
-// (KUBE-NWPLCY- and KUBE-POD-FW- are 12) and ipset's 31.
+// (KUBE-NWPLCY- and KUBE-POD-FW- are 12) and ipset's 31 (KUBE-NP6- is 9).
 func hash16(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return base32.StdEncoding.EncodeToString(sum[:])[:16]
@@ -36,7 +39,6 @@ func hash16(key string) string {
 
 func policyChain(ns, name, dir string) string { return PrefixPolicy + hash16(ns+"/"+name+"/"+dir) }
 func podChain(ns, name, dir string) string    { return PrefixPod + hash16(ns+"/"+name+"/"+dir) }
-func setName(key string) string               { return PrefixSet + hash16(key) }
 
 // commentText makes s safe as the argument of --comment: printable ASCII
 // without quotes or backslashes, at most 255 bytes (the xt_comment limit).

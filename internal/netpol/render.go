@@ -79,7 +79,11 @@ func RuleText(st *State) []byte {
 func SetText(st *State) []byte {
 	var b bytes.Buffer
 	for _, s := range st.Sets {
-		b.WriteString("create " + s.Name + " " + s.Type + " # " + s.Owner + "\n")
+		b.WriteString("create " + s.Name + " " + s.Type)
+		if s.Family != "" {
+			b.WriteString(" family " + s.Family)
+		}
+		b.WriteString(" # " + s.Owner + "\n")
 		for _, e := range s.Entries {
 			b.WriteString("add " + s.Name + " " + e + "\n")
 		}

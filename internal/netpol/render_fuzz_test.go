@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -24,13 +25,15 @@ import (
 // fuzzed fields (names, labels, port names, CIDRs, protocols, numbers) and
 // checks that the output is restore syntax in which no field became iptables
 // syntax: every line is a chain declaration or a rule in one of our chains,
-// and outside the --comment argument only our own vocabulary appears. As
-// root it also creates the sets and loads the rules with iptables-restore
-// --test in a network namespace of its own.
+// and outside the --comment argument only our own vocabulary appears. Flag
+// 0x20 renders for the IPv6 enforcer of a dual-stack cluster. As root it
+// also creates the sets and loads the rules with iptables-restore (or
+// ip6tables-restore) --test in a network namespace of its own.
 func FuzzRenderPolicies(f *testing.F) {
 	f.Add("x", "p", "a", "pod", "a", "http", "10.0.0.0/8", "10.1.0.0/16", "TCP", uint16(80), uint16(90), uint8(0xff))
 	f.Add("ns\" -j ACCEPT", "p\n-A FORWARD -j DROP", "b", "k", "v", "no-such-port", "::/0", "bogus", "SCTP", uint16(0), uint16(0), uint8(0x3))
 	f.Add("a'b", "c\\d", "e", "f", "g", "h", "0.0.0.0/0", "0.0.0.0/0", "UDP", uint16(65535), uint16(1), uint8(0x55))
+	f.Add("x", "p6", "a", "pod", "a", "http", "fd00::/64", "fd00::8000:0:0:0/65", "TCP", uint16(80), uint16(90), uint8(0x2b))
 	check := restoreTester(f)
 	f.Fuzz(func(t *testing.T, namespace, name, podName, key, val, portName, cidr, except, proto string, port, endPort uint16, flags uint8) {
 		pr := corev1.Protocol(proto)
@@ -62,8 +65,13 @@ func FuzzRenderPolicies(f *testing.F) {
 		}
 		pd := pod(namespace, podName, "n1", fmt.Sprintf("10.244.%d.%d", flags, port%256), []string{key, val},
 			corev1.ContainerPort{Name: portName, ContainerPort: int32(port), Protocol: pr})
+		family := corev1.IPv4Protocol
+		if flags&0x20 != 0 {
+			family = corev1.IPv6Protocol
+			dual(pd, fmt.Sprintf("fd00:10:244:%x::%x", flags, port))
+		}
 		in := Input{NodeName: "n1", Policies: []*networkingv1.NetworkPolicy{p}, Pods: []*corev1.Pod{pd},
-			Namespaces: []*corev1.Namespace{ns(namespace, key, val)}, NoSCTP: flags&16 != 0}
+			Namespaces: []*corev1.Namespace{ns(namespace, key, val)}, NoSCTP: flags&16 != 0, Family: family}
 		st := Compute(in)
 		data := restoreInput(st, nil, jumpFix{insert: true})
 		if err := checkRestoreText(data); err != nil {
@@ -80,7 +88,7 @@ func FuzzRenderPolicies(f *testing.F) {
 		if err := iptablestest.NewFake().Restore(data, true); err != nil {
 			t.Fatalf("fake restore: %v\n%s", err, data)
 		}
-		check(t, st, data)
+		check(t, st, data, family)
 	})
 }
 
@@ -92,6 +100,7 @@ var ourWords = map[string]bool{
 	"tcp": true, "udp": true, "sctp": true, "--dport": true, "conntrack": true, "--ctstate": true, "RELATED,ESTABLISHED": true, "!": true, "DNAT": true,
 	"RETURN": true, "MARK": true, "--set-xmark": true, "0x10000/0x10000": true, "0x0/0x10000": true, "mark": true, "--mark": true,
 	"REJECT": true, "--reject-with": true, "tcp-reset": true, "icmp-port-unreachable": true, "addrtype": true, "--src-type": true, "LOCAL": true,
+	"icmp6-port-unreachable": true, "ipv6-icmp": true, "icmp6": true, "--icmpv6-type": true, "neighbour-solicitation": true, "neighbour-advertisement": true,
 }
 
 func checkRestoreText(data []byte) error {
@@ -132,6 +141,9 @@ func checkRestoreText(data []byte) error {
 }
 
 func isAddrOrPort(a string) bool {
+	if p, err := netip.ParsePrefix(a); err == nil && p.Addr().Zone() == "" {
+		return true // an IPv6 address has letters
+	}
 	for _, c := range a {
 		if !strings.ContainsRune("0123456789./:", c) {
 			return false
@@ -141,10 +153,11 @@ func isAddrOrPort(a string) bool {
 }
 
 // restoreTester returns a check that, as root, creates the state's sets in a
-// network namespace of its own and runs iptables-restore --test there.
-func restoreTester(f *testing.F) func(t *testing.T, st *State, data []byte) {
+// network namespace of its own and runs iptables-restore --test there
+// (ip6tables-restore for the IPv6 family).
+func restoreTester(f *testing.F) func(t *testing.T, st *State, data []byte, family corev1.IPFamily) {
 	if os.Geteuid() != 0 {
-		return func(*testing.T, *State, []byte) {}
+		return func(*testing.T, *State, []byte, corev1.IPFamily) {}
 	}
 	b := make([]byte, 3)
 	rand.Read(b)
@@ -162,7 +175,7 @@ func restoreTester(f *testing.F) func(t *testing.T, st *State, data []byte) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	return func(t *testing.T, st *State, data []byte) {
+	return func(t *testing.T, st *State, data []byte, family corev1.IPFamily) {
 		defer func() {
 			have, _ := sets.List()
 			for n := range have {
@@ -176,7 +189,11 @@ func restoreTester(f *testing.F) func(t *testing.T, st *State, data []byte) {
 		if err := syncSets(sets, st.Sets, have); err != nil {
 			t.Fatalf("creating sets: %v", err)
 		}
-		cmd := exec.Command("ip", "netns", "exec", name, "iptables-restore", "--test", "--noflush", "-w")
+		restore := "iptables-restore"
+		if family == corev1.IPv6Protocol {
+			restore = "ip6tables-restore"
+		}
+		cmd := exec.Command("ip", "netns", "exec", name, restore, "--test", "--noflush", "-w")
 		cmd.Stdin = bytes.NewReader(data)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("iptables-restore --test rejects the rendered rules: %v: %s\n--- input:\n%s", err, out, data)
