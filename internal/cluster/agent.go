@@ -59,6 +59,9 @@ type AgentConfig struct {
 	// SecondaryNodeIP is the node's InternalIP of the other family on a
 	// dual-stack node (--node-ip v4,v6).
 	SecondaryNodeIP netip.Addr
+	// SecondaryClusterCIDR is the pod range of the other family on a
+	// dual-stack cluster; it must match the server's.
+	SecondaryClusterCIDR netip.Prefix
 }
 
 // Agent is a running `minikit agent`.
@@ -129,7 +132,7 @@ func StartAgent(cfg AgentConfig) (*Agent, error) {
 		return fail(err)
 	}
 	nc := nodeContext{Client: client, NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, SecondaryNodeIP: cfg.SecondaryNodeIP, DataDir: cfg.DataDir,
-		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
+		ServiceCIDR: cfg.ServiceCIDR, ClusterCIDR: cfg.ClusterCIDR, SecondaryClusterCIDR: cfg.SecondaryClusterCIDR, Logger: cfg.Logger, Version: cfg.Version, DNS: cfg.DNS,
 		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, RESTConfig: rc}
 	if !nc.ServiceCIDR.IsValid() {
 		nc.ServiceCIDR = netip.MustParsePrefix("10.96.0.0/12")

@@ -39,6 +39,10 @@ type nodeContext struct {
 
 	// SecondaryNodeIP is the node's InternalIP of the other family (dual-stack).
 	SecondaryNodeIP netip.Addr
+	// SecondaryClusterCIDR is the pod network's range of the other family
+	// (dual-stack), for that family's proxier (kube-proxy's --cluster-cidr
+	// takes one range per family).
+	SecondaryClusterCIDR netip.Prefix
 	// RESTConfig is Client's configuration, for clients of other API groups.
 	RESTConfig *rest.Config
 }
@@ -148,7 +152,7 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	}()
 	if !s.cfg.DisableAgent {
 		nc := nodeContext{Client: client, NodeName: s.cfg.NodeName, NodeIP: s.cfg.NodeIP, SecondaryNodeIP: s.cfg.SecondaryNodeIP, DataDir: s.cfg.DataDir,
-			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
+			ServiceCIDR: svcCIDR, ClusterCIDR: podCIDR, SecondaryClusterCIDR: s.cfg.SecondaryPodCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, DNS: s.cfg.DNS,
 			ProxyMode: s.cfg.ProxyMode, PodNetwork: s.cfg.PodNetwork, RESTConfig: rc}
 		agent, err := runNode(ctx, &wg, nc, token, map[string]string{"node-role.kubernetes.io/control-plane": ""})
 		if err != nil {

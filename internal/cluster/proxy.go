@@ -158,7 +158,14 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		if nc.Agent != nil {
 			icfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
 		}
-		if p, err = newIPTablesProxy(icfg, ipt, nc.SecondaryNodeIP, log); err != nil {
+		var ipt6 iptables.Interface
+		if ip6 := nc.SecondaryNodeIP; ip6.Is6() && !ip6.Is4In6() {
+			if ipt6, err = iptables.NewIPv6(); err != nil {
+				log.Warn("no ip6tables: IPv6 services will not work on this node", "err", err)
+				ipt6 = nil
+			}
+		}
+		if p, err = newIPTablesProxy(icfg, ipt, ipt6, nc.SecondaryNodeIP, nc.SecondaryClusterCIDR, log); err != nil {
 			return err
 		}
 	}
@@ -301,21 +308,16 @@ func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
 
 // newIPTablesProxy is the iptables mode's proxier: kube-proxy's one per IP
 // family of the node. A node with an IPv6 InternalIP beside its IPv4 one
-// (dual-stack) runs a second proxier writing ip6tables, joined with the
-// first by a MetaProxier; each proxier's health check node ports then listen
-// on its own family only. The pod network's IPv6 range is not known to node
-// components, so the IPv6 proxier runs without a local-traffic detector, as
-// kube-proxy does without --cluster-cidr: off-cluster traffic to an IPv6
-// ClusterIP is not masqueraded.
-func newIPTablesProxy(cfg kubeproxy.Config, ipt iptables.Interface, ip6 netip.Addr, log *slog.Logger) (serviceProxy, error) {
-	var ipt6 iptables.Interface
-	if ip6.Is6() && !ip6.Is4In6() {
-		var err error
-		if ipt6, err = iptables.NewIPv6(); err != nil {
-			log.Warn("no ip6tables: IPv6 services will not work on this node", "err", err)
-		}
-	}
-	if ipt6 == nil {
+// (dual-stack) and ip6tables (ipt6, nil when there is none) runs a second
+// proxier writing ip6tables, joined with the first by a MetaProxier; each
+// proxier's health check node ports then listen on its own family only, and
+// each tells pod traffic from off-cluster traffic by the pod range of its
+// family (kube-proxy's --cluster-cidr with one range per family): cidr6 for
+// the IPv6 one. Without an IPv6 pod range the IPv6 proxier runs without a
+// local-traffic detector, as kube-proxy does without --cluster-cidr:
+// off-cluster traffic to an IPv6 ClusterIP is then not masqueraded.
+func newIPTablesProxy(cfg kubeproxy.Config, ipt, ipt6 iptables.Interface, ip6 netip.Addr, cidr6 netip.Prefix, log *slog.Logger) (serviceProxy, error) {
+	if ipt6 == nil || !ip6.Is6() || ip6.Is4In6() {
 		return kubeproxy.New(cfg, ipt)
 	}
 	cfg.HealthCheckListen = listenFamily("tcp4")
@@ -325,13 +327,16 @@ func newIPTablesProxy(cfg kubeproxy.Config, ipt iptables.Interface, ip6 netip.Ad
 	}
 	cfg6 := cfg
 	cfg6.Family, cfg6.NodeIP, cfg6.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
+	if cidr6.Addr().Is6() && !cidr6.Addr().Is4In6() {
+		cfg6.ClusterCIDR = cidr6
+	}
 	cfg6.RouteLocalnet = nil
 	cfg6.HealthCheckListen = listenFamily("tcp6")
 	p6, err := kubeproxy.New(cfg6, ipt6)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("service proxy in iptables mode, dual-stack", "nodeIPv6", ip6)
+	log.Info("service proxy in iptables mode, dual-stack", "nodeIPv6", ip6, "clusterCIDRv6", cfg6.ClusterCIDR)
 	return kubeproxy.NewMetaProxier(p4, p6)
 }
 

@@ -33,6 +33,14 @@
 // the query's case, and negative answers carry the zone's SOA. Until the first
 // sync every would-be NXDOMAIN is a SERVFAIL.
 //
+// In a dual-stack cluster the same records answer both families, as CoreDNS's
+// do: A from a Service's IPv4 ClusterIP or IPv4 endpoints, AAAA from the IPv6
+// ones (spec.clusterIPs, the EndpointSlice of each address type), IPv6
+// endpoints and pods named by their address with dashes for colons, PTR
+// under ip6.arpa in nibble form, and NODATA for a name whose records are all
+// of the other family (dualstack_test.go). Verified pod records know a pod's
+// primary podIP only, like CoreDNS's pod index.
+//
 // The package also renders the per-pod resolv.conf by dnsPolicy (ResolvConf),
 // which the kubelet writes into each pod. The kube-system/kube-dns Service and
 // its endpoints are published by the Registrar in the kubedns subpackage.

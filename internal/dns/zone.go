@@ -53,8 +53,8 @@ type snapshot struct {
 	services   map[string]*service // "ns/name"
 	clusterIP  map[netip.Addr]ptrTarget
 	endpointIP map[netip.Addr][]ptrTarget
-	podIPs     map[string]map[netip.Addr]bool // ns -> IPs; only when pods are watched
-	podNS      map[netip.Addr]string          // pod IP -> namespace, for autopath
+	podIPs     map[string]map[netip.Addr]bool // ns -> primary podIPs; only when pods are watched
+	podNS      map[netip.Addr]string          // any pod IP -> namespace, for autopath
 	dnsIPs     []netip.Addr                   // ClusterIPs of kube-system/kube-dns
 }
 
@@ -175,12 +175,17 @@ func buildSnapshot(o Objects, synced bool, now time.Time, watchPods bool) *snaps
 				continue
 			}
 			ns := strings.ToLower(p.Namespace)
+			// Verified pod records know the primary podIP only, as
+			// CoreDNS's pod index holds status.podIP alone: a dual-stack
+			// pod's address of the other family is NXDOMAIN there.
+			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+				if s.podIPs[ns] == nil {
+					s.podIPs[ns] = map[netip.Addr]bool{}
+				}
+				s.podIPs[ns][a.Unmap()] = true
+			}
 			for _, ip := range p.Status.PodIPs {
 				if a, err := netip.ParseAddr(ip.IP); err == nil {
-					if s.podIPs[ns] == nil {
-						s.podIPs[ns] = map[netip.Addr]bool{}
-					}
-					s.podIPs[ns][a.Unmap()] = true
 					s.podNS[a.Unmap()] = ns
 				}
 			}

@@ -1,7 +1,7 @@
 // Package dualstack_test runs a dual-stack lab (issue 33: API, node IPAM,
-// the pod network and the iptables-mode service proxy; DNS and the
-// nftables mode are IPv4 only so far), in both pod networks, and checks what
-// is built: nodes with podCIDRs and
+// the pod network, the iptables-mode service proxy and cluster DNS in
+// dns_test.go; the nftables mode is IPv4 only so far), in both pod
+// networks, and checks what is built: nodes with podCIDRs and
 // InternalIPs of both families, pods with podIPs of both on one eth0 that
 // reach each other over IPv6 across nodes through host-gw routes, the
 // downward API's status.podIPs, a dual-stack Service with a ClusterIP and
