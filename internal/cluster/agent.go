@@ -215,7 +215,7 @@ func agentDir(dataDir string) string { return dataDir + "/agent" }
 // their sandboxes, cni0, host-gw routes, the VXLAN device and the agent's rules (kubelet.Down), and the
 // service proxy's rules of both modes, whichever the node ran (kubeproxy.Cleanup
 // for its chains, kubeproxy.CleanupNFT for its nftables table), the network policy
-// chains and ipsets (netpol.Cleanup). It works from the data dir alone, also
+// chains and ipsets of both families (netpol.Cleanup, cleanupNetpolIPv6). It works from the data dir alone, also
 // after a crash; run it in the node's network namespace, with minikit stopped.
 func Down(dataDir string, log *slog.Logger) error {
 	var errs []error
@@ -227,6 +227,9 @@ func Down(dataDir string, log *slog.Logger) error {
 	}
 	if err := cleanupProxyIPv6(); err != nil {
 		errs = append(errs, fmt.Errorf("removing the proxy's IPv6 rules: %w", err))
+	}
+	if err := cleanupNetpolIPv6(); err != nil {
+		errs = append(errs, fmt.Errorf("removing the network policy IPv6 rules: %w", err))
 	}
 	if ipt, err := iptables.New(); err == nil {
 		if err := kubeproxy.Cleanup(ipt); err != nil {

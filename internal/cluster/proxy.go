@@ -136,7 +136,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		}
 		ncfg := kubeproxy.NFTConfig{Config: cfg, ServiceCIDRs: cidrs, Backend: name}
 		var backend6 nft.Interface
-		if p, backend6, err = newNFTProxy(ncfg, backend, nc.SecondaryNodeIP, log); err != nil {
+		if p, backend6, err = newNFTProxy(ncfg, backend, nc.SecondaryNodeIP, nc.SecondaryClusterCIDR, log); err != nil {
 			closeBackend()
 			return err
 		}
@@ -343,9 +343,9 @@ func newIPTablesProxy(cfg kubeproxy.Config, ipt, ipt6 iptables.Interface, ip6 ne
 // newNFTProxy is the nftables mode's proxier, one per IP family of the node
 // as in iptables mode (newIPTablesProxy): on a dual-stack node a second
 // proxier writes `ip6 kube-proxy` through a backend of its own (returned,
-// for closing), without a local-traffic detector, and a MetaProxier joins
-// the two.
-func newNFTProxy(cfg kubeproxy.NFTConfig, backend nft.Interface, ip6 netip.Addr, log *slog.Logger) (serviceProxy, nft.Interface, error) {
+// for closing), telling pod traffic by cidr6 as newIPTablesProxy's does, and
+// a MetaProxier joins the two.
+func newNFTProxy(cfg kubeproxy.NFTConfig, backend nft.Interface, ip6 netip.Addr, cidr6 netip.Prefix, log *slog.Logger) (serviceProxy, nft.Interface, error) {
 	var backend6 nft.Interface
 	if ip6.Is6() && !ip6.Is4In6() {
 		var err error
@@ -364,12 +364,15 @@ func newNFTProxy(cfg kubeproxy.NFTConfig, backend nft.Interface, ip6 netip.Addr,
 	}
 	cfg6 := cfg
 	cfg6.Family, cfg6.NodeIP, cfg6.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
+	if cidr6.Addr().Is6() && !cidr6.Addr().Is4In6() {
+		cfg6.ClusterCIDR = cidr6
+	}
 	cfg6.HealthCheckListen = listenFamily("tcp6")
 	p6, err := kubeproxy.NewNFT(cfg6, backend6)
 	if err != nil {
 		return nil, backend6, err
 	}
-	log.Info("service proxy in nftables mode, dual-stack", "nodeIPv6", ip6)
+	log.Info("service proxy in nftables mode, dual-stack", "nodeIPv6", ip6, "clusterCIDRv6", cfg6.ClusterCIDR)
 	m, err := kubeproxy.NewNFTMetaProxier(p4, p6)
 	return m, backend6, err
 }

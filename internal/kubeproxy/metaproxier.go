@@ -99,16 +99,20 @@ func (m *MetaProxier) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// SetInitialized tells both proxiers that the informers have synced.
 func (m *MetaProxier) SetInitialized() {
 	m.ipv4.SetInitialized()
 	m.ipv6.SetInitialized()
 }
 
+// OnServiceUpdate gives a Service to both proxiers; each takes its own
+// family's ClusterIPs.
 func (m *MetaProxier) OnServiceUpdate(svc *corev1.Service) {
 	m.ipv4.OnServiceUpdate(svc)
 	m.ipv6.OnServiceUpdate(svc)
 }
 
+// OnServiceDelete removes a Service from both proxiers.
 func (m *MetaProxier) OnServiceDelete(svc *corev1.Service) {
 	m.ipv4.OnServiceDelete(svc)
 	m.ipv6.OnServiceDelete(svc)
@@ -123,10 +127,12 @@ func (m *MetaProxier) forSlice(s *discovery.EndpointSlice) familyProxier {
 	return m.ipv4
 }
 
+// OnEndpointSliceUpdate gives a slice to the proxier of its addressType.
 func (m *MetaProxier) OnEndpointSliceUpdate(s *discovery.EndpointSlice) {
 	m.forSlice(s).OnEndpointSliceUpdate(s)
 }
 
+// OnEndpointSliceDelete removes a slice from the proxier of its addressType.
 func (m *MetaProxier) OnEndpointSliceDelete(s *discovery.EndpointSlice) {
 	m.forSlice(s).OnEndpointSliceDelete(s)
 }
@@ -140,6 +146,7 @@ func (m *MetaProxier) SetNodeIP(ip netip.Addr) {
 	m.ipv4.SetNodeIP(ip)
 }
 
+// SetNode gives the Node (health, zone for hints) to both proxiers.
 func (m *MetaProxier) SetNode(n *corev1.Node) {
 	m.ipv4.SetNode(n)
 	m.ipv6.SetNode(n)

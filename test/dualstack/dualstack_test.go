@@ -1,7 +1,7 @@
-// Package dualstack_test runs a dual-stack lab (issue 33: API, node IPAM,
-// the pod network, the iptables-mode service proxy and cluster DNS in
-// dns_test.go; the nftables mode is IPv4 only so far), in both pod
-// networks, and checks what is built: nodes with podCIDRs and
+// Package dualstack_test runs dual-stack labs (issue 33): the API, node
+// IPAM and the pod network here; the service proxy in both modes
+// (proxy_test.go), cluster DNS (dns_test.go) and NetworkPolicy
+// (netpol_test.go) beside. This file, in both pod networks, checks nodes with podCIDRs and
 // InternalIPs of both families, pods with podIPs of both on one eth0 that
 // reach each other over IPv6 across nodes through host-gw routes, the
 // downward API's status.podIPs, a dual-stack Service with a ClusterIP and
