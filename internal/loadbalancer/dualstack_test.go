@@ -2,7 +2,11 @@ package loadbalancer
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,4 +132,36 @@ func TestControllerPoolFamilies(t *testing.T) {
 			t.Errorf("%s got %s", name, ip)
 		}
 	}
+}
+
+// Both addresses of a dual-stack Service are announced by one node, elected
+// by the first (as MetalLB), the IPv6 one by NDP.
+func TestAnnouncerDualStack(t *testing.T) {
+	c := newDualStackAPI(t)
+	createNodes(t, c, "node1", "node2", "node3")
+	runController(t, c, dualPool)
+	createSvc(t, c, lbService("web", families(require)))
+	createEndpoints(t, c, "web", "node1", "node2", "node3")
+	waitIP(t, c, "web", "192.168.56.240,fd00:56::240")
+	ip4, ip6 := netip.MustParseAddr("192.168.56.240"), netip.MustParseAddr("fd00:56::240")
+
+	sp := startSpeakers(t, c, time.Second, "node1", "node2", "node3")
+	winner := Elect(ip4, sp.nodes)
+	sp.waitHolder(ip4, winner, waitTimeout)
+	sp.waitHolder(ip6, winner, waitTimeout)
+	waitEvent(t, c, "web", "Normal nodeAssigned", fmt.Sprintf(`announcing fd00:56::240 from node %q with protocol "layer2" (NDP on eth1)`, winner))
+	waitEvent(t, c, "web", "Normal nodeAssigned", fmt.Sprintf(`announcing 192.168.56.240 from node %q with protocol "layer2" (ARP on eth1)`, winner))
+	if g := sp.resp[winner].garps; !slices.Contains(g, ip6) {
+		t.Errorf("%s sent no unsolicited advertisement for %s on takeover (sent %v)", winner, ip6, g)
+	}
+
+	t.Run("a failed Set is retried until it succeeds", func(t *testing.T) {
+		rest := slices.DeleteFunc(slices.Clone(sp.nodes), func(n string) bool { return n == winner })
+		next := Elect(ip4, rest)
+		sp.resp[next].failSets(3)
+		sp.stop[winner]()
+		sp.waitHolder(ip6, next, waitTimeout)
+		sp.waitHolder(ip4, next, waitTimeout)
+		waitEvent(t, c, "web", fmt.Sprintf(`announcing fd00:56::240 from node %q`, next))
+	})
 }
