@@ -128,6 +128,13 @@ func TestAddresses(t *testing.T) {
 			t.Errorf("%s: LoadBalancer pool %s, want %s", tc.subnet, got, tc.pool)
 		}
 	}
+	dual := &Lab{cfg: defaultConfig(t, Config{Nodes: 2, IPFamily: IPFamilyDual})}
+	if got, want := dual.LBPool(), "192.168.56.240-192.168.56.250,fd00:56::240-fd00:56::250"; got != want {
+		t.Errorf("dual-stack LoadBalancer pool %s, want %s", got, want)
+	}
+	if got := dual.Addr6(Client).String(); got != "fd00:56::100" {
+		t.Errorf("dual-stack client at %s, want fd00:56::100", got)
+	}
 	l := &Lab{cfg: defaultConfig(t, Config{Name: "np", Nodes: 3, Dir: "/var/lib/minikit-lab/np"})}
 	if got := l.Hosts(); !slices.Equal(got, []string{"node1", "node2", "node3", Client, External}) {
 		t.Errorf("hosts %v", got)

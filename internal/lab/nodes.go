@@ -131,8 +131,22 @@ func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 }
 
 // LBPool is the lab's LoadBalancer address pool: .240-.250 of the underlay,
-// as on the Vagrant network, where the client and external hosts reach them.
-func (l *Lab) LBPool() string { return lbPool(l.cfg.Subnet) }
+// as on the Vagrant network, where the client and external hosts reach them;
+// a dual-stack lab adds fd00:56::240-fd00:56::250 of the IPv6 underlay,
+// numbered as Addr6 numbers the hosts (17 addresses, the IPv6 text counting
+// in hex).
+func (l *Lab) LBPool() string {
+	if l.cfg.IPFamily == IPFamilyDual {
+		return lbPool(l.cfg.Subnet) + "," + lbPool6()
+	}
+	return lbPool(l.cfg.Subnet)
+}
+
+// lbPool6 is a dual-stack lab's IPv6 LoadBalancer range on Subnet6.
+func lbPool6() string {
+	p := Subnet6.Masked().Addr().String()
+	return p + "240-" + p + "250"
+}
 
 // startForwarder runs the loopback forwarder in the root namespace: the only
 // thing a lab puts there, a listener on 127.0.0.1 that dials from node1's

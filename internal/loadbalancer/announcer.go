@@ -31,11 +31,13 @@ const SpeakerComponent = "minikit-speaker"
 // a Service's address.
 const ReasonNodeAssigned = "nodeAssigned"
 
-// Responder answers for load-balancer addresses on the node's network.
-// ARPResponder is the real one.
+// Responder answers for load-balancer addresses on the node's network. The
+// real one answers ARP for the IPv4 addresses (ARPResponder) and NDP for the
+// IPv6 ones (NDPResponder).
 type Responder interface {
 	// Set makes the responder answer for exactly ips, announcing the new
-	// ones (gratuitous ARP).
+	// ones (gratuitous ARP, unsolicited neighbour advertisements). After an
+	// error it is called again with the same addresses.
 	Set(ips []netip.Addr) error
 	Close() error
 }
@@ -49,8 +51,8 @@ type AnnouncerConfig struct {
 	NodeIP netip.Addr
 	Logger *slog.Logger
 	// OpenResponder opens the responder for the interface holding NodeIP and
-	// returns it with the interface's name (default: ARP, in this process's
-	// network namespace).
+	// returns it with the interface's name (default: ARP and NDP, in this
+	// process's network namespace).
 	OpenResponder func(nodeIP netip.Addr, log *slog.Logger) (Responder, string, error)
 	// RenewInterval and LeaseDuration tune liveness (defaults 1 s and 3 s);
 	// Resync is how often the election is recomputed with no event (default
@@ -58,7 +60,7 @@ type AnnouncerConfig struct {
 	RenewInterval, LeaseDuration, Resync time.Duration
 }
 
-func openARP(nodeIP netip.Addr, log *slog.Logger) (Responder, string, error) {
+func openLayer2(nodeIP netip.Addr, log *slog.Logger) (Responder, string, error) {
 	ifname, err := InterfaceWith(nodeIP)
 	if err != nil {
 		return nil, "", fmt.Errorf("finding the interface of node IP %s: %w", nodeIP, err)
@@ -67,7 +69,54 @@ func openARP(nodeIP netip.Addr, log *slog.Logger) (Responder, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	return r, ifname, nil
+	return &layer2{ifname: ifname, log: log, arp: r}, ifname, nil
+}
+
+// layer2 answers for IPv4 addresses by ARP and for IPv6 ones by NDP, on the
+// interface holding the node's InternalIP, as MetalLB's speaker does on one
+// interface for both families. The NDP socket is opened when the first IPv6
+// address comes, so an IPv4-only node (or one with IPv6 disabled) needs
+// none; until it opens (a link-local address still tentative) Set fails and
+// the announcer retries. It is opened in the calling thread's network
+// namespace: the speaker runs in a node process that lives wholly in the
+// node's namespace.
+type layer2 struct {
+	ifname string
+	log    *slog.Logger
+	arp    *ARPResponder
+	ndp    *NDPResponder
+}
+
+func (l *layer2) Set(ips []netip.Addr) error {
+	var v4, v6 []netip.Addr
+	for _, ip := range ips {
+		if ip.Is4() {
+			v4 = append(v4, ip)
+		} else {
+			v6 = append(v6, ip)
+		}
+	}
+	errs := []error{l.arp.Set(v4)}
+	if len(v6) > 0 && l.ndp == nil {
+		r, err := ListenNDP(l.ifname, l.log)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		l.ndp = r
+		l.log.Info("load-balancer speaker answering NDP", "interface", l.ifname)
+	}
+	if l.ndp != nil {
+		errs = append(errs, l.ndp.Set(v6))
+	}
+	return errors.Join(errs...)
+}
+
+func (l *layer2) Close() error {
+	errs := []error{l.arp.Close()}
+	if l.ndp != nil {
+		errs = append(errs, l.ndp.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Announcer is a node's speaker: it renews the node's lease, elects, for each
@@ -91,6 +140,7 @@ type Announcer struct {
 	ifname    string
 	seenSelf  bool // own lease seen at least once
 	frozen    bool
+	setErr    string // the responder's last Set error, logged once
 
 	// crashOnStop leaves the lease behind on stop, as a crash does (tests).
 	crashOnStop bool
@@ -105,7 +155,7 @@ func NewAnnouncer(cfg AnnouncerConfig) (*Announcer, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.OpenResponder == nil {
-		cfg.OpenResponder = openARP
+		cfg.OpenResponder = openLayer2
 	}
 	if cfg.RenewInterval <= 0 {
 		cfg.RenewInterval = DefaultRenewInterval
@@ -199,7 +249,7 @@ func (a *Announcer) Run(ctx context.Context) error {
 			a.mu.Lock()
 			a.ifname = ifname
 			a.mu.Unlock()
-			a.log.Info("load-balancer speaker answering ARP", "interface", ifname, "nodeIP", a.cfg.NodeIP)
+			a.log.Info("load-balancer speaker answering", "interface", ifname, "nodeIP", a.cfg.NodeIP)
 		}
 		a.reconcile(ctx, resp)
 	}
@@ -238,6 +288,9 @@ func (a *Announcer) renew(ctx context.Context) {
 }
 
 // desired computes the addresses this node should answer for, by Service.
+// A Service's addresses (one of each family on a dual-stack Service) are
+// announced by one node, elected by the first of them, as MetalLB does, so
+// both families of a Service reach it through the same node.
 func (a *Announcer) desired() (map[netip.Addr]*corev1.Service, error) {
 	svcs, err := a.services.List(labels.Everything())
 	if err != nil {
@@ -253,25 +306,40 @@ func (a *Announcer) desired() (map[netip.Addr]*corev1.Service, error) {
 		if !ours(svc) {
 			continue
 		}
+		var ips []netip.Addr
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			ip, err := netip.ParseAddr(ing.IP)
+			if err != nil || plainAddr(ip) != nil || (ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy) {
+				continue
+			}
+			if _, dup := want[ip]; !dup && !slices.Contains(ips, ip) {
+				ips = append(ips, ip)
+			}
+		}
+		if len(ips) == 0 {
+			continue
+		}
 		sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: svc.Name})
 		eps, err := a.slices.EndpointSlices(svc.Namespace).List(sel)
 		if err != nil {
 			return nil, err
 		}
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			ip, err := netip.ParseAddr(ing.IP)
-			if err != nil || !ip.Is4() || (ing.IPMode != nil && *ing.IPMode == corev1.LoadBalancerIPModeProxy) {
-				continue
-			}
-			if _, dup := want[ip]; dup {
-				continue
-			}
-			if Elect(ip, Candidates(svc, nodes, eps, a.live.alive)) == a.cfg.NodeName {
-				want[ip] = svc
-			}
+		if Elect(ips[0], Candidates(svc, nodes, eps, a.live.alive)) != a.cfg.NodeName {
+			continue
+		}
+		for _, ip := range ips {
+			want[ip] = svc
 		}
 	}
 	return want, nil
+}
+
+// resolution is the protocol neighbours resolve ip's MAC address with.
+func resolution(ip netip.Addr) string {
+	if ip.Is4() {
+		return "ARP"
+	}
+	return "NDP"
 }
 
 func (a *Announcer) reconcile(ctx context.Context, resp Responder) {
@@ -323,10 +391,18 @@ func (a *Announcer) reconcile(ctx context.Context, resp Responder) {
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)
 	if err := resp.Set(ips); err != nil {
-		a.log.Warn("announcing", "err", err)
+		// Nothing is recorded as announced: the next resync tries again.
+		a.mu.Lock()
+		if err.Error() != a.setErr {
+			a.log.Warn("announcing load-balancer addresses; retrying", "err", err)
+			a.setErr = err.Error()
+		}
+		a.mu.Unlock()
+		return
 	}
 	a.mu.Lock()
 	a.announced = next
+	a.setErr = ""
 	a.mu.Unlock()
 	for _, ip := range removed {
 		a.log.Info("stopped announcing load-balancer address", "ip", ip)
@@ -335,6 +411,6 @@ func (a *Announcer) reconcile(ctx context.Context, resp Responder) {
 		a.log.Info("announcing load-balancer address", "ip", addedIPs[i], "service", keyOf(svc), "interface", ifname)
 		recordEvent(ctx, a.cfg.Client, a.log, svc, corev1.EventSource{Component: SpeakerComponent, Host: a.cfg.NodeName},
 			corev1.EventTypeNormal, ReasonNodeAssigned,
-			fmt.Sprintf("announcing %s from node %q with protocol %q (ARP on %s)", addedIPs[i], a.cfg.NodeName, "layer2", ifname))
+			fmt.Sprintf("announcing %s from node %q with protocol %q (%s on %s)", addedIPs[i], a.cfg.NodeName, "layer2", resolution(addedIPs[i]), ifname))
 	}
 }

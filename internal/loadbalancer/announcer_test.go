@@ -19,13 +19,22 @@ import (
 )
 
 // fakeResponder is a stateful Responder: the addresses it answers for, the
-// gratuitous ARPs it sent, and whether it was closed (a closed responder
-// answers nothing, as a dead process's socket).
+// gratuitous ARPs (and unsolicited neighbour advertisements) it sent, and
+// whether it was closed (a closed responder answers nothing, as a dead
+// process's socket). failSets makes the next Sets fail and change nothing,
+// as NDP's before its socket can open.
 type fakeResponder struct {
 	mu     sync.Mutex
 	ips    []netip.Addr
 	garps  []netip.Addr
 	closed bool
+	fail   int
+}
+
+func (f *fakeResponder) failSets(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = n
 }
 
 func (f *fakeResponder) Set(ips []netip.Addr) error {
@@ -33,6 +42,10 @@ func (f *fakeResponder) Set(ips []netip.Addr) error {
 	defer f.mu.Unlock()
 	if f.closed {
 		return fmt.Errorf("responder closed")
+	}
+	if f.fail > 0 {
+		f.fail--
+		return fmt.Errorf("opening NDP socket on eth1: bind: cannot assign requested address")
 	}
 	for _, ip := range ips {
 		if !slices.Contains(f.ips, ip) {

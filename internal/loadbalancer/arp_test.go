@@ -18,8 +18,8 @@ import (
 )
 
 // twoHosts makes two throwaway network namespaces joined by a veth pair,
-// "speaker" (eth1, 192.0.2.10/24) and "client" (eth1, 192.0.2.100/24), and
-// removes them when the test ends.
+// "speaker" (eth1, 192.0.2.10/24, 2001:db8::10/64) and "client" (eth1,
+// 192.0.2.100/24, 2001:db8::100/64), and removes them when the test ends.
 func twoHosts(t *testing.T) (speaker, client string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -42,6 +42,8 @@ func twoHosts(t *testing.T) (speaker, client string) {
 		{"ip", "-n", speaker, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1", "netns", client},
 		{"ip", "-n", speaker, "addr", "add", "192.0.2.10/24", "dev", "eth1"},
 		{"ip", "-n", client, "addr", "add", "192.0.2.100/24", "dev", "eth1"},
+		{"ip", "-n", speaker, "addr", "add", "2001:db8::10/64", "dev", "eth1", "nodad"},
+		{"ip", "-n", client, "addr", "add", "2001:db8::100/64", "dev", "eth1", "nodad"},
 		{"ip", "-n", speaker, "link", "set", "eth1", "up"},
 		{"ip", "-n", client, "link", "set", "eth1", "up"},
 	} {

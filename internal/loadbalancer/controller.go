@@ -72,10 +72,11 @@ type Controller struct {
 
 	mu sync.Mutex
 	// owner maps each address in use to the Service ("ns/name") holding it;
-	// byKey is the reverse. They are rebuilt from Service statuses at start
-	// and kept ahead of the informer cache, which lags our own writes.
+	// byKey is the reverse, a Service's addresses (one per family). They are
+	// rebuilt from Service statuses at start and kept ahead of the informer
+	// cache, which lags our own writes.
 	owner map[netip.Addr]string
-	byKey map[string]netip.Addr
+	byKey map[string][]netip.Addr
 	// lastEvent is the last reason+message recorded per Service, so a
 	// Service retried while still pending does not flood its Events.
 	lastEvent map[string]string
@@ -90,7 +91,7 @@ func NewController(cfg ControllerConfig) *Controller {
 	}
 	c := &Controller{
 		client: cfg.Client, pool: cfg.Pool, log: cfg.Logger.With("component", "lb-controller"),
-		owner: map[netip.Addr]string{}, byKey: map[string]netip.Addr{}, lastEvent: map[string]string{},
+		owner: map[netip.Addr]string{}, byKey: map[string][]netip.Addr{}, lastEvent: map[string]string{},
 		ready: make(chan struct{}),
 	}
 	c.loop = ctrlloop.New(ctrlloop.Config{Name: "loadbalancer", Sync: c.sync, KeyAttr: "service", Logger: c.log})
@@ -149,10 +150,24 @@ func ours(svc *corev1.Service) bool {
 	return svc.Spec.LoadBalancerClass == nil || *svc.Spec.LoadBalancerClass == Class
 }
 
-// statusIP is the first IPv4 address of svc's load-balancer status.
-func statusIP(svc *corev1.Service) netip.Addr {
+// statusIPs are the addresses of svc's load-balancer status, the first of
+// each family, in the status's order.
+func statusIPs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
 	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if a, err := netip.ParseAddr(ing.IP); err == nil && a.Is4() {
+		a, err := netip.ParseAddr(ing.IP)
+		if err != nil || plainAddr(a) != nil || slices.ContainsFunc(out, func(b netip.Addr) bool { return b.Is4() == a.Is4() }) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// statusIP is svc's status address of family f, if any.
+func statusIP(svc *corev1.Service, f corev1.IPFamily) netip.Addr {
+	for _, a := range statusIPs(svc) {
+		if familyOf(a) == f {
 			return a
 		}
 	}
@@ -179,98 +194,196 @@ func (c *Controller) rebuild() {
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			continue
 		}
-		ip := statusIP(svc)
-		if !ip.IsValid() || !c.pool.Contains(ip) {
-			continue
-		}
-		if _, taken := c.owner[ip]; taken {
-			continue
-		}
-		c.owner[ip], c.byKey[keyOf(svc)] = keyOf(svc), ip
+		c.hold(keyOf(svc), statusIPs(svc))
 	}
 	for _, svc := range svcs {
 		c.loop.Add(keyOf(svc))
 	}
 }
 
+// hold claims for key those of ips that are in the pool and free. The caller
+// holds c.mu.
+func (c *Controller) hold(key string, ips []netip.Addr) {
+	for _, ip := range ips {
+		if _, taken := c.owner[ip]; taken || !c.pool.Contains(ip) {
+			continue
+		}
+		c.owner[ip], c.byKey[key] = key, append(c.byKey[key], ip)
+	}
+}
+
 func keyOf(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
 
-// requestedIP is the address a Service asks for: the first IPv4 address of
-// MetalLB's annotation, else spec.loadBalancerIP. source names where it came
-// from, for Events.
-func requestedIP(svc *corev1.Service) (ip netip.Addr, source string, err error) {
+// serviceFamilies are the address families svc gets addresses of, primary
+// first: spec.ipFamilies, which the API server always fills for a Service
+// with ClusterIPs; else the families of its ClusterIPs; else IPv4.
+func serviceFamilies(svc *corev1.Service) []corev1.IPFamily {
+	if len(svc.Spec.IPFamilies) > 0 {
+		return svc.Spec.IPFamilies
+	}
+	var out []corev1.IPFamily
+	for _, s := range svc.Spec.ClusterIPs {
+		if a, err := netip.ParseAddr(s); err == nil && !slices.Contains(out, familyOf(a)) {
+			out = append(out, familyOf(a))
+		}
+	}
+	if len(out) == 0 {
+		out = []corev1.IPFamily{corev1.IPv4Protocol}
+	}
+	return out
+}
+
+// requestedIPs are the addresses a Service asks for, at most one of each
+// family: those of MetalLB's annotation, else spec.loadBalancerIP (which
+// holds one address). source names where they came from, for Events.
+func requestedIPs(svc *corev1.Service) (ips []netip.Addr, source string, err error) {
 	for _, ann := range requestAnnotations {
 		v, ok := svc.Annotations[ann]
 		if !ok || strings.TrimSpace(v) == "" {
 			continue
 		}
-		var v4 []netip.Addr
+		source = "annotation " + ann
 		for _, s := range strings.Split(v, ",") {
 			a, err := netip.ParseAddr(strings.TrimSpace(s))
-			if err != nil {
-				return netip.Addr{}, "annotation " + ann, fmt.Errorf("%q is not an IP address", strings.TrimSpace(s))
+			if err != nil || plainAddr(a) != nil {
+				return nil, source, fmt.Errorf("%q is not an IP address", strings.TrimSpace(s))
 			}
-			if a.Is4() {
-				v4 = append(v4, a)
+			if slices.ContainsFunc(ips, func(b netip.Addr) bool { return familyOf(b) == familyOf(a) }) {
+				return nil, source, fmt.Errorf("%q asks for two %s addresses; a Service gets at most one of each family", v, familyOf(a))
 			}
+			ips = append(ips, a)
 		}
-		switch len(v4) {
-		case 0:
-			return netip.Addr{}, "annotation " + ann, fmt.Errorf("%q has no IPv4 address (this cluster is IPv4)", v)
-		case 1:
-			return v4[0], "annotation " + ann, nil
-		default:
-			return netip.Addr{}, "annotation " + ann, fmt.Errorf("%q asks for %d IPv4 addresses; a Service gets one", v, len(v4))
-		}
+		return ips, source, nil
 	}
 	if s := strings.TrimSpace(svc.Spec.LoadBalancerIP); s != "" {
 		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Addr{}, "spec.loadBalancerIP", fmt.Errorf("%q is not an IP address", s)
+		if err != nil || plainAddr(a) != nil {
+			return nil, "spec.loadBalancerIP", fmt.Errorf("%q is not an IP address", s)
 		}
-		if !a.Is4() {
-			return netip.Addr{}, "spec.loadBalancerIP", fmt.Errorf("%s is not an IPv4 address (this cluster is IPv4)", a)
-		}
-		return a, "spec.loadBalancerIP", nil
+		return []netip.Addr{a}, "spec.loadBalancerIP", nil
 	}
-	return netip.Addr{}, "", nil
+	return nil, "", nil
 }
 
-// decision is what sync does for one Service: give it ip, or leave it
-// pending (ip invalid) with a Warning saying why.
+// decision is what sync does for one Service: give it ips (one per family,
+// in the order of its ipFamilies), or leave it pending (no ips) with a
+// Warning saying why.
 type decision struct {
-	ip   netip.Addr
-	why  string // set when pending
-	note string // a Normal event to add, e.g. an address given up
+	ips   []netip.Addr
+	why   string   // set when pending
+	notes []string // Normal events to add, e.g. an address given up
 }
 
-// decide picks the address of an in-class Service. The caller holds c.mu.
+// families lists, for the Service's ipFamilies and ipFamilyPolicy, which of
+// the Service's families it gets an address of from this pool: every one for
+// SingleStack and RequireDualStack; for PreferDualStack those the pool has,
+// as MetalLB gives a PreferDualStack Service a single-stack pool's one
+// family. why is set when the Service can get none.
+func (c *Controller) families(svc *corev1.Service) (want []corev1.IPFamily, why string) {
+	fams := serviceFamilies(svc)
+	prefer := svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == corev1.IPFamilyPolicyPreferDualStack
+	for _, f := range fams {
+		switch {
+		case c.pool.Has(f):
+			want = append(want, f)
+		case !prefer:
+			return nil, fmt.Sprintf("the address pool %s has no %s addresses, and the Service's spec.ipFamilies are %v (ipFamilyPolicy %s)",
+				c.pool, f, fams, policyOf(svc))
+		}
+	}
+	if len(want) == 0 {
+		return nil, fmt.Sprintf("the address pool %s has no address of the Service's spec.ipFamilies %v", c.pool, fams)
+	}
+	return want, ""
+}
+
+func policyOf(svc *corev1.Service) corev1.IPFamilyPolicy {
+	if svc.Spec.IPFamilyPolicy == nil {
+		return corev1.IPFamilyPolicySingleStack
+	}
+	return *svc.Spec.IPFamilyPolicy
+}
+
+// decide picks the addresses of an in-class Service. The caller holds c.mu.
 func (c *Controller) decide(svc *corev1.Service) decision {
-	key := keyOf(svc)
 	if c.pool.Empty() {
 		return decision{why: "no address pool is configured: start `minikit server` with --lb-pool " +
-			"(a CIDR or FIRST-LAST range on the nodes' network), as MetalLB needs an IPAddressPool"}
+			"(CIDRs or FIRST-LAST ranges on the nodes' network, IPv4 and IPv6), as MetalLB needs an IPAddressPool"}
 	}
-	req, source, err := requestedIP(svc)
+	req, source, err := requestedIPs(svc)
 	if err != nil {
 		return decision{why: fmt.Sprintf("invalid %s: %v", source, err)}
 	}
-	if req.IsValid() {
-		switch owner, taken := c.owner[req]; {
-		case !c.pool.Contains(req):
-			return decision{why: fmt.Sprintf("requested IP %s (%s) is not in the address pool %s", req, source, c.pool)}
-		case taken && owner != key:
-			return decision{why: fmt.Sprintf("requested IP %s (%s) is already in use by Service %s", req, source, owner)}
+	if len(req) > 0 {
+		return c.decideRequested(svc, req, source)
+	}
+	want, why := c.families(svc)
+	if why != "" {
+		return decision{why: why}
+	}
+	var d decision
+	for _, f := range want {
+		ip, note, why := c.pick(svc, f)
+		if note != "" {
+			d.notes = append(d.notes, note)
 		}
-		return decision{ip: req}
+		if why != "" {
+			return decision{why: why, notes: d.notes}
+		}
+		d.ips = append(d.ips, ip)
 	}
-	// Keep what the Service has, if it is still ours to give: first what we
-	// last wrote (the cache may not show it yet), then its status.
-	if ip, ok := c.byKey[key]; ok && c.pool.Contains(ip) {
-		return decision{ip: ip}
+	return d
+}
+
+// decideRequested checks the addresses a Service asks for: each of one of
+// its families (all of them for RequireDualStack), in the pool and not
+// another Service's. The caller holds c.mu.
+func (c *Controller) decideRequested(svc *corev1.Service, req []netip.Addr, source string) decision {
+	key := keyOf(svc)
+	fams := serviceFamilies(svc)
+	var ips []netip.Addr
+	for _, f := range fams {
+		for _, a := range req {
+			if familyOf(a) == f {
+				ips = append(ips, a)
+			}
+		}
 	}
-	var note string
-	if cur := statusIP(svc); cur.IsValid() {
+	for _, a := range req {
+		if !slices.Contains(fams, familyOf(a)) {
+			return decision{why: fmt.Sprintf("invalid %s: %s is an %s address, and the Service's spec.ipFamilies are %v", source, a, familyOf(a), fams)}
+		}
+	}
+	if policyOf(svc) != corev1.IPFamilyPolicyPreferDualStack {
+		for _, f := range fams {
+			if !slices.ContainsFunc(ips, func(a netip.Addr) bool { return familyOf(a) == f }) {
+				return decision{why: fmt.Sprintf("invalid %s: it has no %s address, and a Service with spec.ipFamilies %v and ipFamilyPolicy %s needs one of each",
+					source, f, fams, policyOf(svc))}
+			}
+		}
+	}
+	for _, a := range ips {
+		switch owner, taken := c.owner[a]; {
+		case !c.pool.Contains(a):
+			return decision{why: fmt.Sprintf("requested IP %s (%s) is not in the address pool %s", a, source, c.pool)}
+		case taken && owner != key:
+			return decision{why: fmt.Sprintf("requested IP %s (%s) is already in use by Service %s", a, source, owner)}
+		}
+	}
+	return decision{ips: ips}
+}
+
+// pick chooses svc's address of family f: the one it holds, if still ours to
+// give (first what we last wrote, which the cache may not show yet, then its
+// status), else the pool's first free one. The caller holds c.mu.
+func (c *Controller) pick(svc *corev1.Service, f corev1.IPFamily) (ip netip.Addr, note, why string) {
+	key := keyOf(svc)
+	for _, a := range c.byKey[key] {
+		if familyOf(a) == f && c.pool.Contains(a) {
+			return a, "", ""
+		}
+	}
+	if cur := statusIP(svc, f); cur.IsValid() {
 		owner, taken := c.owner[cur]
 		switch {
 		case !c.pool.Contains(cur):
@@ -278,33 +391,46 @@ func (c *Controller) decide(svc *corev1.Service) decision {
 		case taken && owner != key:
 			note = fmt.Sprintf("IP %s is also held by Service %s, which had it first; allocating another", cur, owner)
 		default:
-			return decision{ip: cur}
+			return cur, "", ""
 		}
 	}
-	ip, ok := c.pool.firstFree(func(a netip.Addr) bool { _, taken := c.owner[a]; return taken })
+	ip, ok := c.pool.firstFree(f, func(a netip.Addr) bool { _, taken := c.owner[a]; return taken })
 	if !ok {
-		return decision{why: fmt.Sprintf("no available IPs: all %d addresses of the pool %s are in use", c.pool.Size(), c.pool), note: note}
+		what := "addresses"
+		n := c.pool.Size()
+		if c.pool.DualStack() {
+			what, n = string(f)+" addresses", c.pool.SizeOf(f)
+		}
+		return netip.Addr{}, note, fmt.Sprintf("no available IPs: all %d %s of the pool %s are in use", n, what, c.pool)
 	}
-	return decision{ip: ip, note: note}
+	return ip, note, ""
 }
 
-func (c *Controller) claim(key string, ip netip.Addr) {
-	if old, ok := c.byKey[key]; ok && old != ip {
-		delete(c.owner, old)
+// claim makes ips key's addresses; it reports whether key gave up any.
+func (c *Controller) claim(key string, ips []netip.Addr) (released bool) {
+	for _, old := range c.byKey[key] {
+		if !slices.Contains(ips, old) && c.owner[old] == key {
+			delete(c.owner, old)
+			released = true
+		}
 	}
-	c.owner[ip], c.byKey[key] = key, ip
+	for _, ip := range ips {
+		c.owner[ip] = key
+	}
+	c.byKey[key] = slices.Clone(ips)
+	return released
 }
 
-// release drops key's address; it reports whether there was one.
-func (c *Controller) release(key string) (netip.Addr, bool) {
-	ip, ok := c.byKey[key]
-	if ok {
-		delete(c.byKey, key)
+// release drops key's addresses and returns them.
+func (c *Controller) release(key string) []netip.Addr {
+	ips := c.byKey[key]
+	delete(c.byKey, key)
+	for _, ip := range ips {
 		if c.owner[ip] == key {
 			delete(c.owner, ip)
 		}
 	}
-	return ip, ok
+	return ips
 }
 
 func (c *Controller) sync(ctx context.Context, key string) error {
@@ -315,11 +441,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	svc, err := c.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
 		c.mu.Lock()
-		ip, had := c.release(key)
+		ips := c.release(key)
 		delete(c.lastEvent, key)
 		c.mu.Unlock()
-		if had {
-			c.log.Info("released address of deleted Service", "service", key, "ip", ip)
+		if len(ips) > 0 {
+			c.log.Info("released addresses of deleted Service", "service", key, "ips", ips)
 			c.requeuePending()
 		}
 		return nil
@@ -329,19 +455,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if !ours(svc) {
 		c.mu.Lock()
-		ip, had := c.release(key)
+		ips := c.release(key)
 		delete(c.lastEvent, key)
 		// An address of our pool in another implementation's status is
 		// held, never handed out twice.
 		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-			if cur := statusIP(svc); c.pool.Contains(cur) {
-				if _, taken := c.owner[cur]; !taken {
-					c.claim(key, cur)
-				}
-			}
+			c.hold(key, statusIPs(svc))
 		}
 		c.mu.Unlock()
-		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer || (!had && len(svc.Status.LoadBalancer.Ingress) == 0) {
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer || (len(ips) == 0 && len(svc.Status.LoadBalancer.Ingress) == 0) {
 			return nil
 		}
 		// No longer of type LoadBalancer: the load balancer goes, and with
@@ -355,8 +477,8 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 			}
 		}
 		c.event(ctx, svc, corev1.EventTypeNormal, ReasonDeleted, "Deleted load balancer")
-		if had {
-			c.log.Info("released address of Service no longer of type LoadBalancer", "service", key, "ip", ip)
+		if len(ips) > 0 {
+			c.log.Info("released addresses of Service no longer of type LoadBalancer", "service", key, "ips", ips)
 			c.requeuePending()
 		}
 		return nil
@@ -365,22 +487,20 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	c.mu.Lock()
 	d := c.decide(svc)
 	var released bool
-	if d.ip.IsValid() {
-		prev, had := c.byKey[key]
-		released = had && prev != d.ip
-		c.claim(key, d.ip)
+	if len(d.ips) > 0 {
+		released = c.claim(key, d.ips)
 	} else {
-		_, released = c.release(key)
+		released = len(c.release(key)) > 0
 	}
 	c.mu.Unlock()
 	if released {
 		c.requeuePending()
 	}
-	if d.note != "" {
-		c.event(ctx, svc, corev1.EventTypeNormal, ReasonIPAllocated, d.note)
+	for _, note := range d.notes {
+		c.event(ctx, svc, corev1.EventTypeNormal, ReasonIPAllocated, note)
 	}
 
-	if !d.ip.IsValid() {
+	if len(d.ips) == 0 {
 		c.event(ctx, svc, corev1.EventTypeWarning, ReasonAllocationFailed, fmt.Sprintf("Failed to allocate IP for %q: %s", key, d.why))
 		if len(svc.Status.LoadBalancer.Ingress) > 0 {
 			cp := svc.DeepCopy()
@@ -393,7 +513,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		return nil
 	}
 
-	want := corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: d.ip.String(), IPMode: ptr(corev1.LoadBalancerIPModeVIP)}}}
+	var want corev1.LoadBalancerStatus
+	texts := make([]string, len(d.ips))
+	for i, ip := range d.ips {
+		texts[i] = ip.String()
+		want.Ingress = append(want.Ingress, corev1.LoadBalancerIngress{IP: texts[i], IPMode: ptr(corev1.LoadBalancerIPModeVIP)})
+	}
 	if statusEqual(svc.Status.LoadBalancer, want) {
 		return nil
 	}
@@ -403,20 +528,21 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if _, err := c.client.CoreV1().Services(ns).UpdateStatus(ctx, cp, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("writing load-balancer status of Service %q: %w", key, err)
 	}
-	if statusIP(svc) != d.ip {
-		c.event(ctx, svc, corev1.EventTypeNormal, ReasonIPAllocated, fmt.Sprintf("Assigned IP [%q]", d.ip.String()))
+	if !slices.Equal(statusIPs(svc), d.ips) {
+		// MetalLB's message: the list of addresses, each quoted.
+		c.event(ctx, svc, corev1.EventTypeNormal, ReasonIPAllocated, fmt.Sprintf("Assigned IP %q", texts))
 	}
 	c.event(ctx, svc, corev1.EventTypeNormal, ReasonEnsured, "Ensured load balancer")
-	c.log.Info("assigned load-balancer address", "service", key, "ip", d.ip)
+	c.log.Info("assigned load-balancer addresses", "service", key, "ips", d.ips)
 	return nil
 }
 
 // requeuePending queues the in-class Services without an address: one may
-// now get the address just released.
+// now get an address just released.
 func (c *Controller) requeuePending() {
 	svcs, _ := c.services.List(labels.Everything())
 	for _, svc := range svcs {
-		if ours(svc) && !statusIP(svc).IsValid() {
+		if ours(svc) && len(statusIPs(svc)) == 0 {
 			c.loop.Add(keyOf(svc))
 		}
 	}

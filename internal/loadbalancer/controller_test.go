@@ -2,6 +2,7 @@ package loadbalancer
 
 import (
 	"context"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -253,7 +254,18 @@ func TestParsePool(t *testing.T) {
 		{in: "10.0.0.255-10.0.1.1", size: 3, in1: []string{"10.0.1.0"}},
 		{in: "", size: 0, out: []string{"10.0.0.1"}},
 		{in: "10.0.0.9-10.0.0.1", wantErr: "range ends before it starts"},
-		{in: "fd00::/120", wantErr: "only IPv4"},
+		// IPv6: a CIDR leaves out its first address (Subnet-Router anycast).
+		{in: "fd00::/120", size: 255, in1: []string{"fd00::1", "fd00::ff"}, out: []string{"fd00::", "fd00::100", "10.0.0.1"}},
+		{in: "fd00::/127", size: 2, in1: []string{"fd00::", "fd00::1"}},
+		{in: "fd00:56::240-fd00:56::250", size: 17, in1: []string{"fd00:56::240", "fd00:56::24a", "fd00:56::250"}, out: []string{"fd00:56::251"}},
+		{in: "fd00::/64", size: math.MaxInt, in1: []string{"fd00::ffff:ffff:ffff:ffff"}, out: []string{"fd00:0:0:1::"}},
+		{in: "192.168.56.240-192.168.56.241, fd00:56::240/126", size: 5,
+			in1: []string{"192.168.56.241", "fd00:56::241", "fd00:56::243"}, out: []string{"fd00:56::240", "192.168.56.242"}},
+		{in: "0.0.0.0/30,::/126", size: 5}, // the same numbers in two families do not overlap
+		{in: "10.0.0.1-fd00::1", wantErr: "range mixes IPv4 and IPv6"},
+		{in: "::ffff:10.0.0.0/120", wantErr: "IPv4-mapped IPv6 address: write the IPv4 address 10.0.0.0"},
+		{in: "fe80::1%eth1-fe80::9%eth1", wantErr: "has a zone"},
+		{in: "fd00::/64,fd00::1-fd00::2", wantErr: "overlaps"},
 		{in: "10.0.0.0/24,10.0.0.128/25", wantErr: "overlaps"},
 		{in: "nonsense", wantErr: "want a CIDR or FIRST-LAST"},
 	} {

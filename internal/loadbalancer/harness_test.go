@@ -3,12 +3,15 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/apiserver"
 	"github.com/minikit/minikit/internal/apiserver/apiservertest"
+	"github.com/minikit/minikit/internal/apiserver/validation"
 	"github.com/minikit/minikit/internal/testutil"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,3 +136,24 @@ func waitEvent(t *testing.T, c kubernetes.Interface, name string, parts ...strin
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// newDualStackAPI is newAPI with service CIDRs of both families, so Services
+// get ipFamilies and ClusterIPs as on a dual-stack cluster.
+func newDualStackAPI(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	vcfg := validation.DefaultConfig()
+	vcfg.SecondaryServiceCIDR = netip.MustParsePrefix("fd00:10:96::/112")
+	api := apiservertest.StartConfig(t, apiserver.Config{Validation: vcfg})
+	cfg := rest.CopyConfig(api.Config)
+	cfg.Timeout = 2 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// families sets a Service's ipFamilyPolicy and ipFamilies (nil: defaulted).
+func families(policy corev1.IPFamilyPolicy, fams ...corev1.IPFamily) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.IPFamilyPolicy, s.Spec.IPFamilies = &policy, fams }
+}
