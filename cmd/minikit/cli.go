@@ -348,7 +348,7 @@ func newServerCommand() *cobra.Command {
 	addProxyModeFlag(cmd, &proxyMode)
 	addPodNetworkFlag(cmd, &podNetwork)
 	fl.StringVar(&lbPool, "lb-pool", "", "addresses for LoadBalancer Services, CIDRs or FIRST-LAST ranges, comma-separated, "+
-		"on the nodes' network (e.g. 192.168.56.240-192.168.56.250); empty leaves them <pending>")
+		"of either family, on the nodes' network (e.g. 192.168.56.240-192.168.56.250,fd00:56::240-fd00:56::250); empty leaves them <pending>")
 	fl.BoolVar(&gatewayAPI, "gateway-api", true, "install the Gateway API "+gateway.BundleVersion+" CRDs at start (server-side apply; a restart re-applies them)")
 	fl.StringVar(&gatewayAPIChannel, "gateway-api-channel", gateway.ChannelStandard, "the Gateway API bundle's channel: standard or experimental")
 	fl.StringVar(&ha.Datastore, "datastore", cluster.DatastoreBolt, "where objects live: bolt (DATA_DIR/minikit.db) or etcd")

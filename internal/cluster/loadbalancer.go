@@ -29,8 +29,8 @@ func startLoadBalancerServer(ctx context.Context, wg *sync.WaitGroup, sc serverC
 }
 
 // startLoadBalancerNode starts the node's load-balancer speaker: it answers
-// ARP on the interface holding the node's InternalIP for the addresses this
-// node is elected to announce. It leaves nothing in the kernel (the answers
+// ARP (IPv4) and NDP neighbour solicitations (IPv6) on the interface holding
+// the node's InternalIP for the addresses this node is elected to announce. It leaves nothing in the kernel (the answers
 // come from a socket of this process), so `minikit down` has nothing to undo.
 func startLoadBalancerNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	a, err := loadbalancer.NewAnnouncer(loadbalancer.AnnouncerConfig{Client: nc.Client, NodeName: nc.NodeName,
