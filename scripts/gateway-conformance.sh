@@ -140,6 +140,8 @@ go tool test2json <"$REPORT/gateway-conformance.log" >"$TMP/events.json" || true
 python3 - "$TMP/events.json" <<'EOF2' || rc=1
 import json, re, sys
 out, result, elapsed = {}, {}, {}
+# test2json reads the times from the verbose log's own result lines.
+secs = {}
 for line in open(sys.argv[1]):
     try:
         e = json.loads(line)
@@ -148,6 +150,9 @@ for line in open(sys.argv[1]):
     name = e.get("Test", "")
     if e.get("Action") == "output":
         out.setdefault(name, []).append(e.get("Output", ""))
+        m = re.match(r"\s*--- (?:PASS|FAIL|SKIP): (\S+) \(([\d.]+)s\)", e.get("Output", ""))
+        if m:
+            secs[m.group(1)] = float(m.group(2))
     elif e.get("Action") in ("pass", "fail", "skip"):
         result[name], elapsed[name] = e["Action"], e.get("Elapsed", 0)
 
@@ -156,10 +161,15 @@ def why(name, verdict):
     if verdict == "skip":
         m = re.search(r"Skipping \S+: (.*)", text)
         return m.group(1).strip() if m else ""
-    # testify's failure block: the first Error: line, then Messages:
-    err = re.search(r"Error:\s+(.*)", text)
+    # testify's failure block (Messages:, else the Error: line after a
+    # generic one) and the suite's last log line before it: what it waited
+    # for and what it saw.
     msg = re.search(r"Messages:\s+(.*)", text)
-    parts = [p.group(1).strip() for p in (err, msg) if p]
+    err = re.search(r"Error:\s+(.*)\n\s*(.*)", text)
+    parts = [msg.group(1).strip()] if msg else [err.group(1).strip() + " " + err.group(2).strip()] if err else []
+    seen = [m.group(2) for m in re.finditer(r"(\w+)\.go:\d+: \S+Z: (.*)", text) if m.group(1) != "apply"]
+    if seen:
+        parts.append("last seen: " + seen[-1].strip())
     if not parts:
         lines = [l.strip() for l in text.splitlines() if "FAIL" not in l and l.strip()]
         parts = lines[-1:]
@@ -172,7 +182,7 @@ for name in sorted(result):
     if not name.startswith("TestConformance/") or name.count("/") != 1:
         continue
     verdict = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[result[name]]
-    reason = why(name, result[name])
+    reason = "" if verdict == "PASS" else why(name, result[name])
     if verdict == "SKIP" and "suite does not support" in reason:
         verdict = "NOT SUPPORTED"
         counts[verdict] += 1
@@ -180,8 +190,10 @@ for name in sorted(result):
     counts[verdict] += 1
     failed_cases = [n for n in result if n.startswith(name + "/") and result[n] == "fail"]
     if verdict == "FAIL" and failed_cases:
-        reason = "; ".join(n[len(name) + 1:] + ": " + why(n, "fail") for n in sorted(failed_cases))[:400] or reason
-    print(f'{verdict}  {elapsed[name]:7.1f}s  {name[len("TestConformance/"):]}' + (f" — {reason}" if reason else ""))
+        reason = "; ".join(n[len(name) + 1:] + ": " + why(n, "fail") for n in sorted(failed_cases))[:600] or reason
+    # A parallel test's own function returns at once; its time is its cases'.
+    took = max([secs.get(name, 0)] + [secs.get(n, 0) for n in result if n.startswith(name + "/")])
+    print(f'{verdict}  {took:7.1f}s  {name[len("TestConformance/"):]}' + (f" — {reason}" if reason else ""))
 if not result:
     print("no test results: see the suite's log"); sys.exit(1)
 if top == "fail" and counts["FAIL"] == 0:
