@@ -188,6 +188,8 @@ for name in sorted(result):
         counts[verdict] += 1
         continue
     counts[verdict] += 1
+    if verdict == "SKIP" and "explicitly skipped" in reason:
+        continue  # --run-test or --skip-tests: counted, not listed
     failed_cases = [n for n in result if n.startswith(name + "/") and result[n] == "fail"]
     if verdict == "FAIL" and failed_cases:
         reason = "; ".join(n[len(name) + 1:] + ": " + why(n, "fail") for n in sorted(failed_cases))[:600] or reason
@@ -199,7 +201,7 @@ if not result:
 if top == "fail" and counts["FAIL"] == 0:
     print("FAIL  the suite itself (setup): " + why("TestConformance", "fail"))
     counts["FAIL"] += 1
-print(f'{counts["PASS"]} passed, {counts["FAIL"]} failed, {counts["SKIP"]} skipped, '
+print(f'{counts["PASS"]} passed, {counts["FAIL"]} failed, {counts["SKIP"]} skipped (--run-test/--skip-tests), '
       f'{counts["NOT SUPPORTED"]} not run (features outside --supported-features)')
 sys.exit(1 if counts["FAIL"] or counts["PASS"] == 0 else 0)
 EOF2
