@@ -7,7 +7,8 @@
 //
 // Every Gateway of the class gets, from the control plane, a selector-less
 // Service of type LoadBalancer in the Gateway's namespace, named
-// "<gateway>-minikit", labelled gateway.networking.k8s.io/gateway-name and
+// "<gateway>-minikit" (ServiceName shortens and hashes a Gateway name that
+// would make an invalid Service name), labelled gateway.networking.k8s.io/gateway-name and
 // owned by the Gateway (the garbage collector removes it with the Gateway).
 // The Service is the Gateway's only tie to the network:
 //
