@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -32,7 +35,8 @@ import (
 
 // Names and labels of what the control plane writes.
 const (
-	// ServiceSuffix ends the name of a Gateway's Service ("<gateway>-minikit").
+	// ServiceSuffix ends the name of a Gateway's Service ("<gateway>-minikit",
+	// see ServiceName).
 	ServiceSuffix = "-minikit"
 	// GatewayNameLabel marks a Gateway's Service with the Gateway's name (the
 	// label Gateway API implementations put on generated objects).
@@ -220,6 +224,30 @@ func (s *ControlPlane) syncClass(ctx context.Context, gc *gatewayv1.GatewayClass
 	return nil
 }
 
+// ServiceName is the name of a Gateway's Service: "<gateway>-minikit" when
+// that is a valid Service name (a DNS-1035 label: at most 63 characters,
+// starting with a letter, no dots). A Gateway's name is a DNS-1123 subdomain
+// (up to 253 characters, dots, a leading digit), so for the others the name
+// is made valid (dots become dashes, "gw-" before a leading digit), cut to
+// fit, and followed by a hash of the whole Gateway name so that two Gateways
+// cut to the same prefix still get two Services.
+func ServiceName(gateway string) string {
+	name := gateway + ServiceSuffix
+	if len(validation.IsDNS1035Label(name)) == 0 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(gateway))
+	tail := "-" + hex.EncodeToString(sum[:4]) + ServiceSuffix
+	base := strings.ReplaceAll(gateway, ".", "-")
+	if base[0] < 'a' || base[0] > 'z' {
+		base = "gw-" + base
+	}
+	if room := validation.DNS1035LabelMaxLength - len(tail); len(base) > room {
+		base = base[:room]
+	}
+	return base + tail
+}
+
 // usedDataPorts is the data ports the Gateways' Services hold: the allocation
 // table, read back from the API on every sync.
 func usedDataPorts(svcs []*corev1.Service) map[int32]types.NamespacedName {
@@ -240,7 +268,7 @@ func usedDataPorts(svcs []*corev1.Service) map[int32]types.NamespacedName {
 // servicePorts is the Gateway's distinct listener ports, each with the data
 // port it already holds or a free one.
 func servicePorts(g *gatewayv1.Gateway, old *corev1.Service, used map[int32]types.NamespacedName) ([]corev1.ServicePort, error) {
-	self := types.NamespacedName{Namespace: g.Namespace, Name: g.Name + ServiceSuffix}
+	self := types.NamespacedName{Namespace: g.Namespace, Name: ServiceName(g.Name)}
 	held := map[int32]int32{}
 	if old != nil {
 		for _, p := range old.Spec.Ports {
@@ -288,7 +316,7 @@ func portName(proto corev1.Protocol, port int32) string {
 
 // syncService creates or updates the Gateway's LoadBalancer Service.
 func (s *ControlPlane) syncService(ctx context.Context, g *gatewayv1.Gateway, used map[int32]types.NamespacedName) (*corev1.Service, error) {
-	name := g.Name + ServiceSuffix
+	name := ServiceName(g.Name)
 	old, err := s.svcs.Services(g.Namespace).Get(name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
@@ -257,4 +260,35 @@ func TestControlPlaneProgramsAGateway(t *testing.T) {
 		}
 		return condIs(g.Status.Listeners[3].Conditions, "Accepted", metav1.ConditionFalse, "UnsupportedProtocol", g.Generation)
 	})
+}
+
+// A Gateway's Service name is a valid Service name for every valid Gateway
+// name, and two Gateways never share one.
+func TestServiceName(t *testing.T) {
+	long := "gateway-with-one-not-matching-port-and-section-name-route" // 57: with the suffix, 65
+	for _, tc := range []struct{ gateway, want string }{
+		{"edge", "edge-minikit"},
+		{long, long[:46] + "-" + hash8(long) + "-minikit"},
+		{"edge.example", "edge-example-" + hash8("edge.example") + "-minikit"},
+		{"1st", "gw-1st-" + hash8("1st") + "-minikit"},
+	} {
+		got := ServiceName(tc.gateway)
+		if got != tc.want {
+			t.Errorf("ServiceName(%q) = %q, want %q", tc.gateway, got, tc.want)
+		}
+		if errs := validation.IsDNS1035Label(got); len(errs) > 0 {
+			t.Errorf("ServiceName(%q) = %q is not a Service name: %v", tc.gateway, got, errs)
+		}
+	}
+	if a, b := ServiceName(long+"-a"), ServiceName(long+"-b"); a == b {
+		t.Errorf("Gateways %q and %q share the Service %q", long+"-a", long+"-b", a)
+	}
+	if a, b := ServiceName("edge.example"), ServiceName("edge-example"); a == b {
+		t.Errorf("Gateways edge.example and edge-example share the Service %q", a)
+	}
+}
+
+func hash8(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:4])
 }

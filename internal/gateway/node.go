@@ -135,7 +135,7 @@ func (n *Node) sync() error {
 	attached := map[int32][]Attachment{}
 	ports := map[int32]int32{}
 	for _, g := range w.Gateways {
-		svc := w.Services[types.NamespacedName{Namespace: g.Namespace, Name: g.Name + ServiceSuffix}]
+		svc := w.Services[types.NamespacedName{Namespace: g.Namespace, Name: ServiceName(g.Name)}]
 		if svc == nil || svc.Labels[GatewayNameLabel] != g.Name {
 			continue // the control plane has not made it yet
 		}

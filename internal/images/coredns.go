@@ -21,7 +21,8 @@ import (
 // (/coredns) and the coredns/coredns image runs it: `-conf FILE` (default
 // ./Corefile) with the plugins a test's own DNS server uses: hosts (inline
 // entries and a hosts file, fallthrough), forward (to upstream servers, in
-// order), log and errors. Other directives stop the server as CoreDNS does on
+// order), whoami (the Gateway API conformance suite's DNS backend), log and
+// errors. Other directives stop the server as CoreDNS does on
 // a Corefile it cannot parse. It serves UDP and TCP on each server block's
 // port (53 unless the block says `.:PORT`).
 func runCoreDNS(ctx context.Context, c *container, args []string) error {
@@ -97,6 +98,7 @@ type corefileBlock struct {
 	port    int
 	hosts   *corednsHosts
 	forward []string // upstream host:port, tried in order
+	whoami  bool
 	log     bool
 }
 
@@ -210,6 +212,11 @@ func (b *corefileBlock) directive(l []string, body [][]string, readFile func(str
 			}
 		}
 		b.hosts = h
+	case "whoami":
+		if len(l) > 1 || len(body) > 0 {
+			return errors.New("plugin/whoami: Wrong argument count or unexpected line ending after 'whoami'")
+		}
+		b.whoami = true
 	case "forward":
 		if len(l) < 3 {
 			return errors.New("plugin/forward: wrong argument count")
@@ -252,7 +259,7 @@ type corednsServer struct {
 
 func (s *corednsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	start := time.Now()
-	m := s.answer(r)
+	m := s.answer(r, w.RemoteAddr())
 	_ = w.WriteMsg(m)
 	if len(r.Question) == 0 {
 		return
@@ -295,10 +302,11 @@ func (s *corednsServer) block(name string) *corefileBlock {
 	return best
 }
 
-// answer runs the chain. With no plugin left to answer, CoreDNS replies
+// answer runs the chain in CoreDNS's plugin order (hosts, forward, whoami)
+// for a query from client. With no plugin left to answer, CoreDNS replies
 // SERVFAIL, and so does hosts for a name it does not know without
 // fallthrough (it has no SOA to put in an NXDOMAIN).
-func (s *corednsServer) answer(r *dns.Msg) *dns.Msg {
+func (s *corednsServer) answer(r *dns.Msg, client net.Addr) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	if len(r.Question) != 1 {
@@ -346,6 +354,40 @@ func (s *corednsServer) answer(r *dns.Msg) *dns.Msg {
 			return resp
 		}
 	}
+	if b.whoami && len(b.forward) == 0 {
+		return whoami(m, q, client)
+	}
 	m.Rcode = dns.RcodeServerFailure
+	return m
+}
+
+// whoami is CoreDNS's whoami plugin: whatever the query type, an
+// authoritative empty answer whose additional section holds the client's
+// address (A or AAAA under the lowercased query name) and an SRV record
+// _udp.NAME or _tcp.NAME with its source port and target ".", TTL 0.
+func whoami(m *dns.Msg, q dns.Question, client net.Addr) *dns.Msg {
+	m.Authoritative = true
+	name := strings.ToLower(q.Name)
+	var ip netip.AddrPort
+	proto := "udp"
+	switch a := client.(type) {
+	case *net.UDPAddr:
+		ip = a.AddrPort()
+	case *net.TCPAddr:
+		ip, proto = a.AddrPort(), "tcp"
+	default:
+		ip, _ = netip.ParseAddrPort(client.String())
+	}
+	addr := ip.Addr().Unmap()
+	if addr.Is4() {
+		m.Extra = append(m.Extra, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: q.Qclass}, A: addr.AsSlice()})
+	} else {
+		m.Extra = append(m.Extra, &dns.AAAA{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeAAAA, Class: q.Qclass}, AAAA: addr.AsSlice()})
+	}
+	srvName := "_" + proto + "." + name
+	if name == "." {
+		srvName = "_" + proto + "."
+	}
+	m.Extra = append(m.Extra, &dns.SRV{Hdr: dns.RR_Header{Name: srvName, Rrtype: dns.TypeSRV, Class: q.Qclass}, Port: ip.Port(), Target: "."})
 	return m
 }

@@ -98,3 +98,56 @@ func TestCoreDNSUnknownDirective(t *testing.T) {
 		t.Errorf("parsing a kubernetes directive: %v, want unknown directive", err)
 	}
 }
+
+// The Gateway API conformance suite's DNS backend: a whoami server block
+// beside the root block. Whatever the type asked, whoami answers with the
+// client's own address and source port in the additional section, under the
+// lowercased name, over UDP and TCP alike.
+func TestCoreDNSWhoami(t *testing.T) {
+	r, udpAddr := corednsAt(t, ".:0 {\n\thosts {\n\t\t10.0.0.8 near.example\n\t}\n\tlog\n\terrors\n}\nfoo.bar.com:0 {\n  whoami\n}\n")
+	r.mu.Lock()
+	tcpAddr := r.addrs["tcp"][0].String()
+	r.mu.Unlock()
+	for _, c := range []struct {
+		network, server string
+		qtype           uint16
+	}{
+		{"udp", udpAddr, dns.TypeA},
+		{"udp", udpAddr, dns.TypeTXT},
+		{"tcp", tcpAddr, dns.TypeA},
+	} {
+		co, err := dns.Dial(c.network, c.server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := new(dns.Msg)
+		m.SetQuestion("Foo.Bar.Com.", c.qtype)
+		resp, _, err := new(dns.Client).ExchangeWithConn(m, co)
+		local := co.LocalAddr().String()
+		co.Close()
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.network, dns.TypeToString[c.qtype], err)
+		}
+		_, port, _ := strings.Cut(local, ":")
+		want := []string{
+			"foo.bar.com.\t0\tIN\tA\t127.0.0.1",
+			"_" + c.network + ".foo.bar.com.\t0\tIN\tSRV\t0 0 " + port + " .",
+		}
+		var got []string
+		for _, rr := range resp.Extra {
+			got = append(got, rr.String())
+		}
+		if resp.Rcode != dns.RcodeSuccess || !resp.Authoritative || len(resp.Answer) != 0 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s %s foo.bar.com: rcode %s aa %t answer %v extra\n%s\nwant NOERROR aa, no answer, extra\n%s",
+				c.network, dns.TypeToString[c.qtype], dns.RcodeToString[resp.Rcode], resp.Authoritative, resp.Answer,
+				strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	// The root block is not whoami's.
+	if resp := query(t, udpAddr, "near.example.", dns.TypeA); len(resp.Answer) != 1 || len(resp.Extra) != 0 {
+		t.Errorf("A near.example. = %v extra %v, want the hosts entry only", resp.Answer, resp.Extra)
+	}
+	if _, err := parseCorefile("foo.bar.com {\n\twhoami extra\n}", nil); err == nil || !strings.Contains(err.Error(), "plugin/whoami") {
+		t.Errorf("whoami with an argument: %v, want a plugin/whoami error", err)
+	}
+}
