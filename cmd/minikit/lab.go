@@ -457,9 +457,9 @@ func checkIPFamily(f string) error {
 	case "", lab.IPFamilyIPv4, lab.IPFamilyDual:
 		return nil
 	case lab.IPFamilyIPv6:
-		return fmt.Errorf("--ip-family ipv6 is not available yet: an IPv6-primary cluster needs IPv6 as the first family of the service and cluster CIDRs, "+
-			"the API's kubernetes Service and cluster DNS on an IPv6 ClusterIP, IPv6-only pods and nodes, the LoadBalancer stub answering NDP "+
-			"and VXLAN over an IPv6 underlay, none of which is built (issue 33); --ip-family dual (IPv4 primary, IPv6 beside it) is")
+		return fmt.Errorf("--ip-family ipv6 is not available yet: an IPv6-primary cluster needs IPv6 as the first family of the service and cluster CIDRs, " +
+			"the API's kubernetes Service and cluster DNS on an IPv6 ClusterIP, IPv6-only pods and nodes, the LoadBalancer stub answering NDP " +
+			"and VXLAN over an IPv6 underlay, none of which is built (issue 33); --ip-family dual (IPv4 primary, IPv6 beside it) is available")
 	}
 	return fmt.Errorf("unknown --ip-family %q: want ipv4, ipv6 or dual", f)
 }
