@@ -150,11 +150,13 @@ type State struct {
 	// PodNetwork is the nodes' --pod-network at lab up (each node's Args
 	// carry its current one), Topology the underlay's shape, and Subnet2
 	// the routed topology's second segment.
-	PodNetwork string            `json:"podNetwork,omitempty"`
-	Topology   string            `json:"topology,omitempty"`
-	Subnet2    string            `json:"subnet2,omitempty"`
-	Addresses  map[string]string `json:"addresses"`
-	APIPort    int               `json:"apiPort"`
+	PodNetwork string `json:"podNetwork,omitempty"`
+	Topology   string `json:"topology,omitempty"`
+	Subnet2    string `json:"subnet2,omitempty"`
+	// IPFamily is Config.IPFamily ("" in a lab from before dual-stack: ipv4).
+	IPFamily  string            `json:"ipFamily,omitempty"`
+	Addresses map[string]string `json:"addresses"`
+	APIPort   int               `json:"apiPort"`
 	// Zones is Config.Zones; 0 (a lab from before zones) labels no zone.
 	Zones int `json:"zones,omitempty"`
 	// ControlPlaneTaint is Config.ControlPlaneTaint.
@@ -398,7 +400,7 @@ func (l *Lab) saveState() error {
 // newState is the state of a lab about to be built from cfg.
 func newState(cfg Config) State {
 	return State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
-		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones,
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones, IPFamily: cfg.IPFamily,
 		ControlPlaneTaint: cfg.ControlPlaneTaint, PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
 }
 
