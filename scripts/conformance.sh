@@ -8,6 +8,7 @@
 #   sudo ./scripts/conformance.sh --proxy-mode nftables # the lab's kube-proxy in nftables mode
 #   sudo ./scripts/conformance.sh --procs 1             # one Ginkgo process (default 4, as upstream's jobs run in parallel)
 #   sudo ./scripts/conformance.sh --control-plane-taint # node1 tainted as kubeadm's control plane (lab up --control-plane-taint)
+#   sudo ./scripts/conformance.sh --ip-family dual --focus 'IPv6DualStack' # a dual-stack lab (lab up --ip-family dual)
 #
 # It builds upstream e2e.test v1.37.2 once (scripts/build-e2e.sh, cached under
 # /var/cache/minikit/e2e; about 30 minutes cold on 2 cores), builds minikit, brings
@@ -19,7 +20,9 @@
 # report (--report-dir, default /tmp/minikit-conformance), prints one line per
 # spec (PASS/FAIL/SKIP, seconds, the failure's first line) and the totals, and
 # removes the lab it made, also on failure or Ctrl-C. Exit status 0 only when no
-# spec failed and none was skipped. Run as root.
+# spec failed and none was skipped. The suite needs no IP family flag: it reads the
+# cluster's primary family from the kubernetes Service's ClusterIP, and its
+# [Feature:IPv6DualStack] specs assume a dual-stack cluster. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root: sudo $0" >&2; exit 1; }
@@ -27,7 +30,7 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 FOCUS='\[sig-network\].*\[Conformance\]'
 SKIP=''
-TAINT='' LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables PROCS=${CONFORMANCE_PROCS:-4}
+TAINT='' LAB='' NODES=2 REPORT=/tmp/minikit-conformance TIMEOUT=60m PROXY_MODE=iptables IP_FAMILY=ipv4 PROCS=${CONFORMANCE_PROCS:-4}
 while [ $# -gt 0 ]; do
   case $1 in
     --focus) FOCUS=$2; shift 2 ;;
@@ -35,11 +38,12 @@ while [ $# -gt 0 ]; do
     --lab) LAB=$2; shift 2 ;;
     --nodes) NODES=$2; shift 2 ;;
     --proxy-mode) PROXY_MODE=$2; shift 2 ;;
+    --ip-family) IP_FAMILY=$2; shift 2 ;;
     --report-dir) REPORT=$2; shift 2 ;;
     --timeout) TIMEOUT=$2; shift 2 ;;
     --procs) PROCS=$2; shift 2 ;;
     --control-plane-taint) TAINT=--control-plane-taint; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,7 +72,7 @@ trap 'exit 130' INT TERM
 if [ -z "$LAB" ]; then
   LAB=conf$$
   made=1
-  "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --proxy-mode "$PROXY_MODE" --dir "$TMP/lab" --kubeconfig-merge=false $TAINT >"$TMP/lab-up.log" 2>&1 ||
+  "$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --proxy-mode "$PROXY_MODE" --ip-family "$IP_FAMILY" --dir "$TMP/lab" --kubeconfig-merge=false $TAINT >"$TMP/lab-up.log" 2>&1 ||
     { cat "$TMP/lab-up.log"; exit 1; }
 fi
 status=$("$MINIKIT" lab status --name "$LAB" -o json)

@@ -160,7 +160,7 @@ lab down removes them again and makes the previous context current again.
 	addProxyModeFlag(up, &cfg.ProxyMode)
 	addPodNetworkFlag(up, &cfg.PodNetwork)
 	up.Flags().StringVar(&cfg.Topology, "topology", "flat", "flat (every host on one segment) or routed (node2 and up on a second subnet behind a router; needs --pod-network vxlan)")
-	up.Flags().StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "the cluster's IP family: ipv4, ipv6 or dual (only ipv4 is built so far)")
+	up.Flags().StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "the cluster's IP family: ipv4 or dual (IPv4 primary with IPv6 beside it); ipv6 is not built yet")
 	addOutput(up)
 	down := &cobra.Command{
 		Use:   "down",
@@ -454,12 +454,12 @@ func pickAndLoadLab(name, dir string) (lab.State, error) {
 // saying what is missing, rather than start a lab where half of it works.
 func checkIPFamily(f string) error {
 	switch f {
-	case "", lab.IPFamilyIPv4:
+	case "", lab.IPFamilyIPv4, lab.IPFamilyDual:
 		return nil
-	case lab.IPFamilyDual, lab.IPFamilyIPv6:
-		return fmt.Errorf("--ip-family %s is not available yet: the API (dual-stack Services, IPv6 ClusterIPs), node IPAM and the pod network (IPv6 pod addresses, host-gw routes) are built, "+
-			"but the service proxies (ip6tables and nftables ip6 rules), cluster DNS (AAAA, ip6.arpa), the LoadBalancer stub (NDP), NetworkPolicy (ip6tables), "+
-			"VXLAN over an IPv6 underlay and an IPv6 primary family are not (issue 33)", f)
+	case lab.IPFamilyIPv6:
+		return fmt.Errorf("--ip-family ipv6 is not available yet: an IPv6-primary cluster needs IPv6 as the first family of the service and cluster CIDRs, " +
+			"the API's kubernetes Service and cluster DNS on an IPv6 ClusterIP, IPv6-only pods and nodes, the LoadBalancer stub answering NDP " +
+			"and VXLAN over an IPv6 underlay, none of which is built (issue 33); --ip-family dual (IPv4 primary, IPv6 beside it) is available")
 	}
 	return fmt.Errorf("unknown --ip-family %q: want ipv4, ipv6 or dual", f)
 }

@@ -54,6 +54,13 @@ type Info struct {
 	ClusterCIDR      string   `json:"clusterCIDR"`
 	ClusterDNS       string   `json:"clusterDNS"`
 	LoadBalancerPool string   `json:"loadBalancerPool"`
+	// IPFamily is the lab's (ipv4 or dual); a dual-stack lab's IPv6 ranges
+	// are beside the IPv4 ones: each node's IPv6 address is on Underlay6,
+	// Services get a ClusterIP of ServiceCIDR6, pods an address of ClusterCIDR6.
+	IPFamily     string `json:"ipFamily,omitempty"`
+	Underlay6    string `json:"underlay6,omitempty"`
+	ServiceCIDR6 string `json:"serviceCIDR6,omitempty"`
+	ClusterCIDR6 string `json:"clusterCIDR6,omitempty"`
 	// PodNetwork is the nodes' --pod-network at lab up (host-gw or vxlan).
 	PodNetwork string `json:"podNetwork,omitempty"`
 	// Topology is the underlay's shape (flat or routed); a routed lab's
@@ -88,6 +95,13 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 		in.APIServer = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(st.APIPort))
 	}
 	in.PodNetwork, in.Topology, in.Underlay2 = st.PodNetwork, st.Topology, st.Subnet2
+	in.IPFamily = st.IPFamily
+	if in.IPFamily == "" {
+		in.IPFamily = IPFamilyIPv4
+	}
+	if in.IPFamily == IPFamilyDual {
+		in.Underlay6, in.ServiceCIDR6, in.ClusterCIDR6 = Subnet6.String(), ServiceCIDR6.String(), PodCIDR6.String()
+	}
 	if sub2, err := netip.ParsePrefix(st.Subnet2); err == nil && subnet.IsValid() {
 		in.Router = &HostInfo{Name: Router, Role: Router, Netns: NS(st.Name, Router),
 			Address: routerAddr(subnet).String() + "," + routerAddr(sub2).String()}
@@ -98,6 +112,9 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 	if subnet.IsValid() {
 		in.InternalAPIServer = "https://" + net.JoinHostPort(hostAddr(subnet, nodeName(1)).String(), strconv.Itoa(APIPort))
 		in.LoadBalancerPool = lbPool(subnet)
+		if st.IPFamily == IPFamilyDual {
+			in.LoadBalancerPool += "," + lbPool6()
+		}
 	}
 	cidrs := map[string]string{}
 	if withAPI {
@@ -213,6 +230,9 @@ func PrintInfo(w io.Writer, in Info) {
 		fmt.Fprintf(w, "HA control plane: %s (embedded etcd)\n", strings.Join(in.Servers, ", "))
 	}
 	fmt.Fprintf(w, "services %s (DNS %s), pods %s, LoadBalancer pool %s\n", in.ServiceCIDR, in.ClusterDNS, in.ClusterCIDR, in.LoadBalancerPool)
+	if in.IPFamily == IPFamilyDual {
+		fmt.Fprintf(w, "dual-stack: IPv6 underlay %s, services %s, pods %s\n", in.Underlay6, in.ServiceCIDR6, in.ClusterCIDR6)
+	}
 	if in.Router != nil {
 		fmt.Fprintf(w, "routed underlay: %s and %s joined by %s (netns %s, %s)\n", in.Underlay, in.Underlay2, in.Router.Name, in.Router.Netns, in.Router.Address)
 	}

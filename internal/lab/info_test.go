@@ -70,6 +70,36 @@ func TestInfoAddresses(t *testing.T) {
 	}
 }
 
+func TestInfoDualStack(t *testing.T) {
+	l := testLab(t, Config{Name: "ds", Nodes: 2, IPFamily: IPFamilyDual})
+	in := l.state.Info(context.Background(), false)
+	if in.IPFamily != IPFamilyDual || in.Underlay6 != "fd00:56::/64" || in.ServiceCIDR6 != "fd00:10:96::/112" || in.ClusterCIDR6 != "fd00:10:244::/56" {
+		t.Errorf("dual-stack info %q %q %q %q", in.IPFamily, in.Underlay6, in.ServiceCIDR6, in.ClusterCIDR6)
+	}
+	var out bytes.Buffer
+	PrintInfo(&out, in)
+	for _, line := range []string{
+		"dual-stack: IPv6 underlay fd00:56::/64, services fd00:10:96::/112, pods fd00:10:244::/56\n",
+		"LoadBalancer pool 192.168.56.240-192.168.56.250,fd00:56::240-fd00:56::250\n",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("PrintInfo lacks %q:\n%s", line, out.String())
+		}
+	}
+	if in.LoadBalancerPool != l.LBPool() {
+		t.Errorf("info's LoadBalancer pool %q, the servers' --lb-pool %q", in.LoadBalancerPool, l.LBPool())
+	}
+	l.state.IPFamily = "" // a lab from before dual-stack
+	if in := l.state.Info(context.Background(), false); in.IPFamily != IPFamilyIPv4 || in.ServiceCIDR6 != "" {
+		t.Errorf("an old lab's info %q %q", in.IPFamily, in.ServiceCIDR6)
+	}
+	out.Reset()
+	PrintInfo(&out, l.state.Info(context.Background(), false))
+	if strings.Contains(out.String(), "dual-stack") {
+		t.Errorf("an IPv4 lab's info says dual-stack:\n%s", out.String())
+	}
+}
+
 // The external host answers for example.com as a real authoritative server
 // would: its names at its own address, NXDOMAIN with the SOA for others,
 // and nothing outside its zone.

@@ -150,11 +150,13 @@ type State struct {
 	// PodNetwork is the nodes' --pod-network at lab up (each node's Args
 	// carry its current one), Topology the underlay's shape, and Subnet2
 	// the routed topology's second segment.
-	PodNetwork string            `json:"podNetwork,omitempty"`
-	Topology   string            `json:"topology,omitempty"`
-	Subnet2    string            `json:"subnet2,omitempty"`
-	Addresses  map[string]string `json:"addresses"`
-	APIPort    int               `json:"apiPort"`
+	PodNetwork string `json:"podNetwork,omitempty"`
+	Topology   string `json:"topology,omitempty"`
+	Subnet2    string `json:"subnet2,omitempty"`
+	// IPFamily is Config.IPFamily ("" in a lab from before dual-stack: ipv4).
+	IPFamily  string            `json:"ipFamily,omitempty"`
+	Addresses map[string]string `json:"addresses"`
+	APIPort   int               `json:"apiPort"`
 	// Zones is Config.Zones; 0 (a lab from before zones) labels no zone.
 	Zones int `json:"zones,omitempty"`
 	// ControlPlaneTaint is Config.ControlPlaneTaint.
@@ -398,7 +400,7 @@ func (l *Lab) saveState() error {
 // newState is the state of a lab about to be built from cfg.
 func newState(cfg Config) State {
 	return State{Name: cfg.Name, Nodes: cfg.Nodes, Servers: cfg.Servers, Datastore: cfg.Datastore, Dir: cfg.Dir, Subnet: cfg.Subnet.String(),
-		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones,
+		ProxyMode: cfg.ProxyMode, PodNetwork: cfg.PodNetwork, Topology: cfg.Topology, Zones: cfg.Zones, IPFamily: cfg.IPFamily,
 		ControlPlaneTaint: cfg.ControlPlaneTaint, PIDs: map[string]int{}, Args: map[string][]string{}, Addresses: map[string]string{}}
 }
 
@@ -585,11 +587,7 @@ func (l *Lab) buildNetwork() error {
 			steps = append(steps, []string{"ip", "-n", ns, "route", "add", other.String(), "via", routerAddr(sub).String(), "dev", "eth1"})
 		}
 		if strings.HasPrefix(h, "node") {
-			// A VM's default route covers the service CIDR; lab nodes have no default
-			// route (nothing may leave the lab), so they get this one instead. Packets
-			// to a ClusterIP without endpoints then reach the proxy's REJECT rule
-			// instead of failing to route.
-			steps = append(steps, []string{"ip", "-n", ns, "route", "add", "10.96.0.0/12", "dev", "eth1"})
+			steps = append(steps, l.serviceRoutes(ns)...)
 		}
 		for _, s := range steps {
 			if err := run(s...); err != nil {
@@ -598,6 +596,20 @@ func (l *Lab) buildNetwork() error {
 		}
 	}
 	return l.saveState()
+}
+
+// serviceRoutes are the steps that route a node's own traffic to the service
+// CIDRs. A VM's default route covers them; lab nodes have no default route
+// (nothing may leave the lab), so they get these instead, one per family:
+// without one, a socket on the node (a hostNetwork pod) to a ClusterIP fails
+// with "network unreachable" before kube-proxy's OUTPUT DNAT sees the packet,
+// and packets to a ClusterIP without endpoints never reach the proxy's REJECT.
+func (l *Lab) serviceRoutes(ns string) [][]string {
+	steps := [][]string{{"ip", "-n", ns, "route", "add", ServiceCIDR, "dev", "eth1"}}
+	if l.cfg.IPFamily == IPFamilyDual {
+		steps = append(steps, []string{"ip", "-n", ns, "-6", "route", "add", ServiceCIDR6.String(), "dev", "eth1"})
+	}
+	return steps
 }
 
 // routerAddr is the router's address on a segment: its first host address.

@@ -65,3 +65,25 @@ func TestCheckPodNetwork(t *testing.T) {
 		}
 	}
 }
+
+func TestServiceRoutes(t *testing.T) {
+	for _, tc := range []struct {
+		family string
+		want   []string
+	}{
+		{IPFamilyIPv4, []string{"ip -n ns1 route add 10.96.0.0/12 dev eth1"}},
+		{IPFamilyDual, []string{"ip -n ns1 route add 10.96.0.0/12 dev eth1", "ip -n ns1 -6 route add fd00:10:96::/112 dev eth1"}},
+	} {
+		c := Config{Nodes: 2, IPFamily: tc.family, Binary: "/bin/true"}
+		if err := c.defaults(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range (&Lab{cfg: c}).serviceRoutes("ns1") {
+			got = append(got, strings.Join(s, " "))
+		}
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("%s: routes %q, want %q", tc.family, got, tc.want)
+		}
+	}
+}
