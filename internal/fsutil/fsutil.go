@@ -1,4 +1,5 @@
-// Package fsutil holds minikit's one durable file write. Credentials, state
+// Package fsutil holds minikit's one durable file write, and the temporary
+// directory of a test process (ProcessTempDir). Credentials, state
 // files and rendered configs must survive a crash or power loss either whole
 // or not at all: a reader (a restarting server, `lab down` after a crash,
 // nginx reloading) must never see a half-written file. The standard library
@@ -7,9 +8,13 @@
 package fsutil
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 )
 
 // WriteFileAtomic replaces path with data, mode perm, so that after a crash
@@ -68,4 +73,32 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// ProcessTempDir makes a new temporary directory, named prefix, this
+// process's PID, a dash and a random suffix, for files that must outlive
+// every test of a test process but not the process (the minikit binary a
+// lab test builds once). A test process has no hook at its exit, so each
+// call first removes the directories of the same prefix whose process is
+// gone: what a finished or killed run left, the next run removes, and only
+// running processes' directories exist.
+func ProcessTempDir(prefix string) (string, error) {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	for _, m := range matches {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), prefix), "-")
+		n, err := strconv.Atoi(pid)
+		if !ok || err != nil || n <= 0 || processAlive(n) {
+			continue
+		}
+		if err := os.RemoveAll(m); err != nil {
+			return "", fmt.Errorf("removing %s, left by process %d: %w", m, n, err)
+		}
+	}
+	return os.MkdirTemp("", prefix+strconv.Itoa(os.Getpid())+"-")
+}
+
+// processAlive reports whether a process with this PID exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -2,11 +2,14 @@ package fsutil
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestWriteFileAtomic(t *testing.T) {
@@ -87,5 +90,50 @@ func TestWriteFileAtomicOwned(t *testing.T) {
 	sys := st.Sys().(*syscall.Stat_t)
 	if int(sys.Uid) != uid || int(sys.Gid) != gid || st.Mode().Perm() != 0o600 {
 		t.Errorf("owner %d:%d mode %v, want %d:%d 0600", sys.Uid, sys.Gid, st.Mode().Perm(), uid, gid)
+	}
+}
+
+// TestProcessTempDir: a directory left by a process that is gone is removed,
+// one of a running process (this one) is kept, and the new one is named by
+// this process's PID.
+func TestProcessTempDir(t *testing.T) {
+	prefix := fmt.Sprintf("fsutil-test-%d-", time.Now().UnixNano())
+	t.Cleanup(func() {
+		m, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+		for _, d := range m {
+			os.RemoveAll(d)
+		}
+	})
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, gone.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dead, "minikit"), []byte("x"), 0o755)
+	mine, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", prefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.MkdirTemp("", prefix+"nopid") // not named by a PID: not ours to judge
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := ProcessTempDir(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(dir), fmt.Sprintf("%s%d-", prefix, os.Getpid())) {
+		t.Errorf("new directory %s is not named by this process's PID", dir)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("the directory of process %d, which is gone, is still there (%v)", gone.Process.Pid, err)
+	}
+	for _, d := range []string{mine, other, dir} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was removed: %v", d, err)
+		}
 	}
 }

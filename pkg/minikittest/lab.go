@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/fsutil"
 	"github.com/minikit/minikit/internal/lab"
 
 	"k8s.io/client-go/rest"
@@ -235,7 +236,8 @@ var (
 
 func buildMinikit() (string, error) {
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "minikittest-bin-")
+		// Removed by the next test process once this one is gone.
+		dir, err := fsutil.ProcessTempDir("minikittest-bin-")
 		if err != nil {
 			buildErr = err
 			return

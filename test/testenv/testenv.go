@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/fsutil"
 	"github.com/minikit/minikit/internal/testutil"
 
 	"github.com/minikit/minikit/internal/kubelet"
@@ -40,7 +41,8 @@ var (
 func Minikit(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "minikit-test-bin-")
+		// Removed by the next test process once this one is gone.
+		dir, err := fsutil.ProcessTempDir("minikit-test-bin-")
 		if err != nil {
 			buildErr = err
 			return
