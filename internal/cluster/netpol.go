@@ -36,7 +36,7 @@ func startNetpol(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error 
 	nsInf := factory.Core().V1().Namespaces()
 	listers := netpol.Listers{Policies: polInf.Lister(), Pods: podInf.Lister(), Namespaces: nsInf.Lister()}
 	enforcers := []*netpol.Enforcer{netpol.New(netpol.Config{NodeName: nc.NodeName, Logger: nc.Logger}, ipt, sets, listers)}
-	if nc.SecondaryNodeIP.Is6() && !nc.SecondaryNodeIP.Is4In6() {
+	if isIPv6(nc.SecondaryNodeIP) {
 		if e6 := newNetpolIPv6(nc, listers); e6 != nil {
 			enforcers = append(enforcers, e6)
 		}

@@ -159,7 +159,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 			icfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
 		}
 		var ipt6 iptables.Interface
-		if ip6 := nc.SecondaryNodeIP; ip6.Is6() && !ip6.Is4In6() {
+		if isIPv6(nc.SecondaryNodeIP) {
 			if ipt6, err = iptables.NewIPv6(); err != nil {
 				log.Warn("no ip6tables: IPv6 services will not work on this node", "err", err)
 				ipt6 = nil
@@ -317,7 +317,7 @@ func nodeAddress(n *corev1.Node, self string, p serviceProxy) {
 // local-traffic detector, as kube-proxy does without --cluster-cidr:
 // off-cluster traffic to an IPv6 ClusterIP is then not masqueraded.
 func newIPTablesProxy(cfg kubeproxy.Config, ipt, ipt6 iptables.Interface, ip6 netip.Addr, cidr6 netip.Prefix, log *slog.Logger) (serviceProxy, error) {
-	if ipt6 == nil || !ip6.Is6() || ip6.Is4In6() {
+	if ipt6 == nil || !isIPv6(ip6) {
 		return kubeproxy.New(cfg, ipt)
 	}
 	cfg.HealthCheckListen = listenFamily("tcp4")
@@ -325,13 +325,7 @@ func newIPTablesProxy(cfg kubeproxy.Config, ipt, ipt6 iptables.Interface, ip6 ne
 	if err != nil {
 		return nil, err
 	}
-	cfg6 := cfg
-	cfg6.Family, cfg6.NodeIP, cfg6.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
-	if cidr6.Addr().Is6() && !cidr6.Addr().Is4In6() {
-		cfg6.ClusterCIDR = cidr6
-	}
-	cfg6.RouteLocalnet = nil
-	cfg6.HealthCheckListen = listenFamily("tcp6")
+	cfg6 := ipv6Config(cfg, ip6, cidr6)
 	p6, err := kubeproxy.New(cfg6, ipt6)
 	if err != nil {
 		return nil, err
@@ -340,6 +334,23 @@ func newIPTablesProxy(cfg kubeproxy.Config, ipt, ipt6 iptables.Interface, ip6 ne
 	return kubeproxy.NewMetaProxier(p4, p6)
 }
 
+// ipv6Config is the IPv6 proxier's configuration on a dual-stack node, in
+// either mode, from the IPv4 one's: its family, the node's IPv6 address, the
+// IPv6 pod range when there is one (its local-traffic detector), no
+// route_localnet (IPv6 has none), and health check node ports on IPv6 only.
+func ipv6Config(cfg kubeproxy.Config, ip6 netip.Addr, cidr6 netip.Prefix) kubeproxy.Config {
+	cfg.Family, cfg.NodeIP, cfg.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
+	if isIPv6(cidr6.Addr()) {
+		cfg.ClusterCIDR = cidr6
+	}
+	cfg.RouteLocalnet = nil
+	cfg.HealthCheckListen = listenFamily("tcp6")
+	return cfg
+}
+
+// isIPv6 reports whether a is an IPv6 address proper (not IPv4-mapped).
+func isIPv6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
+
 // newNFTProxy is the nftables mode's proxier, one per IP family of the node
 // as in iptables mode (newIPTablesProxy): on a dual-stack node a second
 // proxier writes `ip6 kube-proxy` through a backend of its own (returned,
@@ -347,7 +358,7 @@ func newIPTablesProxy(cfg kubeproxy.Config, ipt, ipt6 iptables.Interface, ip6 ne
 // a MetaProxier joins the two.
 func newNFTProxy(cfg kubeproxy.NFTConfig, backend nft.Interface, ip6 netip.Addr, cidr6 netip.Prefix, log *slog.Logger) (serviceProxy, nft.Interface, error) {
 	var backend6 nft.Interface
-	if ip6.Is6() && !ip6.Is4In6() {
+	if isIPv6(ip6) {
 		var err error
 		if backend6, _, err = newNFTBackend(nft.IPv6Family); err != nil {
 			log.Warn("no ip6 nftables: IPv6 services will not work on this node", "err", err)
@@ -363,11 +374,7 @@ func newNFTProxy(cfg kubeproxy.NFTConfig, backend nft.Interface, ip6 netip.Addr,
 		return nil, backend6, err
 	}
 	cfg6 := cfg
-	cfg6.Family, cfg6.NodeIP, cfg6.ClusterCIDR = corev1.IPv6Protocol, ip6, netip.Prefix{}
-	if cidr6.Addr().Is6() && !cidr6.Addr().Is4In6() {
-		cfg6.ClusterCIDR = cidr6
-	}
-	cfg6.HealthCheckListen = listenFamily("tcp6")
+	cfg6.Config = ipv6Config(cfg.Config, ip6, cidr6)
 	p6, err := kubeproxy.NewNFT(cfg6, backend6)
 	if err != nil {
 		return nil, backend6, err
