@@ -14,10 +14,12 @@
 #
 # With K8S=1 it also measures CoreDNS's kubernetes plugin (+ cache 30) watching the same minikit
 # API against minikit, alternating, with the same dnsperf settings (the "ideal" comparison: both
-# servers answer from the same API objects).
+# servers answer from the same API objects); with IMAGE=1 (default) minikit's side there is the
+# built-in coredns image (`minikit __image-run registry.k8s.io/coredns/coredns`, as the
+# kube-system/coredns pods run it) with the same Corefile.
 #
 # Environment (defaults): WORK=/tmp/minikit-bench-dns API_PORT=16449 DNS_PORT=5355
-#   SHARED=<repo>/../shared  K8S=1  NOMEMO=0 (1: also measure minikit without its reply memo)
+#   SHARED=<repo>/../shared  K8S=1  IMAGE=1  NOMEMO=0 (1: also measure minikit without its reply memo)
 #   and everything dns-bench.sh reads (RUNS, DURATION, CLIENTS, CONFIGS, QPS_LIMIT, ...).
 # Needs root only for apt-get (dnsperf); traffic stays on 127.0.0.1; everything stays in $WORK.
 set -euo pipefail
@@ -28,6 +30,7 @@ WORK=${WORK:-/tmp/minikit-bench-dns}
 API_PORT=${API_PORT:-16449}
 DNS_PORT=${DNS_PORT:-5355}
 K8S=${K8S:-1}
+IMAGE=${IMAGE:-1}
 NOMEMO=${NOMEMO:-0}
 GO=${GO:-go}
 export RUNS=${RUNS:-3} DURATION=${DURATION:-20} CLIENTS=${CLIENTS:-"8"}
@@ -105,6 +108,17 @@ if [ "$K8S" = 1 ]; then
   "$COREDNS" -conf "$WORK/Corefile.k8s" -dns.port "$K8S_PORT" >"$WORK/coredns-k8s.log" 2>&1 &
   CK_PID=$!; PIDS+=($CK_PID)
   for _ in $(seq 150); do [ "$(dig +short +time=1 -p "$K8S_PORT" @127.0.0.1 hl99.default.svc.cluster.local A 2>/dev/null | wc -l)" = 3 ] && break; sleep 0.2; done
+  if [ "$IMAGE" = 1 ]; then
+    # minikit as the cluster runs it: the built-in coredns image (a pod's process) with the
+    # same Corefile, its kubernetes plugin watching the same API.
+    kill "$MK_PID"; wait "$MK_PID" 2>/dev/null || true
+    printf 'cluster.local:%s {\n    bind 127.0.0.1\n    kubernetes cluster.local {\n        kubeconfig %s\n    }\n    cache 30\n}\n' "$DNS_PORT" "$KC" >"$WORK/Corefile.image"
+    "$WORK/bin/minikit" __image-run registry.k8s.io/coredns/coredns -conf "$WORK/Corefile.image" >"$WORK/coredns-image.log" 2>&1 &
+    MK_PID=$!; PIDS+=($MK_PID)
+    for _ in $(seq 150); do [ "$(dig +short +time=1 -p "$DNS_PORT" @127.0.0.1 hl99.default.svc.cluster.local A 2>/dev/null | wc -l)" = 3 ] && break; sleep 0.2; done
+    [ "$(dig +short -p "$DNS_PORT" @127.0.0.1 hl99.default.svc.cluster.local A | wc -l)" = 3 ] || { echo "the coredns image did not load the zone: $(tail -5 "$WORK/coredns-image.log")" >&2; exit 1; }
+    echo "# kubernetes+cache: minikit is the built-in coredns image (pid $MK_PID)" >&2
+  fi
   if [ "$(dig +short -p "$K8S_PORT" @127.0.0.1 hl99.default.svc.cluster.local A | wc -l)" != 3 ]; then
     echo "coredns kubernetes plugin did not load the zone: $(tail -5 "$WORK/coredns-k8s.log")" >&2
   else

@@ -32,6 +32,15 @@
 # both time the same cases), then run in turn ROUNDS times, each in network namespaces of its own
 # that the benchmark creates and removes; prints each case's median per tree and this/REF.
 #   env: NFT_BENCH (default 'BenchmarkNFTSync/netlink/services=10000/') ROUNDS=3 BENCHTIME=20x
+#
+#        sudo scripts/bench-proxy.sh --ip-family dual
+# dual-stack against single-stack (issue 33), per proxy mode, in one run inside one namespace this
+# script creates and deletes: S ClusterIP services x 5 endpoints, single-stack (one IPv4 proxier)
+# and dual-stack (each service with an IPv4 and an IPv6 ClusterIP and an EndpointSlice of each
+# family; one proxier per family as MetaProxier runs them, both syncing concurrently); first full
+# sync into empty tables and partial sync after one pod's endpoint changed (in both families'
+# slices when dual); prints medians (min-max) and dual/single ratios.
+#   env: MODES=iptables,nftables  SIZES=1000,10000  REPS (3; 1 at 10000)  PARTIAL_REPS (9)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench-proxy: must run as root" >&2; exit 1; }
@@ -89,6 +98,14 @@ if [ "${1:-}" = --upstream ]; then
     grep -v -E '^(=== RUN|--- PASS|PASS$)'
   exit "${PIPESTATUS[0]}"
 fi
+BENCH_TEST=TestBenchProxy
+if [ "${1:-}" = --ip-family ]; then
+  case "${2:-}" in
+    dual) BENCH_TEST=TestBenchDualStack ;;
+    single) ;;
+    *) echo "bench-proxy: --ip-family single|dual" >&2; exit 2 ;;
+  esac
+fi
 NS=minikit-bench-proxy-$$
 TMP=$(mktemp -d /tmp/bench-proxy.XXXXXX)
 cleanup() { ip netns del "$NS" 2>/dev/null || true; rm -rf "$TMP"; }
@@ -97,5 +114,5 @@ trap 'exit 130' INT TERM HUP
 go test -c -tags benchproxy -o "$TMP/proxy.test" ./internal/kubeproxy
 ip netns add "$NS"
 echo "# $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-MINIKIT_BENCH_NETNS=$NS ip netns exec "$NS" "$TMP/proxy.test" -test.run '^TestBenchProxy$' -test.v -test.timeout 2h |
+MINIKIT_BENCH_NETNS=$NS ip netns exec "$NS" "$TMP/proxy.test" -test.run "^$BENCH_TEST\$" -test.v -test.timeout 2h |
   grep -v -E '^(=== RUN|--- PASS|PASS$)'

@@ -8,7 +8,9 @@
 #   sudo ./scripts/conformance.sh --proxy-mode nftables # the lab's kube-proxy in nftables mode
 #   sudo ./scripts/conformance.sh --procs 1             # one Ginkgo process (default 4, as upstream's jobs run in parallel)
 #   sudo ./scripts/conformance.sh --control-plane-taint # node1 tainted as kubeadm's control plane (lab up --control-plane-taint)
+#   sudo ./scripts/conformance.sh --nodes 7 --control-plane-taint --focus 'Traffic Distribution|Topology Hints' # kubeadm-shaped: 6 workers, 2 in each of 3 zones
 #   sudo ./scripts/conformance.sh --ip-family dual --focus 'IPv6DualStack' # a dual-stack lab (lab up --ip-family dual)
+#   sudo ./scripts/conformance.sh --ip-family ipv6      # an IPv6 single-stack lab (lab up --ip-family ipv6)
 #
 # It builds upstream e2e.test v1.37.2 once (scripts/build-e2e.sh, cached under
 # /var/cache/minikit/e2e; about 30 minutes cold on 2 cores), builds minikit, brings
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=$2; shift 2 ;;
     --procs) PROCS=$2; shift 2 ;;
     --control-plane-taint) TAINT=--control-plane-taint; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -103,7 +105,10 @@ t0=$SECONDS
 # after refreshing discovery). Nothing can be created under /dev/null, so
 # every kubectl the suite runs reads the server's discovery afresh, as a client
 # without a cache does.
-KUBECACHEDIR=/dev/null ip netns exec "$netns" "$GINKGO" "${gargs[@]}" "$E2E" -- --provider=local --kubeconfig="$TMP/kubeconfig" \
+# The suite's own temporary files (kubectl's kuberc specs make a directory per
+# spec and leave it) go to a directory of this run, removed with it.
+mkdir -p "$TMP/tmp"
+TMPDIR=$TMP/tmp KUBECACHEDIR=/dev/null ip netns exec "$netns" "$GINKGO" "${gargs[@]}" "$E2E" -- --provider=local --kubeconfig="$TMP/kubeconfig" \
   --num-nodes="$numnodes" --report-dir="$REPORT" >"$REPORT/e2e.log" 2>&1 || rc=$?
 echo "e2e.test ran ${PROCS} processes for $((SECONDS - t0))s"
 [ "${VERBOSE:-}" != 1 ] || cat "$REPORT/e2e.log"
@@ -148,5 +153,14 @@ EOF
 if [ $rc != 0 ]; then
   echo "e2e log: $REPORT/e2e.log (last lines below)"
   tail -40 "$REPORT/e2e.log"
+  # The lab's own warnings (failed or slow controller syncs, proxy and agent
+  # errors), the last of each host's, before the lab and its logs go.
+  for f in "$TMP"/lab/*.log; do
+    [ -f "$f" ] || continue
+    n=$(grep -cE 'level=(WARN|ERROR)' "$f" || true)
+    [ "$n" != 0 ] || continue
+    echo "== $(basename "$f"): $n warnings and errors, the last 30:"
+    grep -E 'level=(WARN|ERROR)' "$f" | tail -30 | cut -c1-400
+  done
 fi
 exit $rc

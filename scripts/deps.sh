@@ -25,6 +25,9 @@ want nft nftables
 want ip iproute2
 want dig dnsutils
 want curl curl
+# The first `go build` fetches modules from the Go proxy over HTTPS: a fresh
+# Debian (debootstrap minbase, a cloud image) has no CA bundle.
+want /etc/ssl/certs/ca-certificates.crt ca-certificates
 want nsenter util-linux
 want ping iputils-ping
 want openssl openssl

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root: sudo $0" >&2; exit 1; }
 # Each phase's time, printed at the end (phase NAME starts NAME and ends the one before).
-phases=() phase_name='' phase_start=$SECONDS
+phases=() sidephases=() phase_name='' phase_start=$SECONDS
 phase() {
   [ -z "$phase_name" ] || phases+=("$(printf '%-44s %5ds' "$phase_name" $((SECONDS - phase_start)))")
   phase_name=$1 phase_start=$SECONDS
@@ -19,6 +19,7 @@ print_phases() {
   phase ''
   echo "== time per phase (total ${SECONDS}s)"
   printf '  %s\n' "${phases[@]}"
+  [ ${#sidephases[@]} = 0 ] || printf '    %s\n' "${sidephases[@]}"
 }
 phase "deps (scripts/deps.sh test)"
 ./scripts/deps.sh test
@@ -28,7 +29,8 @@ export CI=${CI:-true}
 k120=/var/cache/minikit/kubectl-1.20/usr/bin/kubectl
 [ -x "$k120" ] && export MINIKIT_EXTRA_KUBECTL=$k120
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+bindir=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$bindir"' EXIT
 status=0
 phase "go vet"
 go vet ./...
@@ -40,11 +42,131 @@ phase "build e2e.test and ginkgo"
 ./scripts/build-e2e.sh >/dev/null
 phase "build upstream kube-proxy"
 ./scripts/build-upstream-proxy.sh >/dev/null
+# One minikit binary for the lab tier (test/testenv and pkg/minikittest take
+# $MINIKIT_BINARY) and the upstream runs, built from this tree as each package
+# would build it: linking it costs about 12 CPU-seconds, once instead of once
+# per package.
+phase "build minikit"
+go build -o "$bindir/minikit" ./cmd/minikit
+# Kubernetes' own specs, unmodified, against a lab (scripts/conformance.sh; the
+# first run builds upstream e2e.test, about 20-30 minutes cold on 2 cores, cached
+# in /var/cache/minikit/e2e): the 47 [sig-network] [Conformance] specs and the
+# upstream NetworkPolicy specs (Netpol), but the three [Feature:SCTPConnectivity]
+# ones: this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails
+# with EPROTONOSUPPORT), so their agnhost porter pods can never serve.
+# Then the 47 conformance specs once more in a lab whose proxies run in nftables mode,
+# and the API machinery specs (server-side apply and field validation, then
+# CustomResourceDefinitions), each set in a lab of its own.
+# The upstream runs start in the background, each in its own lab, before the unit
+# tier and beside it: a suite's time goes to waiting for pods and polling, not
+# to the CPU (the 47 specs took 121 s with the machine's load at 26, against
+# 120-150 s idle), so they cost the test command little more than the unit tier
+# takes anyway. Each one's own time is printed with the phases; their results
+# after the fuzzing.
+# CONFORMANCE_FOCUS / CONFORMANCE_SKIP change the first run; CONFORMANCE=0 leaves them
+# out (for a quick local run only).
+conf_summary=""
+jobs_started=()
+declare -A job_cmd=()
+# background NAME COMMAND...: queues COMMAND to run in the background, its
+# output and exit status in $log.NAME.out and $log.NAME.rc, its seconds in
+# $log.NAME.secs. run_background starts the queued jobs in their order, at
+# most $max_jobs at once: seven labs at once on this 2-core machine, beside the
+# race-enabled unit tier, put its load above 40, and specs that give the
+# cluster a few seconds (an EndpointSlice within 10 s) then fail for want of
+# CPU, not of a feature. The longest job goes first.
+max_jobs=${MAX_UPSTREAM_JOBS:-4}
+background() {
+  local name=$1; shift
+  job_cmd[$name]=$(printf '%q ' "$@")
+  jobs_started+=("$name")
+}
+run_background() {
+  local name running=0 order=()
+  # Longest first (their times in the last runs: the rest of [sig-network]
+  # about 20 minutes, the dual-stack pair 15, the others 6 to 11).
+  for name in signet dualstack conf-iptables apim gateway ipv6 conf-nftables "${jobs_started[@]}"; do
+    [ -n "${job_cmd[$name]:-}" ] && [[ " ${order[*]} " != *" $name "* ]] && order+=("$name")
+  done
+  for name in "${order[@]}"; do
+    if [ "$running" -ge "$max_jobs" ]; then
+      wait -n || true
+      running=$((running - 1))
+    fi
+    ( t0=$SECONDS; rc=0; eval "${job_cmd[$name]}" > "$log.$name.out" 2>&1 || rc=$?
+      echo $((SECONDS - t0)) > "$log.$name.secs"; echo $rc > "$log.$name.rc" ) &
+    running=$((running + 1))
+  done
+  wait
+}
+conformance() { MINIKIT_SKIP_DEPS=1 MINIKIT=$bindir/minikit ./scripts/conformance.sh "$@"; }
+if [ "${CONFORMANCE:-1}" != 0 ]; then
+  # The rest of [sig-network] that every cluster is expected to pass: the
+  # specs with none of [Feature:…], [Serial], [Disruptive], [Slow], [Flaky],
+  # beyond the 47 conformance ones (85: Services, Networking Granular Checks,
+  # DNS, Conntrack, Traffic Distribution, Topology Hints, …), in a lab shaped
+  # as kind's CI clusters are: node1 a tainted control plane, six schedulable
+  # nodes in three zones (Traffic Distribution needs two schedulable nodes in
+  # each of three zones; Topology Hints, endpoints on nodes of equal CPU in
+  # every zone). One spec is left out: "DNS should provide DNS for the cluster
+  # [Provider:gce]" resolves google.com and GCE's metadata server, which only
+  # a GCE cluster with an uplink has (the suite skips it on other providers).
+  signet_skip='\[Feature:|\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Conformance\]|\[Provider:gce\]'
+  background signet conformance --nodes 7 --control-plane-taint --focus '\[sig-network\]' --skip "$signet_skip" \
+    --report-dir "$log.signet.report"
+  conf_focus=${CONFORMANCE_FOCUS:-'\[sig-network\].*\[Conformance\]|\[sig-network\] Netpol '}
+  conf_skip=${CONFORMANCE_SKIP-'SCTPConnectivity'}
+  background conf-iptables conformance --focus "$conf_focus" --skip "$conf_skip" --report-dir "$log.conf-iptables.report"
+  # The 47 conformance specs again, with the lab's kube-proxy in nftables mode:
+  # the Services the suite checks are the same in both modes.
+  background conf-nftables conformance --proxy-mode nftables --report-dir "$log.conf-nftables.report"
+  # The API machinery the add-ons install with, in one lab (two Ginkgo
+  # processes): server-side apply and field validation
+  # (ServerSideApply, FieldValidation) and CustomResourceDefinitions (the
+  # Describe blocks CustomResourceDefinition resources, CustomResourcePublishOpenAPI,
+  # which drives kubectl explain and client-side validation, CustomResourceDefinition
+  # Watch and CustomResourceValidationRules), 37 specs; and the untagged [sig-auth]
+  # specs of ServiceAccounts, SubjectReview and SelfSubjectReview (tokens,
+  # OIDC issuer discovery, RBAC reviews), 13 specs. CustomResourceFieldSelectors is
+  # left out: its one spec deploys a conversion webhook, which minikit does not
+  # call (docs/differences.md). So are the two SelfSubjectReview specs for
+  # authentication.k8s.io/v1alpha1 and v1beta1: kube-apiserver v1.37 serves
+  # neither by default (genericBetaAPIGroupVersionsDisabledByDefault and
+  # genericAlphaAPIGroupVersionsDisabledByDefault in pkg/controlplane/instance.go),
+  # so against a default cluster the suite skips them too; minikit serves v1.
+  apim_focus='\[sig-api-machinery\] (ServerSideApply |FieldValidation |CustomResourceDefinition resources|CustomResourcePublishOpenAPI|CustomResourceDefinition Watch|CustomResourceValidationRules)|\[sig-auth\] (ServiceAccounts|SubjectReview|SelfSubjectReview) '
+  apim_skip='authentication/v1(alpha|beta)1$|\[sig-auth\].*(\[Feature:|\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\])'
+  background apim conformance --focus "$apim_focus" --skip "$apim_skip" --procs 2 --report-dir "$log.apim.report"
+  # A dual-stack lab (--ip-family dual: pods, Services and both proxies in IPv4
+  # and IPv6): the 47 conformance specs, the [Feature:IPv6DualStack] specs and
+  # the NetworkPolicy specs, but those that serve SCTP (no SCTP in this kernel,
+  # as above); then the 47 in a dual-stack lab in nftables mode.
+  dualstack() {
+    conformance --ip-family dual --focus '\[sig-network\].*\[Conformance\]|\[Feature:IPv6DualStack\]|\[sig-network\] Netpol ' \
+      --skip SCTPConnectivity --report-dir "$log.dualstack.report" &&
+      conformance --ip-family dual --proxy-mode nftables --report-dir "$log.dualstack.report"
+  }
+  background dualstack dualstack
+  # IPv6-only labs (--ip-family ipv6): the 47 conformance specs in iptables
+  # mode, then in nftables mode.
+  ipv6() {
+    conformance --ip-family ipv6 --report-dir "$log.ipv6.report" &&
+      conformance --ip-family ipv6 --proxy-mode nftables --report-dir "$log.ipv6.report"
+  }
+  background ipv6 ipv6
+  # The Gateway API's conformance suite (sigs.k8s.io/gateway-api/conformance v1.6.3,
+  # unmodified; scripts/gateway-conformance.sh) in a two-node lab of its own,
+  # run from the lab's client host: profiles GATEWAY-HTTP, GATEWAY-GRPC and
+  # GATEWAY-TLS, the features the GatewayClass says it supports (their core ones).
+  background gateway env MINIKIT="$bindir/minikit" ./scripts/gateway-conformance.sh --profiles GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS \
+    --report-dir "$log.gateway.report"
+  run_background &
+fi
 # The unit and kernel tiers with the race detector (test/README.md), then the
 # lab tier (test/*: the real binary, built without it, driven from the test
 # process) without: the race detector there only slows the harness and makes
 # each test binary slower to link.
-phase "go test -race (unit, kernel tiers)"
+phase "go test -race (unit, kernel tiers; upstream suites beside it)"
 labpkgs=$(go list ./test/... | grep -v '/test/layout$')
 unitpkgs=$(go list ./... | grep -vxF -f <(echo "$labpkgs"))
 # shellcheck disable=SC2086 # package lists are word lists
@@ -52,7 +174,7 @@ go test -race -count=1 -timeout 30m -v $unitpkgs 2>&1 | tee "$log" | grep -E '^(
 status=${PIPESTATUS[0]}
 phase "go test (lab tier)"
 # shellcheck disable=SC2086
-go test -count=1 -timeout 40m -v $labpkgs 2>&1 | tee -a "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
+MINIKIT_BINARY=$bindir/minikit go test -count=1 -timeout 40m -v $labpkgs 2>&1 | tee -a "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 passed=$(grep -cE '^\s*--- PASS' "$log" || true)
 failed=$(grep -cE '^\s*--- FAIL' "$log" || true)
@@ -86,67 +208,6 @@ else
   grep -E '^(\s*--- PASS|ok)' "$log.example" || true
 fi
 rm -f "$log.example"
-# Kubernetes' own specs, unmodified, against a lab (scripts/conformance.sh; the
-# first run builds upstream e2e.test, about 20-30 minutes cold on 2 cores, cached
-# in /var/cache/minikit/e2e): the 47 [sig-network] [Conformance] specs and the
-# upstream NetworkPolicy specs (Netpol), but the three [Feature:SCTPConnectivity]
-# ones: this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails
-# with EPROTONOSUPPORT), so their agnhost porter pods can never serve.
-# Then the 47 conformance specs once more in a lab whose proxies run in nftables mode,
-# and the API machinery specs (server-side apply and field validation, then
-# CustomResourceDefinitions), each set in a lab of its own.
-# CONFORMANCE_FOCUS / CONFORMANCE_SKIP change the first run; CONFORMANCE=0 leaves both out
-# (for a quick local run only).
-conf_summary=""
-if [ "${CONFORMANCE:-1}" != 0 ]; then
-  conf_focus=${CONFORMANCE_FOCUS:-'\[sig-network\].*\[Conformance\]|\[sig-network\] Netpol '}
-  conf_skip=${CONFORMANCE_SKIP-'SCTPConnectivity'}
-  phase "upstream: conformance + netpol (iptables)"
-  if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --focus "$conf_focus" --skip "$conf_skip" --report-dir "$log.conformance" > "$log.conf" 2>&1; then
-    cat "$log.conf"
-    status=1
-  else
-    grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" || true
-  fi
-  conf_summary="; upstream conformance: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
-  rm -rf "$log.conf" "$log.conformance"
-  # The 47 conformance specs again, with the lab's kube-proxy in nftables mode
-  # (about 2 minutes in 4 Ginkgo processes): the Services the suite checks are the same in both modes.
-  phase "upstream: conformance (nftables)"
-  if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --proxy-mode nftables --report-dir "$log.conformance" > "$log.conf" 2>&1; then
-    cat "$log.conf"
-    status=1
-  else
-    grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" | sed 's/^/nftables mode: /' || true
-  fi
-  conf_summary="$conf_summary; in nftables mode: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
-  rm -rf "$log.conf" "$log.conformance"
-  # The API machinery the add-ons install with, in one lab (about 3 minutes
-  # in two Ginkgo processes): server-side apply and field validation
-  # (ServerSideApply, FieldValidation) and CustomResourceDefinitions (the
-  # Describe blocks CustomResourceDefinition resources, CustomResourcePublishOpenAPI,
-  # which drives kubectl explain and client-side validation, CustomResourceDefinition
-  # Watch and CustomResourceValidationRules), 37 specs; and the untagged [sig-auth]
-  # specs of ServiceAccounts, SubjectReview and SelfSubjectReview (tokens,
-  # OIDC issuer discovery, RBAC reviews), 13 specs. CustomResourceFieldSelectors is
-  # left out: its one spec deploys a conversion webhook, which minikit does not
-  # call (docs/differences.md). So are the two SelfSubjectReview specs for
-  # authentication.k8s.io/v1alpha1 and v1beta1: kube-apiserver v1.37 serves
-  # neither by default (genericBetaAPIGroupVersionsDisabledByDefault and
-  # genericAlphaAPIGroupVersionsDisabledByDefault in pkg/controlplane/instance.go),
-  # so against a default cluster the suite skips them too; minikit serves v1.
-  apim_focus='\[sig-api-machinery\] (ServerSideApply |FieldValidation |CustomResourceDefinition resources|CustomResourcePublishOpenAPI|CustomResourceDefinition Watch|CustomResourceValidationRules)|\[sig-auth\] (ServiceAccounts|SubjectReview|SelfSubjectReview) '
-  apim_skip='authentication/v1(alpha|beta)1$|\[sig-auth\].*(\[Feature:|\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\])'
-  phase "upstream: API machinery + sig-auth"
-  if ! MINIKIT_SKIP_DEPS=1 ./scripts/conformance.sh --focus "$apim_focus" --skip "$apim_skip" --procs 2 --report-dir "$log.conformance" > "$log.conf" 2>&1; then
-    cat "$log.conf"
-    status=1
-  else
-    grep -E '^(PASS|FAIL|SKIP) ' "$log.conf" || true
-  fi
-  conf_summary="$conf_summary; API machinery and sig-auth: $(grep -E '^[0-9]+ passed, ' "$log.conf" | tail -1)"
-  rm -rf "$log.conf" "$log.conformance"
-fi
 # Fuzzing, bounded: each fuzz target mutates inputs beyond its seed corpus for a
 # fixed number of executions (scripts/fuzz.sh --time 5m for a long run).
 fuzz=(--ci)
@@ -158,6 +219,23 @@ if ! ./scripts/fuzz.sh "${fuzz[@]}" > "$log.fuzz" 2>&1; then
 fi
 sed -n '/== fuzz summary/,$p' "$log.fuzz"
 rm -f "$log.fuzz"
+# The upstream suites started before the unit tier (long done by now).
+phase "upstream suites: waiting for the rest"
+wait
+declare -A label=([conf-iptables]="upstream conformance" [conf-nftables]="in nftables mode" [apim]="API machinery and sig-auth"
+  [dualstack]="dual-stack (iptables, then nftables)" [ipv6]="IPv6-only (iptables, then nftables)" [gateway]="Gateway API" [signet]="the rest of [sig-network]")
+for name in "${jobs_started[@]}"; do
+  sidephases+=("$(printf '%-42s %5ds' "upstream $name (side by side)" "$(cat "$log.$name.secs")")")
+  if [ "$(cat "$log.$name.rc")" != 0 ]; then
+    echo "===== $name failed:"
+    cat "$log.$name.out"
+    status=1
+  else
+    grep -E '^(PASS|FAIL|SKIP) ' "$log.$name.out" | sed "s/^/$name: /" || true
+  fi
+  conf_summary="$conf_summary; ${label[$name]}: $(grep -E '^[0-9]+ passed, ' "$log.$name.out" | paste -sd/ -)"
+  rm -rf "$log.$name.out" "$log.$name.rc" "$log.$name.secs" "$log.$name.report"
+done
 print_phases
 echo "${passed} passed, ${failed} failed, ${skipped} skipped${conf_summary}"
 exit "$status"

@@ -8,6 +8,7 @@
 #   sudo ./scripts/tour.sh --pod-network vxlan     # pods reach other nodes' pods through Flannel's VXLAN
 #   sudo ./scripts/tour.sh --servers 3             # three nodes, all servers: an HA control plane on embedded etcd
 #   sudo ./scripts/tour.sh --datastore etcd        # the server on an external etcd (run on the lab's external host)
+#   sudo ./scripts/tour.sh --ip-family dual        # a dual-stack lab: pods, Services and nodes of both families
 #
 # It installs what is missing (scripts/deps.sh; MINIKIT_SKIP_DEPS=1 skips that),
 # builds minikit, brings up a two-node `minikit lab` (network namespaces with no
@@ -23,11 +24,12 @@ cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 # The order a student would read them in; examples not listed here run after them.
-ORDER=(pod-network clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress networkpolicy)
+ORDER=(pod-network clusterip headless dns nodeport snat-and-local externalname externalips loadbalancer ingress gateway networkpolicy)
 PROXY_MODE=${PROXY_MODE:-iptables}
 POD_NETWORK=${POD_NETWORK:-host-gw}
 SERVERS=${SERVERS:-1}
 DATASTORE=${DATASTORE:-bolt}
+IP_FAMILY=${IP_FAMILY:-ipv4}
 args=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -39,6 +41,8 @@ while [ $# -gt 0 ]; do
   --servers=*) SERVERS=${1#*=}; shift ;;
   --datastore) [ $# -ge 2 ] || { echo "--datastore needs a value: bolt or etcd" >&2; exit 2; }; DATASTORE=$2; shift 2 ;;
   --datastore=*) DATASTORE=${1#*=}; shift ;;
+  --ip-family) [ $# -ge 2 ] || { echo "--ip-family needs a value: ipv4, ipv6 or dual" >&2; exit 2; }; IP_FAMILY=$2; shift 2 ;;
+  --ip-family=*) IP_FAMILY=${1#*=}; shift ;;
   *) args+=("$1"); shift ;;
   esac
 done
@@ -47,6 +51,8 @@ export PROXY_MODE # examples/lib.sh checks the lab runs in this mode
 case $POD_NETWORK in host-gw | vxlan) ;; *) echo "invalid --pod-network \"$POD_NETWORK\": must be host-gw or vxlan" >&2; exit 2 ;; esac
 case $SERVERS in 1 | 3 | 5 | 7) ;; *) echo "invalid --servers \"$SERVERS\": must be 1, 3, 5 or 7" >&2; exit 2 ;; esac
 case $DATASTORE in bolt | etcd) ;; *) echo "invalid --datastore \"$DATASTORE\": must be bolt or etcd" >&2; exit 2 ;; esac
+case $IP_FAMILY in ipv4 | ipv6 | dual) ;; *) echo "invalid --ip-family \"$IP_FAMILY\": must be ipv4, ipv6 or dual" >&2; exit 2 ;; esac
+export IP_FAMILY # for the checks: the lab's address families
 # Two nodes, as the book draws; with an HA control plane every node is a server.
 NODES=2
 [ "$SERVERS" = 1 ] || NODES=$SERVERS
@@ -101,8 +107,8 @@ if ! doctor=$("$MINIKIT" doctor 2>&1); then
 fi
 printf '%s\n' "$doctor" | grep -v '^ok ' || true
 
-bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --datastore $DATASTORE --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK"
-"$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --datastore "$DATASTORE" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --dir "$LAB_DIR" --kubeconfig-merge=false
+bold "== minikit lab up --name $LAB --nodes $NODES --servers $SERVERS --datastore $DATASTORE --proxy-mode $PROXY_MODE --pod-network $POD_NETWORK --ip-family $IP_FAMILY"
+"$MINIKIT" lab up --name "$LAB" --nodes "$NODES" --servers "$SERVERS" --datastore "$DATASTORE" --proxy-mode "$PROXY_MODE" --pod-network "$POD_NETWORK" --ip-family "$IP_FAMILY" --dir "$LAB_DIR" --kubeconfig-merge=false
 
 bold "== ${#examples[@]} examples (each: sudo examples/NAME/check.sh against a running lab; see its README.md)"
 passed=0 failed=()

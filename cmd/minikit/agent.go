@@ -17,6 +17,7 @@ import (
 // cluster.AgentConfig rather than bound to it.
 type agentFlags struct {
 	nodeIP, tokenFile, logLevel, proxyMode, podNetwork string
+	serviceCIDR, clusterCIDR                           string
 }
 
 // config completes cfg from the flags; every error names its flag.
@@ -32,6 +33,16 @@ func (f agentFlags) config(cfg cluster.AgentConfig) (cluster.AgentConfig, error)
 	if f.nodeIP != "" {
 		if cfg.NodeIP, cfg.SecondaryNodeIP, err = parseNodeIPs(f.nodeIP); err != nil {
 			return cfg, fmt.Errorf("parsing --node-ip: %w", err)
+		}
+	}
+	if f.serviceCIDR != "" {
+		if cfg.ServiceCIDR, _, err = parseDualStackCIDRs(f.serviceCIDR); err != nil {
+			return cfg, fmt.Errorf("parsing --service-cidr: %w", err)
+		}
+	}
+	if f.clusterCIDR != "" {
+		if cfg.ClusterCIDR, cfg.SecondaryClusterCIDR, err = parseDualStackCIDRs(f.clusterCIDR); err != nil {
+			return cfg, fmt.Errorf("parsing --cluster-cidr: %w", err)
 		}
 	}
 	if f.tokenFile != "" {
@@ -79,7 +90,9 @@ func newAgentCommand() *cobra.Command {
 	fl.StringVar(&cfg.CAFile, "ca-file", "", "the server's CA certificate (its DATA_DIR/tls/ca.crt)")
 	fl.StringVar(&cfg.DataDir, "data-dir", cluster.DefaultDataDir, "directory for this node's state")
 	fl.StringVar(&cfg.NodeName, "node-name", "", "name of this node (default: the hostname)")
-	fl.StringVar(&f.nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address); two comma-separated, of different families, on a dual-stack node")
+	fl.StringVar(&f.nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address; the first global IPv6 one when --cluster-cidr is IPv6 alone); two comma-separated, of different families, on a dual-stack node")
+	fl.StringVar(&f.serviceCIDR, "service-cidr", "10.96.0.0/12", "the server's --service-cidr (its first range gives the cluster DNS address pods use)")
+	fl.StringVar(&f.clusterCIDR, "cluster-cidr", "10.244.0.0/16", "the server's --cluster-cidr (the service proxy tells pod traffic by it, one range per family)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	addDNSFlags(fl, &cfg.DNS)
 	addProxyModeFlag(cmd, &f.proxyMode)

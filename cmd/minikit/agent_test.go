@@ -26,6 +26,11 @@ func TestAgentFlags(t *testing.T) {
 		cfg.ProxyMode != cluster.ProxyModeIPTables || cfg.PodNetwork != cluster.PodNetworkHostGW || cfg.NodeIP.IsValid() {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
+	cfg, err = agentFlags{nodeIP: "fd00:56::11", serviceCIDR: "fd00:10:96::/112", clusterCIDR: "fd00:10:244::/56"}.config(cluster.AgentConfig{})
+	if err != nil || cfg.NodeIP.String() != "fd00:56::11" || cfg.ServiceCIDR.String() != "fd00:10:96::/112" ||
+		cfg.ClusterCIDR.String() != "fd00:10:244::/56" || cfg.SecondaryClusterCIDR.IsValid() {
+		t.Errorf("IPv6 single-stack: %+v, %v", cfg, err)
+	}
 }
 
 // Every bad flag of `minikit agent` is refused, naming the flag, before the
@@ -38,6 +43,8 @@ func TestAgentCommandErrors(t *testing.T) {
 		{[]string{"--proxy-mode", "ipvs"}, "parsing --proxy-mode"},
 		{[]string{"--pod-network", "udp"}, "parsing --pod-network"},
 		{[]string{"--node-ip", "node2"}, "parsing --node-ip"},
+		{[]string{"--cluster-cidr", "10.244.0.0/16,10.245.0.0/16"}, "parsing --cluster-cidr"},
+		{[]string{"--service-cidr", "fd00::/300"}, "parsing --service-cidr"},
 		{[]string{"--token-file", "/nonexistent/token"}, "reading --token-file"},
 		{[]string{"--token", "t"}, "--server must be an https:// URL"},
 		{[]string{"--server", "http://192.168.56.10:6443", "--token", "t"}, "--server must be an https:// URL"},
@@ -83,15 +90,10 @@ func TestParseDualStackCIDRs(t *testing.T) {
 	}
 }
 
-// TestLabIPFamilyRefused: lab up refuses the families it cannot build
-// whole yet, before touching anything, and says what is missing.
-func TestLabIPFamilyRefused(t *testing.T) {
-	err := checkIPFamily("ipv6")
-	if err == nil || !strings.Contains(err.Error(), "--ip-family ipv6 is not available yet") ||
-		!strings.Contains(err.Error(), "IPv6-primary") || !strings.Contains(err.Error(), "NDP") {
-		t.Errorf("checkIPFamily(ipv6) = %v", err)
-	}
-	for _, f := range []string{"", "ipv4", "dual"} {
+// TestLabIPFamily: lab up takes the three families and refuses any other
+// before touching anything, naming the flag.
+func TestLabIPFamily(t *testing.T) {
+	for _, f := range []string{"", "ipv4", "dual", "ipv6"} {
 		if err := checkIPFamily(f); err != nil {
 			t.Errorf("%q refused: %v", f, err)
 		}

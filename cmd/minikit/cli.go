@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -211,9 +212,16 @@ func kubeClient(kubeconfig, namespace string) (*kubernetes.Clientset, string, er
 // kubeClientFor is kubeClient for a lab given by name, and says which lab
 // (if any) the API it found belongs to.
 func kubeClientFor(kubeconfig, labName, namespace string) (*kubernetes.Clientset, string, target, error) {
+	c, _, ns, t, err := kubeClientsFor(kubeconfig, labName, namespace)
+	return c, ns, t, err
+}
+
+// kubeClientsFor is kubeClientFor with a Gateway API client of the same
+// kubeconfig.
+func kubeClientsFor(kubeconfig, labName, namespace string) (*kubernetes.Clientset, gwclient.Interface, string, target, error) {
 	t, err := defaultFinder().find(kubeconfig, labName)
 	if err != nil {
-		return nil, "", t, err
+		return nil, nil, "", t, err
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = t.kubeconfig
@@ -221,19 +229,23 @@ func kubeClientFor(kubeconfig, labName, namespace string) (*kubernetes.Clientset
 	if namespace == "" {
 		ns, _, err := loader.Namespace()
 		if err != nil {
-			return nil, "", t, fmt.Errorf("reading the kubeconfig (%s): %w", t.how, err)
+			return nil, nil, "", t, fmt.Errorf("reading the kubeconfig (%s): %w", t.how, err)
 		}
 		namespace = ns
 	}
 	rc, err := loader.ClientConfig()
 	if err != nil {
-		return nil, "", t, fmt.Errorf("reading the kubeconfig (%s): %w", t.how, err)
+		return nil, nil, "", t, fmt.Errorf("reading the kubeconfig (%s): %w", t.how, err)
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, "", t, err
+		return nil, nil, "", t, err
 	}
-	return client, namespace, t, nil
+	gw, err := gwclient.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, "", t, err
+	}
+	return client, gw, namespace, t, nil
 }
 
 func newLogger(level string) *slog.Logger {
@@ -342,7 +354,7 @@ func newServerCommand() *cobra.Command {
 	fl.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.BoolVar(&disableAgent, "disable-agent", false, "run the API and controllers only: no node agent, no pods, no kernel changes")
 	fl.StringVar(&nodeName, "node-name", "", "name of this node (default: the hostname)")
-	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address); two comma-separated, of different families, on a dual-stack node")
+	fl.StringVar(&nodeIP, "node-ip", "", "InternalIP of this node (default: the first non-loopback IPv4 address; the first global IPv6 one when --cluster-cidr is IPv6 alone); two comma-separated, of different families, on a dual-stack node")
 	fl.StringVar(&podCIDR, "cluster-cidr", "10.244.0.0/16", "pod range; each node gets a /24 of it (a /64 of an IPv6 one); two comma-separated ranges of different families give pods both")
 	addDNSFlags(fl, &dnsOpts)
 	addProxyModeFlag(cmd, &proxyMode)

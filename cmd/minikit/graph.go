@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 // newLabGraphCommand is `minikit lab graph`.
@@ -26,7 +27,9 @@ func newLabGraphCommand() *cobra.Command {
 		Long: `Draw a lab's network as it is: every namespace of the lab (the underlay
 bridge's, the nodes', the client's and external host's, every pod's) read
 from its kernel with netlink — links, veth peers, bridges, addresses, main
-table routes — with the nodes, pods, Services and Ingresses from the API.
+table routes — with the nodes, pods, Services, Ingresses, Gateways and
+their routes (HTTPRoute, GRPCRoute, TLSRoute) from the API. A cluster without
+the Gateway API's CRDs (--gateway-api=false) simply has no Gateways.
 Nothing is drawn from what minikit meant to create: an interface deleted by
 hand is missing from the picture.
 
@@ -71,18 +74,18 @@ the documentation do not change when a lab is made again.`,
 			if err != nil {
 				return err
 			}
-			client, err := labClient(st)
+			client, gw, err := labClient(st)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			g, err := topology.NewCollector(st, client).Collect(ctx)
+			g, err := topology.NewCollector(st, client, gw).Collect(ctx)
 			if err != nil {
 				return err
 			}
 			var hops []topology.Hop
 			if from != "" {
-				res, err := trace.Run(ctx, client, trace.Config{From: from, To: args[0], Lab: st.Name, Namespace: namespace, Node: traceNode})
+				res, err := trace.Run(ctx, client, trace.Config{From: from, To: args[0], Lab: st.Name, Namespace: namespace, Node: traceNode, Gateway: gw})
 				if err != nil {
 					return err
 				}
@@ -144,11 +147,19 @@ func loadLab(name, dir string) (lab.State, error) {
 }
 
 // labClient is a client of the lab's API through its loopback forwarder.
-func labClient(st lab.State) (kubernetes.Interface, error) {
+func labClient(st lab.State) (kubernetes.Interface, gwclient.Interface, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(st.Dir, "kubeconfig"))
 	if err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig of lab %q: %w", st.Name, err)
+		return nil, nil, fmt.Errorf("reading the kubeconfig of lab %q: %w", st.Name, err)
 	}
 	rc.QPS, rc.Burst = 100, 200
-	return kubernetes.NewForConfig(rc)
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw, err := gwclient.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, gw, nil
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
+	"github.com/minikit/minikit/internal/cluster"
 	"github.com/minikit/minikit/internal/images"
 
 	"github.com/spf13/cobra"
@@ -30,7 +32,8 @@ func newImageRunCommand() *cobra.Command {
 					env[k] = v
 				}
 			}
-			err := images.Run(ctx, args[0], args[1:], env, "", func() {})
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			err := images.Run(ctx, args[0], args[1:], env, "", func() {}, cluster.ServeClusterDNS(log))
 			var ee *images.ExitError
 			if errors.As(err, &ee) {
 				os.Exit(ee.Code)

@@ -43,10 +43,10 @@ func addPodNetworkFlag(cmd *cobra.Command, p *string) {
 
 // addDNSFlags are the cluster DNS flags of `minikit server` and `minikit agent`.
 func addDNSFlags(fl *pflag.FlagSet, o *cluster.DNSConfig) {
-	fl.StringSliceVar(&o.Upstream, "dns-upstream", nil, "resolvers for names outside the cluster (default: the node's /etc/resolv.conf)")
+	fl.StringSliceVar(&o.Upstream, "dns-upstream", nil, "server: the coredns ConfigMap's upstreams for names outside the cluster, \"forward . IP...\" (default: forward . /etc/resolv.conf, the node's resolvers)")
 	fl.StringVar(&o.Zone, "cluster-domain", "cluster.local", "the cluster DNS zone")
-	fl.StringVar(&o.Pods, "dns-pod-records", "disabled", "pod records a-b-c-d.NS.pod.ZONE: disabled, insecure or verified")
-	fl.BoolVar(&o.Disabled, "disable-dns", false, "run no cluster DNS server on this node")
+	fl.StringVar(&o.Pods, "dns-pod-records", "disabled", "server: the coredns ConfigMap's pod records a-b-c-d.NS.pod.ZONE (\"pods MODE\"): disabled, insecure or verified")
+	fl.BoolVar(&o.Disabled, "disable-dns", false, "server: install no coredns add-on; every node: pods get no cluster DNS in their resolv.conf")
 }
 
 func newLabCommand() *cobra.Command {
@@ -160,7 +160,7 @@ lab down removes them again and makes the previous context current again.
 	addProxyModeFlag(up, &cfg.ProxyMode)
 	addPodNetworkFlag(up, &cfg.PodNetwork)
 	up.Flags().StringVar(&cfg.Topology, "topology", "flat", "flat (every host on one segment) or routed (node2 and up on a second subnet behind a router; needs --pod-network vxlan)")
-	up.Flags().StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "the cluster's IP family: ipv4 or dual (IPv4 primary with IPv6 beside it); ipv6 is not built yet")
+	up.Flags().StringVar(&cfg.IPFamily, "ip-family", lab.IPFamilyIPv4, "the cluster's IP family: ipv4, dual (IPv4 primary with IPv6 beside it) or ipv6 (IPv6 single-stack)")
 	addOutput(up)
 	down := &cobra.Command{
 		Use:   "down",
@@ -450,16 +450,12 @@ func pickAndLoadLab(name, dir string) (lab.State, error) {
 	return lab.Load(name, dir)
 }
 
-// checkIPFamily refuses the IP families `lab up` cannot build whole yet,
-// saying what is missing, rather than start a lab where half of it works.
+// checkIPFamily refuses an --ip-family lab up does not know, naming the
+// flag.
 func checkIPFamily(f string) error {
 	switch f {
-	case "", lab.IPFamilyIPv4, lab.IPFamilyDual:
+	case "", lab.IPFamilyIPv4, lab.IPFamilyDual, lab.IPFamilyIPv6:
 		return nil
-	case lab.IPFamilyIPv6:
-		return fmt.Errorf("--ip-family ipv6 is not available yet: an IPv6-primary cluster needs IPv6 as the first family of the service and cluster CIDRs, " +
-			"the API's kubernetes Service and cluster DNS on an IPv6 ClusterIP, IPv6-only pods and nodes, the LoadBalancer stub answering NDP " +
-			"and VXLAN over an IPv6 underlay, none of which is built (issue 33); --ip-family dual (IPv4 primary, IPv6 beside it) is available")
 	}
 	return fmt.Errorf("unknown --ip-family %q: want ipv4, ipv6 or dual", f)
 }

@@ -34,6 +34,22 @@ FROM: pod/NAME (or NAME), node/NAME, client or external (the lab's hosts), or an
 TO:   svc/NAME[:PORT] (the cluster IP), or ADDRESS:PORT where ADDRESS is a
       cluster IP, external IP, LoadBalancer IP, node IP or node name (NodePort).
 
+A TO that is a Gateway's address and one of its listeners' ports (the Gateway
+API, GatewayClass minikit) is traced through the kernel's rules for the
+Gateway's LoadBalancer Service, which DNAT it to a node's data port; then a
+gateway section names the Gateway and listener, the node announcing the
+address, the nodes whose Gateway data plane (a user-space proxy, not a kernel
+rule) the paths end at, and the routes attached to the listener with their
+rules, backends and the backends' ready pods. Which route, rule and backend
+take a request is decided per request (Host, path, headers; the TLS server
+name for TLS passthrough) and by weight: the trace lists the candidates.
+
+In a dual-stack cluster a trace follows one family, TO's: an IPv6 address
+([fd00:10:96::a]:80) or --ip-family ipv6 (svc/NAME then means the Service's
+IPv6 cluster IP, a node name its IPv6 InternalIP) reads the IPv6 proxier's
+rules, ip6tables-save or nft list table ip6 kube-proxy, and FROM sends from
+its IPv6 address.
+
 With --live, one real connection (or UDP datagram) is sent from FROM's network
 namespace and the conntrack entry it created, and in iptables mode the counters
 that moved, are compared with the prediction. In nftables mode the kernel
@@ -44,18 +60,19 @@ monitor reports every rule the probe matched, which must be the predicted path.`
   sudo minikit trace pod/client svc/web:http -o json --live
   sudo minikit trace -n networkpolicy pod/frontend svc/db:6379 -o yaml
   sudo minikit trace node1 svc/web -o dot | dot -Tsvg > trace.svg
-  sudo minikit trace --lab nft client node1:30080 --live   # a lab up with --proxy-mode nftables`,
+  sudo minikit trace --lab nft client node1:30080 --live   # a lab up with --proxy-mode nftables
+  sudo minikit trace --ip-family ipv6 pod/client svc/web --live   # a lab up with --ip-family dual`,
 		Args: cobra.ExactArgs(2),
 		PreRunE: func(cmd *cobra.Command, args []string) error {
 			return checkOutput(output, "tree", "json", "yaml", "dot")
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.From, o.To = args[0], args[1]
-			client, ns, t, err := kubeClientFor(kubeconfig, o.Lab, o.Namespace)
+			client, gw, ns, t, err := kubeClientsFor(kubeconfig, o.Lab, o.Namespace)
 			if err != nil {
 				return err
 			}
-			o.Namespace = ns
+			o.Namespace, o.Gateway = ns, gw
 			if o.Lab == "" {
 				// The lab the kubeconfig belongs to (its context minikit-NAME,
 				// or its server URL); "" for a cluster that is no lab.
@@ -85,12 +102,14 @@ monitor reports every rule the probe matched, which must be the predicted path.`
 	fl.StringVar(&o.Proto, "proto", "", "tcp or udp (default: the Service port's protocol, else tcp)")
 	fl.StringVar(&o.Node, "node", "", "node whose rules to read (default: the node that receives the first packet)")
 	fl.StringVar(&o.Lab, "lab", "", "lab whose network namespaces are the nodes (LAB-NODE) and whose API to ask (default: the kubeconfig's lab, else the only lab); other nodes are read from this machine's own namespace if they are this machine")
+	fl.StringVar(&o.Family, "ip-family", "", "in a dual-stack cluster, the address family to trace: ipv4 or ipv6 (which cluster IP svc/NAME means, which address of a node or of FROM; default: the family of TO's address, else the primary)")
 	fl.BoolVar(&o.Live, "live", false, "send one real probe from FROM and confirm the path with conntrack and the kernel's counters (iptables) or its nftrace (nftables)")
 	fl.DurationVar(&o.Timeout, "timeout", 3*time.Second, "how long the live probe waits")
 	fl.StringVarP(&output, "output", "o", "tree", "tree, json, yaml or dot")
 	cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"tree", "json", "yaml", "dot"}, noFiles))
 	cmd.RegisterFlagCompletionFunc("lab", completeLabNames)
 	cmd.RegisterFlagCompletionFunc("proto", cobra.FixedCompletions([]string{"tcp", "udp"}, noFiles))
+	cmd.RegisterFlagCompletionFunc("ip-family", cobra.FixedCompletions([]string{"ipv4", "ipv6"}, noFiles))
 	cmd.ValidArgsFunction = completeTrace(&kubeconfig, &o.Lab, &o.Namespace)
 	return cmd
 }

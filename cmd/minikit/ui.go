@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 // newUICommand is `minikit ui`.
@@ -88,7 +89,11 @@ sets a cookie. Without it the answer is 401.`,
 			if err != nil {
 				return err
 			}
-			srv, err := ui.New(ui.Config{Lab: st, Client: client, Source: topology.NewCollector(st, client),
+			gw, err := gwclient.NewForConfig(rc)
+			if err != nil {
+				return err
+			}
+			srv, err := ui.New(ui.Config{Lab: st, Client: client, Gateway: gw, Source: topology.NewCollector(st, client, gw),
 				PathOf: topology.PathOf, Listen: listen, Token: token, Log: log})
 			if err != nil {
 				return err

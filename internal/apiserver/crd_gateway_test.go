@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/minikit/minikit/internal/testutil"
 
@@ -177,7 +176,10 @@ func TestGatewayAPIBundleWithKubectl(t *testing.T) {
 			}
 			// kubectl wait fails at once on a CRD whose controller has not
 			// written its status yet, on any cluster: ask again until it holds.
-			testutil.Eventually(t, 60*time.Second, "kubectl wait --for=condition=Established crd --all", func() error {
+			// The controller establishes CRDs one at a time, each after its
+			// CEL rules and OpenAPI are built: under the race detector, beside
+			// CI's labs, the experimental bundle took over a minute.
+			testutil.Eventually(t, establishTimeout, "kubectl wait --for=condition=Established crd --all", func() error {
 				out, errOut, err := k.run(t, "wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
 				if err != nil {
 					return fmt.Errorf("%v\n%s%s", err, out, errOut)

@@ -88,7 +88,7 @@ func TestCRDWithKubectl(t *testing.T) {
 	}
 	// kubectl wait fails at once on a CRD whose controller has not written
 	// its status yet, on any cluster: ask again until it holds.
-	testutil.Eventually(t, waitTimeout, "kubectl wait --for=condition=Established crd/widgets.example.com", func() error {
+	testutil.Eventually(t, establishTimeout, "kubectl wait --for=condition=Established crd/widgets.example.com", func() error {
 		if out, errOut, err := k.run(t, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=10s"); err != nil {
 			return fmt.Errorf("%v\n%s%s", err, out, errOut)
 		}

@@ -115,7 +115,7 @@ func TestCRDServedWhenEstablished(t *testing.T) {
 		group := fmt.Sprintf("e%d.example.com", i)
 		crd.Name, crd.Spec.Group = "widgets."+group, group
 		a.post(crdsPath, crd).mustCode(t, http.StatusCreated, nil)
-		testutil.Eventually(t, waitTimeout, crd.Name+" Established", func() error {
+		testutil.Eventually(t, establishTimeout, crd.Name+" Established", func() error {
 			var got apiextensionsv1.CustomResourceDefinition
 			a.read(crdsPath+"/"+crd.Name, &got)
 			if !crdConditionTrue(&got, apiextensionsv1.Established) {

@@ -107,7 +107,7 @@ func (a *testAPI) establish(crd *apiextensionsv1.CustomResourceDefinition, serve
 func (a *testAPI) waitEstablished(name, served string) *apiextensionsv1.CustomResourceDefinition {
 	a.t.Helper()
 	var got apiextensionsv1.CustomResourceDefinition
-	testutil.Eventually(a.t, waitTimeout, "CRD "+name+" established", func() error {
+	testutil.Eventually(a.t, establishTimeout, "CRD "+name+" established", func() error {
 		got = apiextensionsv1.CustomResourceDefinition{}
 		if r := a.get(crdsPath + "/" + name); r.code != http.StatusOK || json.Unmarshal(r.body, &got) != nil {
 			return fmt.Errorf("GET: HTTP %d: %s", r.code, r.body)

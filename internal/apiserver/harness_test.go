@@ -209,8 +209,17 @@ func (r response) wantStatus(t testing.TB, code int, reason metav1.StatusReason,
 	return st
 }
 
-// waitTimeout bounds every testutil.Eventually of these tests.
+// waitTimeout bounds every testutil.Eventually of these tests but the
+// waits for a CRD to be Established.
 const waitTimeout = 10 * time.Second
+
+// establishTimeout bounds the wait for a CRD to be Established. The CRD
+// controller compiles a CRD's CEL rules and builds its OpenAPI before it
+// writes Established, one CRD at a time: the Gateway API bundle's CRDs take
+// about 1.5 s in all under the race detector on an idle 2-core machine, and
+// CI's unit tier runs beside four labs (load above 20), where they took
+// over 10 s. This is a bound on waiting, not a speed target.
+const establishTimeout = 3 * time.Minute
 
 // gone is an Eventually condition: the object at path no longer exists.
 func (a *testAPI) gone(path string) func() error {

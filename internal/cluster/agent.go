@@ -173,10 +173,17 @@ func runNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext, token stri
 	nc.NodeName = strings.ToLower(nc.NodeName)
 	if !nc.NodeIP.IsValid() {
 		nc.NodeIP, _ = netip.ParseAddr(firstAddress())
+		// An IPv6 single-stack cluster: the node's first global IPv6
+		// address, as the kubelet picks the node IP of the cluster's family.
+		if nc.ClusterCIDR.Addr().Is6() && !nc.SecondaryClusterCIDR.IsValid() {
+			if a := firstIPv6Address(); a.IsValid() {
+				nc.NodeIP = a
+			}
+		}
 	}
 	ncfg := kubelet.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, SecondaryNodeIP: nc.SecondaryNodeIP, DataDir: agentDir(nc.DataDir),
 		ClusterCIDR: nc.ClusterCIDR, Labels: labels, Version: nc.Version, Client: nc.Client, Logger: nc.Logger, Token: token,
-		ResolvConf: nc.DNS.ResolvConf, PodNetwork: string(nc.PodNetwork)}
+		ResolvConf: kubeletResolvConf(nc.DNS.ResolvConf), PodNetwork: string(nc.PodNetwork)}
 	if !nc.DNS.Disabled {
 		// Pods resolve through the cluster DNS, per their dnsPolicy, as the kubelet sets it up.
 		clusterDNS, zone := ClusterDNSIP(nc.ServiceCIDR), nc.DNS.Zone

@@ -50,7 +50,7 @@ type nodeContext struct {
 // startNodeComponents starts what runs on every node next to its agent. Each
 // start function runs its component until ctx ends, accounted in wg.
 func startNodeComponents(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startDNS, startIngressNode, startLoadBalancerNode, startGatewayNode} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, nodeContext) error{startProxy, startNetpol, startIngressNode, startLoadBalancerNode, startGatewayNode} {
 		if err := start(ctx, wg, nc); err != nil {
 			return err
 		}
@@ -74,11 +74,17 @@ type serverContext struct {
 	// GatewayAPI is whether the Gateway API bundle is installed (and its
 	// controller runs).
 	GatewayAPI bool
+	// DNS renders the coredns add-on's Corefile.
+	DNS DNSConfig
+	// LoopbackAPI is the API's URL when it listens on loopback only (plain
+	// HTTP, no token); "" when it is TLS with a token. It decides where the
+	// coredns pods run (see coreDNSObjects).
+	LoopbackAPI string
 }
 
 // startServerComponents starts control-plane components beyond the core controllers.
 func startServerComponents(ctx context.Context, wg *sync.WaitGroup, sc serverContext) error {
-	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startIngressServer, startLoadBalancerServer, startGatewayServer} {
+	for _, start := range []func(context.Context, *sync.WaitGroup, serverContext) error{startCoreDNSAddon, startIngressServer, startLoadBalancerServer, startGatewayServer} {
 		if err := start(ctx, wg, sc); err != nil {
 			return err
 		}
@@ -119,7 +125,10 @@ func (s *Server) startComponents(token string, caPEM []byte) error {
 	}
 	sc := serverContext{Client: client, DataDir: s.cfg.DataDir, ServiceCIDR: svcCIDR,
 		ClusterCIDR: podCIDR, Logger: s.cfg.Logger, Version: s.cfg.Version, LBPool: s.cfg.LBPool,
-		RESTConfig: rc, GatewayAPI: !s.cfg.DisableGatewayAPI}
+		RESTConfig: rc, GatewayAPI: !s.cfg.DisableGatewayAPI, DNS: s.cfg.DNS}
+	if caPEM == nil {
+		sc.LoopbackAPI = s.URL
+	}
 	// Configuration errors of the singletons fail the start, on every server,
 	// rather than a later term of the one that wins the lease.
 	if _, err := loadbalancer.ParsePool(sc.LBPool); err != nil {

@@ -3,22 +3,23 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net"
+	"log/slog"
 	"net/netip"
 	"os"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/minikit/minikit/internal/dns"
-	"github.com/minikit/minikit/internal/dns/kubedns"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/minikit/minikit/internal/images"
 )
 
-// DNSConfig configures the cluster DNS server every node runs (flags of
-// `minikit server` and `minikit agent`).
+// DNSConfig configures the cluster DNS (flags of `minikit server` and
+// `minikit agent`). On a server it renders the coredns ConfigMap's Corefile
+// when the server installs the add-on (Corefile); on every node, Zone and
+// Disabled say how the kubelet writes pods' resolv.conf.
 type DNSConfig struct {
-	// Disabled turns the node's DNS server off.
+	// Disabled: a server installs no coredns add-on, and the node's pods do
+	// not get the cluster DNS in their resolv.conf.
 	Disabled bool
 	// Upstream lists the resolvers names outside the cluster go to, as "IP"
 	// or "IP:port" (--dns-upstream). Empty: the nameservers of the node's
@@ -30,10 +31,11 @@ type DNSConfig struct {
 	Pods string
 	// TTL of cluster records, default 5.
 	TTL uint32
-	// ResolvConf is the node's resolv.conf, default /etc/resolv.conf.
+	// ResolvConf is the node's resolv.conf, default /etc/resolv.conf (the
+	// kubelet's --resolv-conf: dnsPolicy Default pods, the coredns pods among
+	// them, get its nameservers).
 	ResolvConf string
-	// Autopath walks pods' search paths server-side (CoreDNS "autopath
-	// @kubernetes"); it watches Pods.
+	// Autopath adds "autopath @kubernetes" to the Corefile.
 	Autopath bool
 }
 
@@ -47,193 +49,24 @@ func ClusterDNSIP(serviceCIDR netip.Prefix) netip.Addr {
 	return a
 }
 
-// startDNS runs the node's cluster DNS server: it waits for the node's
-// podCIDR, listens on the cni0 address (the first host of the podCIDR) on
-// port 53, UDP and TCP, answers from the API, and registers the listener as
-// an endpoint of kube-system/kube-dns. Failures are retried until ctx ends;
-// they never stop the node.
-func startDNS(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
-	opts := nc.DNS
-	if opts.Disabled {
-		return nil
+// kubeletResolvConf is the resolv.conf dnsPolicy Default pods (the coredns
+// pods among them) get: DNSConfig.ResolvConf, else /etc/resolv.conf unless it names
+// only loopback resolvers (systemd-resolved's stub 127.0.0.53, unreachable
+// from a pod), where kubeadm points the kubelet at the real upstreams behind
+// the stub, /run/systemd/resolve/resolv.conf.
+func kubeletResolvConf(flag string) string {
+	if flag != "" {
+		return flag
 	}
-	log := nc.Logger.With("component", "dns", "node", nc.NodeName)
-	if err := (dns.Config{Zone: opts.Zone, TTL: opts.TTL, Pods: opts.Pods}).Validate(); err != nil {
-		return err
+	const etc, systemd = "/etc/resolv.conf", "/run/systemd/resolve/resolv.conf"
+	b, err := os.ReadFile(etc)
+	if err != nil || len(dns.Upstreams(b)) > 0 {
+		return etc
 	}
-	upstreams, err := dnsUpstreams(opts)
-	if err != nil {
-		return err
+	if b, err := os.ReadFile(systemd); err == nil && len(dns.Upstreams(b)) > 0 {
+		return systemd
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := runDNS(ctx, nc, opts, upstreams); err != nil && ctx.Err() == nil {
-			log.Error("cluster DNS stopped", "err", err)
-		}
-	}()
-	return nil
-}
-
-func dnsUpstreams(opts DNSConfig) ([]netip.AddrPort, error) {
-	var ups []netip.AddrPort
-	for _, s := range opts.Upstream {
-		ap, err := dns.ParseUpstream(s)
-		if err != nil {
-			return nil, fmt.Errorf("--dns-upstream: %w", err)
-		}
-		ups = append(ups, ap)
-	}
-	return ups, nil
-}
-
-func runDNS(ctx context.Context, nc nodeContext, opts DNSConfig, upstreams []netip.AddrPort) error {
-	log := nc.Logger.With("component", "dns", "node", nc.NodeName)
-	cidr, err := waitNodePodCIDR(ctx, nc)
-	if err != nil {
-		return err
-	}
-	addr := cidr.Masked().Addr().Next()
-	clusterDNS := ClusterDNSIP(nc.ServiceCIDR)
-	if len(upstreams) == 0 {
-		upstreams = resolvUpstreams(resolvPath(opts), addr, clusterDNS, nc.NodeIP)
-	}
-	if len(upstreams) == 0 {
-		log.Warn("no upstream resolver: names outside the cluster will get SERVFAIL (set --dns-upstream)")
-	}
-	var l *dns.Listeners
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		if l, err = dns.Listen(netip.AddrPortFrom(addr, 53)); err == nil {
-			break
-		}
-		log.Warn("listening", "err", err)
-		if !sleepCtx(ctx, backoff) {
-			return ctx.Err()
-		}
-	}
-	cfg := dns.Config{Zone: opts.Zone, TTL: opts.TTL, Pods: opts.Pods, Autopath: opts.Autopath,
-		ServiceCIDR: nc.ServiceCIDR, ClusterCIDR: nc.ClusterCIDR,
-		Upstreams: upstreams, NSAddrs: []netip.Addr{addr}, Logger: nc.Logger.With("node", nc.NodeName)}
-	if opts.Autopath {
-		b, _ := os.ReadFile(resolvPath(opts))
-		cfg.HostSearch = dns.SearchDomains(b)
-	}
-	srv, err := dns.New(cfg, dns.NewInformerSource(nc.Client.CoreV1().RESTClient(), nc.Client.DiscoveryV1().RESTClient(),
-		opts.Pods == dns.PodsVerified || opts.Autopath))
-	if err != nil {
-		l.Close()
-		return err
-	}
-	log.Info("cluster DNS listening", "address", l.Addr, "upstreams", upstreams)
-	ready := make(chan struct{})
-	regDone := make(chan struct{})
-	// Serving outlives ctx by the lame-duck period: when the node stops, its
-	// listener is withdrawn from kube-dns first, and queries the proxies still
-	// send here meanwhile get answers instead of "port unreachable" (CoreDNS's
-	// "health { lameduck 5s }").
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	var wg sync.WaitGroup
-	wg.Add(4)
-	go func() { defer wg.Done(); srv.Run(ctx) }()
-	go func() {
-		defer wg.Done()
-		defer close(regDone)
-		reg := &kubedns.Registrar{Client: nc.Client, NodeName: nc.NodeName, Addr: addr, Logger: nc.Logger}
-		reg.Run(ctx, ready)
-	}()
-	go func() {
-		defer wg.Done()
-		<-ctx.Done()
-		<-regDone
-		t := time.NewTimer(dnsLameDuck)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-serveCtx.Done():
-		}
-		stopServing()
-	}()
-	go func() {
-		// Publish the endpoint once the zone is synced and cni0 holds the
-		// address (IP_FREEBIND let us bind before the agent made the bridge).
-		defer wg.Done()
-		select {
-		case <-ctx.Done():
-			return
-		case <-srv.Synced():
-		}
-		for !hasAddr(addr) {
-			if !sleepCtx(ctx, 100*time.Millisecond) {
-				return
-			}
-		}
-		close(ready)
-	}()
-	err = srv.Serve(serveCtx, l)
-	stopServing()
-	wg.Wait()
-	return err
-}
-
-// dnsLameDuck is how long a stopping node keeps answering after withdrawing
-// its listener: long enough for the proxies to see the change and move the
-// kube-dns VIP.
-const dnsLameDuck = 2 * time.Second
-
-func resolvPath(opts DNSConfig) string {
-	if opts.ResolvConf != "" {
-		return opts.ResolvConf
-	}
-	return "/etc/resolv.conf"
-}
-
-// waitNodePodCIDR waits until the node IPAM controller gave this node a podCIDR.
-func waitNodePodCIDR(ctx context.Context, nc nodeContext) (netip.Prefix, error) {
-	for {
-		n, err := nc.Client.CoreV1().Nodes().Get(ctx, nc.NodeName, metav1.GetOptions{})
-		if err == nil && n.Spec.PodCIDR != "" {
-			p, err := netip.ParsePrefix(n.Spec.PodCIDR)
-			if err != nil {
-				return netip.Prefix{}, fmt.Errorf("parsing podCIDR %q of node %q: %w", n.Spec.PodCIDR, nc.NodeName, err)
-			}
-			return p, nil
-		}
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return netip.Prefix{}, ctx.Err()
-		}
-	}
-}
-
-// resolvUpstreams reads the node's resolvers. When the only ones are on
-// loopback (systemd-resolved's stub 127.0.0.53), it uses the real upstreams
-// behind the stub, as the kubelet's resolvConf hint says.
-func resolvUpstreams(path string, exclude ...netip.Addr) []netip.AddrPort {
-	for _, p := range []string{path, "/run/systemd/resolve/resolv.conf"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		if ups := dns.Upstreams(b, exclude...); len(ups) > 0 {
-			return ups
-		}
-	}
-	return nil
-}
-
-func hasAddr(a netip.Addr) bool {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, ia := range addrs {
-		if n, ok := ia.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
-				return true
-			}
-		}
-	}
-	return false
+	return etc
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -244,5 +77,79 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// ServeClusterDNS is the coredns image's kubernetes plugin (images.ClusterDNS):
+// the dns package's server, watching the API with the pod's credentials,
+// listening on the pod's port, with the rest of the Corefile's chain as its
+// Before hook.
+func ServeClusterDNS(log *slog.Logger) images.ClusterDNS {
+	return func(ctx context.Context, s images.ClusterDNSServer) error {
+		p := s.Plugin
+		zone := "cluster.local"
+		var reverse []string
+		for _, z := range p.Zones {
+			z = strings.TrimSuffix(z, ".")
+			switch {
+			case z == "in-addr.arpa" || z == "ip6.arpa":
+				// kubeadm's default: authoritative for the cluster's own
+				// addresses, the rest forwarded (Config.ReverseZones empty).
+			case strings.HasSuffix(z, ".in-addr.arpa") || strings.HasSuffix(z, ".ip6.arpa"):
+				reverse = append(reverse, z)
+			default:
+				zone = z
+			}
+		}
+		cfg := dns.Config{Zone: zone, TTL: p.TTL, Pods: p.Pods, Namespaces: p.Namespaces, IgnoreEmptyService: p.IgnoreEmptyService,
+			ReverseZones: reverse, Upstreams: s.Upstreams, Autopath: s.Autopath, HostSearch: s.HostSearch,
+			NoMemo: s.NoMemo, Before: s.Before, Logger: log}
+		for _, f := range p.Fallthrough {
+			cfg.Fallthrough = append(cfg.Fallthrough, strings.TrimSuffix(f, "."))
+		}
+		if s.CacheMaxTTL > 0 {
+			cfg.CacheMaxTTL = s.CacheMaxTTL
+		} else {
+			cfg.CacheSize = -1
+		}
+		core, disc, err := dns.RESTClients(s.REST)
+		if err != nil {
+			return err
+		}
+		srv, err := dns.New(cfg, dns.NewInformerSource(core, disc, p.Pods == dns.PodsVerified || s.Autopath))
+		if err != nil {
+			return err
+		}
+		var l *dns.Listeners
+		if s.Host == "" {
+			// Both families where the pod has IPv6, else IPv4 only.
+			if l, err = dns.Listen(netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(s.Port))); err != nil {
+				l, err = dns.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(s.Port)))
+			}
+		} else if a, perr := netip.ParseAddr(s.Host); perr == nil {
+			l, err = dns.Listen(netip.AddrPortFrom(a, uint16(s.Port)))
+		} else {
+			return fmt.Errorf("listen host %q: %w", s.Host, perr)
+		}
+		if err != nil {
+			return err
+		}
+		if s.OnListen != nil {
+			s.OnListen("udp", l.UDP[0].LocalAddr())
+			s.OnListen("tcp", l.TCP.Addr())
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go srv.Run(runCtx)
+		go func() {
+			select {
+			case <-srv.Synced():
+				if s.Synced != nil {
+					s.Synced()
+				}
+			case <-runCtx.Done():
+			}
+		}()
+		return srv.Serve(ctx, l)
 	}
 }

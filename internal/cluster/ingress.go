@@ -12,8 +12,8 @@ import (
 )
 
 // The Ingress controller runs as ingress-nginx does on bare metal with
-// hostNetwork: a controller on every node, on the node's ports 80 and 443, and
-// in the API a NodePort Service ingress-nginx/ingress-nginx-controller whose
+// hostNetwork: a controller on every node, on the node's ports 10080 and 10443
+// (80 and 443 stay free for hostNetwork pods, as on a kubeadm node), and in the API a NodePort Service ingress-nginx/ingress-nginx-controller whose
 // endpoints are those listeners (package ingress has the details).
 //
 // MINIKIT_INGRESS_HTTP_PORT and MINIKIT_INGRESS_HTTPS_PORT move the listeners;
@@ -24,11 +24,11 @@ func startIngressNode(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) e
 	if os.Getenv("MINIKIT_INGRESS") == "off" {
 		return nil
 	}
-	httpPort, err := envPort("MINIKIT_INGRESS_HTTP_PORT", 80)
+	httpPort, err := envPort("MINIKIT_INGRESS_HTTP_PORT", ingress.DefaultHTTPPort)
 	if err != nil {
 		return err
 	}
-	httpsPort, err := envPort("MINIKIT_INGRESS_HTTPS_PORT", 443)
+	httpsPort, err := envPort("MINIKIT_INGRESS_HTTPS_PORT", ingress.DefaultHTTPSPort)
 	if err != nil {
 		return err
 	}

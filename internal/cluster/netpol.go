@@ -16,8 +16,9 @@ import (
 // NetworkPolicies, Pods and Namespaces feed it, and it writes its filter
 // chains and ipsets in the node's network namespace. A dual-stack node (an
 // IPv6 InternalIP beside the IPv4 one, as for the proxy) runs a second
-// enforcer for IPv6 that writes ip6tables; a node that is not dual-stack
-// removes what an IPv6 enforcer of an earlier start left.
+// enforcer for IPv6 that writes ip6tables; an IPv6 single-stack node runs
+// that one alone; an IPv4 node removes what an IPv6 enforcer of an earlier
+// start left.
 func startNetpol(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 	log := nc.Logger.With("component", "netpol")
 	ipt, err := iptables.New()
@@ -36,12 +37,25 @@ func startNetpol(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error 
 	nsInf := factory.Core().V1().Namespaces()
 	listers := netpol.Listers{Policies: polInf.Lister(), Pods: podInf.Lister(), Namespaces: nsInf.Lister()}
 	enforcers := []*netpol.Enforcer{netpol.New(netpol.Config{NodeName: nc.NodeName, Logger: nc.Logger}, ipt, sets, listers)}
-	if isIPv6(nc.SecondaryNodeIP) {
+	switch {
+	case isIPv6(nc.NodeIP) && !nc.SecondaryNodeIP.IsValid():
+		// An IPv6 single-stack node: its pods have IPv6 addresses alone,
+		// so the IPv6 enforcer is the only one.
+		enforcers = nil
+		if err := netpol.Cleanup(ipt, sets); err != nil {
+			log.Warn("removing the IPv4 network policy rules of an earlier start", "err", err)
+		}
 		if e6 := newNetpolIPv6(nc, listers); e6 != nil {
 			enforcers = append(enforcers, e6)
 		}
-	} else if err := cleanupNetpolIPv6(); err != nil {
-		log.Warn("removing the IPv6 network policy rules of an earlier dual-stack start", "err", err)
+	case isIPv6(nc.SecondaryNodeIP):
+		if e6 := newNetpolIPv6(nc, listers); e6 != nil {
+			enforcers = append(enforcers, e6)
+		}
+	default:
+		if err := cleanupNetpolIPv6(); err != nil {
+			log.Warn("removing the IPv6 network policy rules of an earlier dual-stack start", "err", err)
+		}
 	}
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) {

@@ -97,11 +97,22 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		}
 	}
 	cfg := kubeproxy.Config{NodeName: nc.NodeName, NodeIP: nc.NodeIP, ClusterCIDR: nc.ClusterCIDR, Logger: nc.Logger}
+	// An IPv6 single-stack node (an IPv6 InternalIP alone) runs one proxier,
+	// of IPv6, as kube-proxy does with --node-ip and --cluster-cidr of IPv6.
+	v6only := isIPv6(nc.NodeIP) && !nc.SecondaryNodeIP.IsValid()
+	if v6only {
+		cfg = ipv6Config(cfg, nc.NodeIP, nc.ClusterCIDR)
+		cfg.HealthCheckListen = nil
+	}
+	primaryFamily := nft.IPv4Family
+	if v6only {
+		primaryFamily = nft.IPv6Family
+	}
 	var p serviceProxy
 	var closeBackend func()
 	switch mode {
 	case ProxyModeNFTables:
-		backend, name, err := newNFTBackend(nft.IPv4Family)
+		backend, name, err := newNFTBackend(primaryFamily)
 		if err != nil {
 			log.Warn("no nftables: services will not work on this node", "err", err)
 			return nil
@@ -117,7 +128,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 				log.Warn("removing the iptables mode's rules", "err", err)
 			}
 		}
-		if nc.SecondaryNodeIP.Is6() {
+		if nc.SecondaryNodeIP.Is6() || v6only {
 			if err := cleanupProxyIPv6(); err != nil {
 				log.Warn("removing the iptables mode's IPv6 rules", "err", err)
 			}
@@ -145,9 +156,13 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		}
 		log.Info("service proxy in nftables mode", "backend", name)
 	default:
-		ipt, err := iptables.New()
+		newIPT := iptables.New
+		if v6only {
+			newIPT = iptables.NewIPv6
+		}
+		ipt, err := newIPT()
 		if err != nil {
-			log.Warn("no iptables: services will not work on this node", "err", err)
+			log.Warn("no iptables: services will not work on this node", "err", err, "family", primaryFamily)
 			return nil
 		}
 		if err := removeNFTTable(log); err != nil {
@@ -155,7 +170,7 @@ func startProxy(ctx context.Context, wg *sync.WaitGroup, nc nodeContext) error {
 		}
 		icfg := cfg
 		icfg.NFAcct = nfacct.Netlink{}
-		if nc.Agent != nil {
+		if nc.Agent != nil && !v6only {
 			icfg.RouteLocalnet = nc.Agent.EnsureRouteLocalnet
 		}
 		var ipt6 iptables.Interface

@@ -159,7 +159,18 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 			return nil, fmt.Errorf("preparing TLS for %s (required when listening off loopback): %w", cfg.Listen, err)
 		}
 	}
-	adv := cfg.advertiseAddress(host, loopback, firstAddress)
+	first := firstAddress
+	if cfg.ServiceCIDR.Addr().Is6() && !cfg.SecondaryServiceCIDR.IsValid() {
+		// An IPv6 single-stack cluster's kubernetes Service needs an IPv6
+		// endpoint.
+		first = func() string {
+			if a := firstIPv6Address(); a.IsValid() {
+				return a.String()
+			}
+			return firstAddress()
+		}
+	}
+	adv := cfg.advertiseAddress(host, loopback, first)
 	st, err := cfg.openDatastore(context.Background(), adv, members, log)
 	if err != nil {
 		return nil, err
@@ -382,6 +393,20 @@ func localAddresses(host string) []string {
 		}
 	}
 	return out
+}
+
+// firstIPv6Address is the machine's first global unicast IPv6 address
+// (invalid when it has none).
+func firstIPv6Address() netip.Addr {
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() == nil && ipn.IP.IsGlobalUnicast() {
+			if ip, ok := netip.AddrFromSlice(ipn.IP); ok {
+				return ip
+			}
+		}
+	}
+	return netip.Addr{}
 }
 
 func firstAddress() string {

@@ -50,8 +50,8 @@ type ipamFile struct {
 // written for a different CIDR is an error rather than silently discarded:
 // the caller decides whether the old assignments may be dropped.
 func NewIPAM(path string, cidr netip.Prefix) (*IPAM, error) {
-	if !cidr.IsValid() || !cidr.Addr().Is4() || cidr.Bits() > 30 {
-		return nil, fmt.Errorf("opening IPAM %s: pod CIDR %s is not an IPv4 prefix of at most /30", path, cidr)
+	if !validPodCIDR(cidr) {
+		return nil, fmt.Errorf("opening IPAM %s: pod CIDR %s is not an IPv4 prefix of at most /30 or an IPv6 one of at most /%d", path, cidr, maxIPv6PodBits)
 	}
 	m := &IPAM{
 		path:   path,
@@ -108,7 +108,10 @@ func (m *IPAM) Allocate(owner string) (netip.Addr, error) {
 		ip = first.Prev()
 	}
 	// Visit every usable address once, starting after the last allocated.
-	usable := 1<<(32-m.cidr.Bits()) - 3
+	usable := ipv6PoolSize - 2
+	if m.cidr.Addr().Is4() {
+		usable = 1<<(32-m.cidr.Bits()) - 3
+	}
 	found := false
 	for range usable {
 		if ip = ip.Next(); ip == bcast {

@@ -225,3 +225,39 @@ func TestIPAMSaveFailureRollsBack(t *testing.T) {
 		t.Errorf("after recovery allocated %s, want 10.244.1.3", got)
 	}
 }
+
+// An IPv6-only node's range: addresses from ::2 (::1 is the gateway), the
+// pool its first 65536 addresses, wrapping at the end of it, and a pod's MAC
+// from the address's last four bytes.
+func TestIPAMIPv6(t *testing.T) {
+	m, _ := newTestIPAM(t, "fd00:10:244:1::/64")
+	for i, want := range []string{"fd00:10:244:1::2", "fd00:10:244:1::3"} {
+		if got := mustAllocate(t, m, fmt.Sprintf("pod-%d", i)); got.String() != want {
+			t.Errorf("allocation %d = %s, want %s", i, got, want)
+		}
+	}
+	cidr := netip.MustParsePrefix("fd00:10:244:1::/64")
+	for ip, want := range map[string]bool{
+		"fd00:10:244:1::": false, "fd00:10:244:1::1": false, "fd00:10:244:1::2": true,
+		"fd00:10:244:1::ffff": true, "fd00:10:244:1::1:0": false, "fd00:10:244:2::2": false, "10.244.1.2": false,
+	} {
+		if got := usableHost(cidr, netip.MustParseAddr(ip)); got != want {
+			t.Errorf("usableHost(%s, %s) = %v, want %v", cidr, ip, got, want)
+		}
+	}
+	if err := m.Reserve("last", netip.MustParseAddr("fd00:10:244:1::ffff")); err != nil {
+		t.Fatal(err)
+	}
+	m.last = netip.MustParseAddr("fd00:10:244:1::ffff")
+	if got := mustAllocate(t, m, "wrapped"); got.String() != "fd00:10:244:1::4" {
+		t.Errorf("allocation after the pool's end = %s, want fd00:10:244:1::4", got)
+	}
+	if got := podMAC(netip.MustParseAddr("fd00:10:244:1::1:2")).String(); got != "0a:58:00:01:00:02" {
+		t.Errorf("podMAC = %s", got)
+	}
+	for _, bad := range []string{"fd00::/120", "::ffff:10.0.0.0/120"} {
+		if _, err := NewIPAM(filepath.Join(t.TempDir(), "ipam.json"), netip.MustParsePrefix(bad)); err == nil {
+			t.Errorf("NewIPAM(%s) accepted a range too small for the IPv6 pool", bad)
+		}
+	}
+}

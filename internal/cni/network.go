@@ -123,10 +123,10 @@ func (n *Network) validate() error {
 			return err
 		}
 	}
-	if !n.PodCIDR.IsValid() || !n.PodCIDR.Addr().Is4() || n.PodCIDR.Bits() > 30 {
-		return fmt.Errorf("pod CIDR %s is not an IPv4 prefix of at most /30", n.PodCIDR)
+	if !validPodCIDR(n.PodCIDR) {
+		return fmt.Errorf("pod CIDR %s is not an IPv4 prefix of at most /30 or an IPv6 one of at most /%d", n.PodCIDR, maxIPv6PodBits)
 	}
-	if p := n.SecondaryPodCIDR; p.IsValid() && (!p.Addr().Is6() || 128-p.Bits() < 32-n.PodCIDR.Bits()) {
+	if p := n.SecondaryPodCIDR; p.IsValid() && (!n.PodCIDR.Addr().Is4() || !p.Addr().Is6() || 128-p.Bits() < 32-n.PodCIDR.Bits()) {
 		return fmt.Errorf("secondary pod CIDR %s is not an IPv6 prefix with room for %s", p, n.PodCIDR)
 	}
 	return nil
@@ -155,19 +155,60 @@ func validLinkName(name string) error {
 	return nil
 }
 
+// maxIPv6PodBits is the longest IPv6 pod range: IPAM hands out the first
+// ipv6PoolSize addresses of an IPv6 range (a node's /64 has 2^64, more than
+// a node ever runs pods), so the range must hold them.
+const (
+	maxIPv6PodBits = 112
+	ipv6PoolSize   = 1 << (128 - maxIPv6PodBits)
+)
+
+// validPodCIDR reports whether p can be a node's pod range: IPv4 with room
+// for the network, gateway, broadcast and a pod (at most /30), or IPv6 of at
+// most /112 (an IPv6-only node's primary range).
+func validPodCIDR(p netip.Prefix) bool {
+	if !p.IsValid() {
+		return false
+	}
+	if p.Addr().Is4() {
+		return p.Bits() <= 30
+	}
+	return !p.Addr().Is4In6() && p.Bits() <= maxIPv6PodBits
+}
+
 // usableHost reports whether ip may be given to a pod: inside cidr and not
-// the network address, the gateway (.1) or the broadcast address.
+// the network address, the gateway (the first host) or the end of the pool
+// (the broadcast address of an IPv4 range; in an IPv6 one, which has no
+// broadcast, the first address past the ipv6PoolSize IPAM hands out).
 func usableHost(cidr netip.Prefix, ip netip.Addr) bool {
 	cidr = cidr.Masked()
-	if !ip.Is4() || !cidr.Contains(ip) {
+	if ip.Is4() != cidr.Addr().Is4() || !cidr.Contains(ip) {
 		return false
 	}
 	network := cidr.Addr()
-	return ip != network && ip != network.Next() && ip != lastAddr(cidr)
+	if ip == network || ip == network.Next() {
+		return false
+	}
+	if ip.Is4() {
+		return ip != lastAddr(cidr)
+	}
+	return ip.Less(lastAddr(cidr))
 }
 
-// lastAddr is the broadcast address of an IPv4 prefix.
+// lastAddr is the end of a prefix's pool: the broadcast address of an IPv4
+// prefix, and the address ipv6PoolSize after an IPv6 prefix's network
+// address (outside the pool).
 func lastAddr(p netip.Prefix) netip.Addr {
+	if p.Addr().Is6() {
+		b := p.Masked().Addr().As16()
+		off := uint32(ipv6PoolSize)
+		for i := 15; i >= 12 && off > 0; i-- {
+			v := uint32(b[i]) + off&0xff
+			b[i] = byte(v)
+			off = off>>8 + v>>8
+		}
+		return netip.AddrFrom16(b)
+	}
 	a := p.Masked().Addr().As4()
 	host := uint32(1)<<(32-p.Bits()) - 1
 	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
@@ -233,8 +274,7 @@ func (n *Network) ensureBridge(hs *host) (netlink.Link, error) {
 		la.MTU = n.MTU
 		// A fixed MAC (0a:58 + gateway IP, as OVN does) keeps the gateway's
 		// MAC from following the lowest port MAC as pods come and go.
-		gw := n.Gateway().As4()
-		la.HardwareAddr = net.HardwareAddr{0x0a, 0x58, gw[0], gw[1], gw[2], gw[3]}
+		la.HardwareAddr = podMAC(n.Gateway())
 		if err := hs.h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, wrap("creating", err)
 		}
@@ -268,7 +308,7 @@ func (n *Network) ensureBridge(hs *host) (netlink.Link, error) {
 	if err := n.ensureSysctls(hs.ns); err != nil {
 		return nil, wrap("setting sysctls for", err)
 	}
-	if n.SecondaryPodCIDR.IsValid() {
+	if n.SecondaryPodCIDR.IsValid() || n.PodCIDR.Addr().Is6() {
 		if err := netns.Do(hs.ns, func() error { return n.writeSysctl(sysctlIPv6Forward, "1") }); err != nil {
 			return nil, wrap("setting IPv6 forwarding for", err)
 		}
@@ -651,11 +691,13 @@ func (n *Network) configureHostEnd(hs *host, br, veth netlink.Link, p PodNet) er
 // podMAC is the MAC of the pod end of a veth: 0a:58 (locally administered,
 // unicast) followed by the IPv4 address.
 func podMAC(ip netip.Addr) net.HardwareAddr {
-	if !ip.Is4() {
+	if !ip.IsValid() {
 		return nil
 	}
-	a := ip.As4()
-	return net.HardwareAddr{0x0a, 0x58, a[0], a[1], a[2], a[3]}
+	// The last four bytes: an IPv4 address whole, an IPv6 one's host part
+	// within the pool.
+	a := ip.As16()
+	return net.HardwareAddr{0x0a, 0x58, a[12], a[13], a[14], a[15]}
 }
 
 func (n *Network) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error {
@@ -691,7 +733,7 @@ func (n *Network) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error 
 	}
 	// The gateway is only reachable once eth0 is up with its address, so
 	// the route comes last.
-	route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: n.Gateway().AsSlice()}
+	route := &netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: n.Gateway().AsSlice(), Dst: defaultDst(n.Gateway())}
 	if err := pod.h.RouteReplace(route); err != nil {
 		return wrap("setting default route via "+n.Gateway().String(), err)
 	}
@@ -702,6 +744,15 @@ func (n *Network) configurePodEnd(pod *host, eth0 netlink.Link, p PodNet) error 
 		}
 	}
 	return nil
+}
+
+// defaultDst is the default route's destination of gw's family: nil (the
+// kernel's default) for IPv4, ::/0 for IPv6.
+func defaultDst(gw netip.Addr) *net.IPNet {
+	if gw.Is4() {
+		return nil
+	}
+	return &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 }
 
 // PodOK reports whether p's sandbox is intact and, if not, the first thing

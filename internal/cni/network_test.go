@@ -541,3 +541,28 @@ func run(argv ...string) (string, error) {
 	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
 	return string(out), err
 }
+
+// An IPv6-only node: the bridge holds the IPv6 range's first address, pods
+// an IPv6 address alone with ::/0 via it, and they reach each other and the
+// node.
+func TestPodsReachEachOtherIPv6Only(t *testing.T) {
+	requireRoot(t)
+	n := newTestNode(t, "fd00:10:244:1::/64")
+	a := newTestPod(t, n, "fd00:10:244:1::2")
+	b := newTestPod(t, n, "fd00:10:244:1::3")
+	for _, tc := range []struct {
+		from string
+		to   netip.Addr
+	}{{a.NetNS, b.IP}, {b.NetNS, a.IP}, {a.NetNS, n.Gateway()}} {
+		requirePing(t, tc.from, tc.to)
+	}
+	out, err := run("ip", "netns", "exec", a.NetNS, "ip", "-o", "addr", "show", "dev", "eth0", "scope", "global")
+	if err != nil || !strings.Contains(out, "inet6 fd00:10:244:1::2/64") || strings.Contains(out, "inet ") {
+		t.Errorf("pod eth0: %v\n%s", err, out)
+	}
+	out, err = run("ip", "netns", "exec", a.NetNS, "ip", "-6", "route", "show", "default")
+	if err != nil || !strings.Contains(out, "default via fd00:10:244:1::1 dev eth0") {
+		t.Errorf("pod default route: %v\n%s", err, out)
+	}
+	requirePodOK(t, n, a)
+}

@@ -26,7 +26,19 @@ const (
 	VXLANVNI      = 1
 	VXLANPort     = 8472
 	VXLANOverhead = 50
+	// VXLANOverhead6 is the overhead over an IPv6 underlay (an IPv6-only
+	// node's): the outer IPv6 header is 40 bytes, flannel's 70 for its
+	// IPv6 device.
+	VXLANOverhead6 = 70
 )
+
+// VXLANOverheadOf is the VXLAN overhead for the underlay address local.
+func VXLANOverheadOf(local netip.Addr) int {
+	if local.Is6() && !local.Is4In6() {
+		return VXLANOverhead6
+	}
+	return VXLANOverhead
+}
 
 // VXLANPeer is what a node needs to know about another node to reach its pods
 // through the overlay: its pod subnet, the MAC of its VXLAN device and the
@@ -59,8 +71,9 @@ func (p VXLANPeer) String() string {
 }
 
 // EnsureVXLAN creates or repairs the node's VXLAN device: VNI 1, port 8472,
-// learning off, its local address local (the node's public IP) on the link that
-// holds it, MTU mtu, address PodCIDR.0/32, up. A device of that name with other
+// learning off, its local address local (the node's public IP, IPv4 or on an
+// IPv6-only node IPv6) on the link that holds it, MTU mtu, address
+// PodCIDR.0/32 (/128 for an IPv6 pod CIDR), up. A device of that name with other
 // parameters (another VNI or port, learning on) is replaced. It returns the
 // device's MAC, which the node publishes on its Node object, and whether it
 // created the device (whose MAC is then new).
@@ -112,7 +125,10 @@ func (n *Network) EnsureVXLAN(local netip.Addr, mtu int) (mac net.HardwareAddr, 
 			return nil, false, wrap("setting MTU of", err)
 		}
 	}
-	if err := ensureOnlyAddr(hs.h, l, netip.PrefixFrom(n.PodCIDR.Masked().Addr(), 32)); err != nil {
+	// The VTEP address is a host address of the pod CIDR's family: an
+	// IPv6-only node's pod CIDR is IPv6, its .0 a /128.
+	vtep := n.PodCIDR.Masked().Addr()
+	if err := ensureOnlyAddr(hs.h, l, netip.PrefixFrom(vtep, vtep.BitLen())); err != nil {
 		return nil, false, wrap("addressing", err)
 	}
 	if p := n.SecondaryPodCIDR; p.IsValid() {
@@ -201,7 +217,8 @@ func (n *Network) ConnectedPrefixes() ([]netip.Prefix, error) {
 }
 
 func linkWithAddr(h *netlink.Handle, addr netip.Addr) (netlink.Link, error) {
-	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, netlink.FAMILY_V4) })
+	// The address's family: an IPv6-only node's underlay address is IPv6.
+	addrs, err := RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, familyOf(addr.Unmap())) })
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
@@ -369,7 +386,12 @@ func (n *Network) ReadVXLAN() (VXLANState, error) {
 	if err != nil {
 		return st, err
 	}
-	for _, e := range neighs {
+	// IPv6 VTEPs (dual-stack and IPv6-only nodes') too.
+	neighs6, err := RetryDump(func() ([]netlink.Neigh, error) { return hs.h.NeighList(v.Index, unix.AF_INET6) })
+	if err != nil {
+		return st, err
+	}
+	for _, e := range append(neighs, neighs6...) {
 		if ip, ok := netip.AddrFromSlice(e.IP); ok && e.State&netlink.NUD_PERMANENT != 0 {
 			st.Neigh[ip.Unmap()] = e.HardwareAddr.String()
 		}

@@ -248,3 +248,100 @@ func TestWatchPodNetwork(t *testing.T) {
 		kicked("deleting the device")
 	})
 }
+
+// TestVXLANIPv6Underlay: an IPv6-only node's device, as flannel builds its
+// IPv6 one: local address the node's IPv6 underlay address, MTU 70 below
+// the underlay's, its IPv6 pod CIDR's network address as a /128; per peer an
+// IPv6 neighbour (the peer's VTEP), an FDB entry whose dst is the peer's
+// IPv6 node address, and the route to its /64 via its VTEP, onlink.
+func TestVXLANIPv6Underlay(t *testing.T) {
+	requireRoot(t)
+	n := newTestNode(t, "fd00:10:244::/64")
+	local := netip.MustParseAddr("fd00:56::10")
+	inNode(t, n, func(h *netlink.Handle) {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.MTU = "eth1", 1500
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth1p"}); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := h.LinkByName("eth1")
+		if err := h.AddrAdd(l, &netlink.Addr{IPNet: ipNetOf(netip.PrefixFrom(local, 64)), Flags: unix.IFA_F_NODAD}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	})
+	mtu, err := n.UnderlayMTU(local)
+	if err != nil || mtu != 1500 {
+		t.Fatalf("UnderlayMTU = %d, %v; want 1500", mtu, err)
+	}
+	if got := VXLANOverheadOf(local); got != 70 {
+		t.Fatalf("VXLANOverheadOf(%s) = %d, want 70 (40 bytes of outer IPv6 header)", local, got)
+	}
+	mac, created, err := n.EnsureVXLAN(local, mtu-VXLANOverheadOf(local))
+	if err != nil || !created {
+		t.Fatalf("EnsureVXLAN = %v, %v; want a new device", created, err)
+	}
+	inNode(t, n, func(h *netlink.Handle) {
+		l, _ := h.LinkByName(VXLANDevice)
+		v, ok := l.(*netlink.Vxlan)
+		if !ok || !v.SrcAddr.Equal(net.IP(local.AsSlice())) || v.MTU != 1430 || v.Port != 8472 || v.VxlanId != 1 || v.Learning {
+			t.Fatalf("device = %+v; want local %s, MTU 1430, port 8472, VNI 1, learning off", l, local)
+		}
+		if ok, _ := hasAddr(h, l, netip.MustParsePrefix("fd00:10:244::/128")); !ok {
+			t.Errorf("%s lacks the address fd00:10:244::/128 (its pod subnet's network address)", VXLANDevice)
+		}
+	})
+	if again, created, err := n.EnsureVXLAN(local, 1430); err != nil || created || again.String() != mac.String() {
+		t.Fatalf("second EnsureVXLAN = %s, created %v, %v; want the same device", again, created, err)
+	}
+
+	two := []VXLANPeer{peer("fd00:10:244:1::/64", "0a:00:00:00:01:01", "fd00:56::11"), peer("fd00:10:244:2::/64", "0a:00:00:00:02:02", "fd00:56::12")}
+	changed, err := n.SyncVXLANPeers(two)
+	if err != nil || len(changed) != 6 {
+		t.Fatalf("SyncVXLANPeers: %v, changed %q; want 6 additions", err, changed)
+	}
+	st, _ := n.ReadVXLAN()
+	if len(st.Neigh) != 2 || st.Neigh[netip.MustParseAddr("fd00:10:244:2::")] != "0a:00:00:00:02:02" ||
+		len(st.FDB) != 2 || st.FDB["0a:00:00:00:02:02"] != netip.MustParseAddr("fd00:56::12") {
+		t.Fatalf("neigh %v, fdb %v; want both peers' IPv6 VTEPs and IPv6 node addresses", st.Neigh, st.FDB)
+	}
+	routes6 := func() []string {
+		var out []string
+		inNode(t, n, func(h *netlink.Handle) {
+			rs, err := h.RouteListFiltered(unix.AF_INET6, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				l, _ := h.LinkByIndex(r.LinkIndex)
+				s := r.Dst.String() + " via " + r.Gw.String() + " dev " + l.Attrs().Name
+				if r.Flags&unix.RTNH_F_ONLINK != 0 {
+					s += " onlink"
+				}
+				out = append(out, s)
+			}
+		})
+		slices.Sort(out)
+		return out
+	}
+	want := []string{"fd00:10:244:1::/64 via fd00:10:244:1:: dev flannel.1 onlink", "fd00:10:244:2::/64 via fd00:10:244:2:: dev flannel.1 onlink"}
+	if got := routes6(); !slices.Equal(got, want) {
+		t.Fatalf("IPv6 routes = %q, want %q", got, want)
+	}
+	if changed, err := n.SyncVXLANPeers(two); err != nil || len(changed) != 0 {
+		t.Fatalf("a second sync changed %q (%v); want nothing", changed, err)
+	}
+	// A peer that left takes its entries with it.
+	if _, err := n.SyncVXLANPeers(two[:1]); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = n.ReadVXLAN()
+	if len(st.Neigh) != 1 || len(st.FDB) != 1 || st.FDB["0a:00:00:00:01:01"] != netip.MustParseAddr("fd00:56::11") {
+		t.Fatalf("neigh %v, fdb %v; want the first peer only", st.Neigh, st.FDB)
+	}
+	if got := routes6(); !slices.Equal(got, want[:1]) {
+		t.Fatalf("IPv6 routes = %q, want %q", got, want[:1])
+	}
+}

@@ -24,6 +24,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
+// slowSync is how long a sync may take before it is logged as a warning.
+const slowSync = 2 * time.Second
+
 // Config describes one loop.
 type Config struct {
 	// Name names the queue (workqueue metrics) and the loop.
@@ -130,6 +133,12 @@ func (l *Loop) next(ctx context.Context) bool {
 		l.log.Warn("sync failed", l.cfg.KeyAttr, key, "retries", l.Queue.NumRequeues(key), "err", err)
 		l.Queue.AddRateLimited(key)
 	}
-	l.log.Debug("sync", l.cfg.KeyAttr, key, "duration", time.Since(start))
+	if d := time.Since(start); d >= slowSync {
+		// A slow sync holds a worker: keys queued behind it wait. Worth a
+		// line when a client's wait times out.
+		l.log.Warn("slow sync", l.cfg.KeyAttr, key, "duration", d, "queued", l.Queue.Len())
+	} else {
+		l.log.Debug("sync", l.cfg.KeyAttr, key, "duration", d)
+	}
 	return true
 }

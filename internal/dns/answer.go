@@ -468,12 +468,16 @@ func (a *answerer) addresses(ctx context.Context, s *snapshot, owner, base strin
 				continue
 			}
 			upstream = true
+			// The CNAME stands whatever the upstream makes of its target
+			// (SERVFAIL, REFUSED, no answer): CoreDNS's upstream.Lookup runs
+			// the server's own chain, whose forward writes those as replies,
+			// never an error, and plugin.A appends the CNAME before them.
+			rrs = append(rrs, cname)
 			m, err := a.upstream(ctx, r.target, qtype)
 			if err != nil {
 				continue
 			}
 			truncated = truncated || m.Truncated
-			rrs = append(rrs, cname)
 			rrs = append(rrs, m.Answer...)
 			continue
 		}

@@ -179,6 +179,11 @@ var handlerRows = []want{
 		answer: []string{"dns-test-service-3.e2e.svc.cluster.local. 5 IN CNAME foo.example.com."}},
 	{ref: "4: ExternalName to an upstream-only name", name: "dns-test-service-3.e2e.svc.cluster.local.", qtype: dns.TypeA,
 		answer: []string{"dns-test-service-3.e2e.svc.cluster.local. 5 IN CNAME foo.example.com.", "foo.example.com. * IN A 192.0.2.123"}},
+	// CoreDNS's plugin.A keeps the CNAME whatever the upstream answers for
+	// the target (upstream.Lookup reports no error; forward writes SERVFAIL
+	// or REFUSED as a reply): the CNAME alone, NOERROR.
+	{ref: "4: ExternalName to a name the upstream fails", name: "upstream-fails.e2e.svc.cluster.local.", qtype: dns.TypeA,
+		answer: []string{"upstream-fails.e2e.svc.cluster.local. 5 IN CNAME servfail.example.org."}},
 	{ref: "4: ClusterIP to ExternalName (in-zone chase)", name: "svc-to-externalsvc.e2e.svc.cluster.local.", qtype: dns.TypeA, answer: []string{
 		"svc-to-externalsvc.e2e.svc.cluster.local. 5 IN CNAME externalsvc.e2e.svc.cluster.local.", "externalsvc.e2e.svc.cluster.local. 5 IN A 10.96.7.7"}},
 }

@@ -1,10 +1,11 @@
 // Package dns is minikit's cluster DNS server, standing in for CoreDNS with
 // its kubernetes plugin as kubeadm configures it: the records of the
 // Kubernetes DNS specification (schema 1.1.0) for the cluster zone, and
-// forwarding of every other name to the node's upstream resolvers with a small
-// cache. It is built into minikit's one binary instead of running CoreDNS pods
-// (docs/differences.md): every node answers on its cni0 address, and the
-// package keeps client-go's clientset and informer factory out
+// forwarding of every other name to the upstream resolvers with a small
+// cache. It runs in the kube-system/coredns pods, as the kubernetes plugin of
+// the built-in coredns image's Corefile (internal/images; the rest of the
+// Corefile's chain reaches it through Config.Before), and the package keeps
+// client-go's clientset and informer factory out
 // (imports_test.go), whose init alone doubles a DNS-only process's memory.
 // miekg/dns, CoreDNS's own DNS library, does the wire format and TCP.
 //
@@ -42,6 +43,7 @@
 // primary podIP only, like CoreDNS's pod index.
 //
 // The package also renders the per-pod resolv.conf by dnsPolicy (ResolvConf),
-// which the kubelet writes into each pod. The kube-system/kube-dns Service and
-// its endpoints are published by the Registrar in the kubedns subpackage.
+// which the kubelet writes into each pod. The coredns Deployment and the
+// kube-dns Service selecting its pods are installed by the server
+// (internal/cluster/coredns.go).
 package dns

@@ -115,6 +115,7 @@ func handlerFixture() Objects {
 			clusterIPSvc("e2e", "test-service-2", []string{"10.96.5.5"}, httpPort),
 			headlessSvc("e2e", "dns-test-service-2", httpPort),
 			externalSvc("e2e", "dns-test-service-3", "foo.example.com"),
+			externalSvc("e2e", "upstream-fails", "servfail.example.org"),
 			clusterIPSvc("e2e", "externalsvc", []string{"10.96.7.7"}, httpPort),
 			externalSvc("e2e", "svc-to-externalsvc", "externalsvc.e2e.svc.cluster.local"),
 		},

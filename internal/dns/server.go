@@ -63,6 +63,14 @@ type Config struct {
 	// NoMemo turns off the per-snapshot memo of packed authoritative replies
 	// (for measuring the uncached path).
 	NoMemo bool
+	// Before, when set, sees every well-formed query before the answering
+	// rules: a Corefile's rewrite, hosts and stub-domain server blocks (the
+	// coredns image). It returns a reply, which is sent as is (never
+	// memoised), or nil to let the server answer; it may rewrite req's
+	// question, and then returns after, which the server applies to its
+	// reply (rewriting names back). It must give the same result for the
+	// same query while the server runs: a changed Corefile makes a new server.
+	Before func(ctx context.Context, req *dns.Msg, client netip.Addr) (reply *dns.Msg, after func(*dns.Msg))
 	Logger *slog.Logger
 }
 

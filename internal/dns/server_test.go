@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -382,5 +383,46 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{Zone: "cluster.example", TTL: 30, Pods: PodsInsecure}).Validate(); err != nil {
 		t.Errorf("valid config rejected: %v", err)
+	}
+}
+
+// TestBefore: the hook (a Corefile's rewrite, hosts and stub domains) answers
+// a query itself, or rewrites the question and has the server's reply
+// restored; queries it passes on are answered as usual.
+func TestBefore(t *testing.T) {
+	cfg := Config{Before: func(_ context.Context, req *dns.Msg, _ netip.Addr) (*dns.Msg, func(*dns.Msg)) {
+		q := req.Question[0]
+		switch strings.ToLower(q.Name) {
+		case "pinned.example.":
+			m := new(dns.Msg)
+			m.SetReply(req)
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(10, 9, 9, 9)})
+			return m, nil
+		case "alias.example.":
+			req.Question[0].Name = "dns-test-service-3.e2e.svc.cluster.local."
+			return nil, func(m *dns.Msg) {
+				m.Question[0].Name = q.Name
+				for _, rr := range m.Answer {
+					rr.Header().Name = q.Name
+				}
+			}
+		}
+		return nil, nil
+	}}
+	_, addr := startServer(t, cfg, NewStaticSource(handlerFixture(), true))
+	for _, c := range []struct {
+		name string
+		want []string
+	}{
+		{"pinned.example.", []string{"pinned.example. 60 IN A 10.9.9.9"}},
+		{"alias.example.", []string{"alias.example. 5 IN CNAME foo.example.com."}},
+		{"dns-test-service-3.e2e.svc.cluster.local.", []string{"dns-test-service-3.e2e.svc.cluster.local. 5 IN CNAME foo.example.com."}},
+	} {
+		for range 2 { // the second time from the memo, if memoised
+			r := exchange(t, addr, "udp", c.name, dns.TypeCNAME, 0)
+			if got := rrText(r.Answer); !matchSet(got, c.want) || r.Question[0].Name != c.name {
+				t.Errorf("%s: got %q (question %s), want %q", c.name, got, r.Question[0].Name, c.want)
+			}
+		}
 	}
 }

@@ -75,6 +75,23 @@ func (s *Server) reply(ctx context.Context, st *state, req *dns.Msg, tr transpor
 		m.Rcode = dns.RcodeFormatError
 		return m, true
 	}
+	var after func(*dns.Msg)
+	if s.cfg.Before != nil {
+		var r *dns.Msg
+		if r, after = s.cfg.Before(ctx, req, client); r != nil {
+			r.Id = req.Id
+			truncate(r, req, tr)
+			return r, false
+		}
+		q = req.Question[0]
+		if after != nil {
+			defer func() {
+				if m != nil {
+					after(m)
+				}
+			}()
+		}
+	}
 	o := s.ans.respond(ctx, st.snap, q, client)
 	if o.forward {
 		return s.forward(ctx, req, tr), false

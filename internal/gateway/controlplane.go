@@ -187,8 +187,33 @@ func (s *ControlPlane) sync(ctx context.Context) error {
 		}
 	}
 	for _, rt := range w.HTTPRoutes {
-		if err := s.syncRouteStatus(ctx, rt, res.Parents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}]); err != nil {
-			errs = append(errs, err)
+		next := rt.DeepCopy()
+		next.Status.Parents = routeParents(rt.Status.Parents, res.Parents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
+		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
+			continue
+		}
+		if _, err := s.cfg.Gateway.GatewayV1().HTTPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("updating status of HTTPRoute %s/%s: %w", rt.Namespace, rt.Name, err))
+		}
+	}
+	for _, rt := range w.GRPCRoutes {
+		next := rt.DeepCopy()
+		next.Status.Parents = routeParents(rt.Status.Parents, res.GRPCParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
+		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
+			continue
+		}
+		if _, err := s.cfg.Gateway.GatewayV1().GRPCRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("updating status of GRPCRoute %s/%s: %w", rt.Namespace, rt.Name, err))
+		}
+	}
+	for _, rt := range w.TLSRoutes {
+		next := rt.DeepCopy()
+		next.Status.Parents = routeParents(rt.Status.Parents, res.TLSParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
+		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
+			continue
+		}
+		if _, err := s.cfg.Gateway.GatewayV1().TLSRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("updating status of TLSRoute %s/%s: %w", rt.Namespace, rt.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -210,8 +235,46 @@ func compareKey(a, b metav1.ObjectMeta) int {
 	return 0
 }
 
+// SupportedFeatures is what every GatewayClass of ControllerName says in
+// status.supportedFeatures, sorted by name as the API asks: exactly the
+// features whose tests of the upstream conformance suite (v1.6.3) pass
+// against minikit, so that the suite, run without --supported-features,
+// reads them from the class and runs those tests. A feature goes in with the
+// run that passes its tests (scripts/gateway-conformance.sh), never before.
+var SupportedFeatures = []gatewayv1.FeatureName{
+	"GRPCRoute",
+	"Gateway",
+	"HTTPRoute",
+	"HTTPRoute303RedirectStatusCode",
+	"HTTPRoute307RedirectStatusCode",
+	"HTTPRoute308RedirectStatusCode",
+	"HTTPRouteBackendRequestHeaderModification",
+	"HTTPRouteBackendTimeout",
+	"HTTPRouteCORS",
+	"HTTPRouteHostRewrite",
+	"HTTPRouteMethodMatching",
+	"HTTPRouteNamedRouteRule",
+	"HTTPRouteParentRefPort",
+	"HTTPRoutePathRedirect",
+	"HTTPRoutePathRewrite",
+	"HTTPRoutePortRedirect",
+	"HTTPRouteQueryParamMatching",
+	"HTTPRouteRequestMirror",
+	"HTTPRouteRequestMultipleMirrors",
+	"HTTPRouteRequestPercentageMirror",
+	"HTTPRouteRequestTimeout",
+	"HTTPRouteResponseHeaderModification",
+	"HTTPRouteSchemeRedirect",
+	"ReferenceGrant",
+	"TLSRoute",
+}
+
 func (s *ControlPlane) syncClass(ctx context.Context, gc *gatewayv1.GatewayClass) error {
 	next := gc.DeepCopy()
+	next.Status.SupportedFeatures = next.Status.SupportedFeatures[:0]
+	for _, f := range SupportedFeatures {
+		next.Status.SupportedFeatures = append(next.Status.SupportedFeatures, gatewayv1.SupportedFeature{Name: f})
+	}
 	meta.SetStatusCondition(&next.Status.Conditions, metav1.Condition{Type: string(gatewayv1.GatewayClassConditionStatusAccepted),
 		Status: metav1.ConditionTrue, Reason: string(gatewayv1.GatewayClassReasonAccepted), Message: "handled by " + string(ControllerName),
 		ObservedGeneration: gc.Generation})
@@ -504,19 +567,19 @@ func (s *ControlPlane) syncGatewayStatus(ctx context.Context, g *gatewayv1.Gatew
 	return nil
 }
 
-// syncRouteStatus replaces this controller's entries of status.parents,
-// keeping other controllers'.
-func (s *ControlPlane) syncRouteStatus(ctx context.Context, rt *gatewayv1.HTTPRoute, parents []gatewayv1.RouteParentStatus) error {
-	next := rt.DeepCopy()
+// routeParents is a route's status.parents with this controller's entries
+// replaced by parents (keeping each condition's transition time while its
+// status holds) and other controllers' kept.
+func routeParents(old, parents []gatewayv1.RouteParentStatus) []gatewayv1.RouteParentStatus {
 	var out []gatewayv1.RouteParentStatus
-	for _, p := range rt.Status.Parents {
+	for _, p := range old {
 		if p.ControllerName != ControllerName {
 			out = append(out, p)
 		}
 	}
 	for _, p := range parents {
 		var conds []metav1.Condition
-		for _, op := range rt.Status.Parents {
+		for _, op := range old {
 			if op.ControllerName == ControllerName && apiequality.Semantic.DeepEqual(op.ParentRef, p.ParentRef) {
 				conds = slices.Clone(op.Conditions)
 			}
@@ -527,12 +590,5 @@ func (s *ControlPlane) syncRouteStatus(ctx context.Context, rt *gatewayv1.HTTPRo
 		p.Conditions = conds
 		out = append(out, p)
 	}
-	next.Status.Parents = out
-	if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
-		return nil
-	}
-	if _, err := s.cfg.Gateway.GatewayV1().HTTPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating status of HTTPRoute %s/%s: %w", rt.Namespace, rt.Name, err)
-	}
-	return nil
+	return out
 }

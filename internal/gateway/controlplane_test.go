@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
@@ -95,6 +98,19 @@ func TestControlPlaneProgramsAGateway(t *testing.T) {
 		}
 		if gc.Spec.ControllerName != ControllerName {
 			return fmt.Errorf("controllerName %q", gc.Spec.ControllerName)
+		}
+		var names []string
+		for _, f := range gc.Status.SupportedFeatures {
+			names = append(names, string(f.Name))
+		}
+		if got, want := strings.Join(names, ","), "GRPCRoute,Gateway,HTTPRoute,"+
+			"HTTPRoute303RedirectStatusCode,HTTPRoute307RedirectStatusCode,HTTPRoute308RedirectStatusCode,"+
+			"HTTPRouteBackendRequestHeaderModification,HTTPRouteBackendTimeout,HTTPRouteCORS,HTTPRouteHostRewrite,HTTPRouteMethodMatching,"+
+			"HTTPRouteNamedRouteRule,HTTPRouteParentRefPort,HTTPRoutePathRedirect,HTTPRoutePathRewrite,HTTPRoutePortRedirect,"+
+			"HTTPRouteQueryParamMatching,HTTPRouteRequestMirror,HTTPRouteRequestMultipleMirrors,HTTPRouteRequestPercentageMirror,"+
+			"HTTPRouteRequestTimeout,HTTPRouteResponseHeaderModification,HTTPRouteSchemeRedirect,"+
+			"ReferenceGrant,TLSRoute"; got != want {
+			return fmt.Errorf("status.supportedFeatures %s, want %s", got, want)
 		}
 		return condIs(gc.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted", gc.Generation)
 	})
@@ -236,12 +252,18 @@ func TestControlPlaneProgramsAGateway(t *testing.T) {
 		}
 		return nil
 	})
-	cur, err := gw.GatewayV1().Gateways("default").Get(ctx, "edge", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Spec.Listeners = append(cur.Spec.Listeners, gatewayv1.Listener{Name: "udp", Port: 53, Protocol: gatewayv1.UDPProtocolType})
-	if cur, err = gw.GatewayV1().Gateways("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+	// The control plane writes the Gateway's status meanwhile: read, change
+	// and write again on a conflict, as a client does.
+	var cur *gatewayv1.Gateway
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		g, err := gw.GatewayV1().Gateways("default").Get(ctx, "edge", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		g.Spec.Listeners = append(g.Spec.Listeners, gatewayv1.Listener{Name: "udp", Port: 53, Protocol: gatewayv1.UDPProtocolType})
+		cur, err = gw.GatewayV1().Gateways("default").Update(ctx, g, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, wait, "the new generation's conditions", func() error {
@@ -291,4 +313,11 @@ func TestServiceName(t *testing.T) {
 func hash8(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:4])
+}
+
+// The API asks for supportedFeatures sorted by name, without duplicates.
+func TestSupportedFeaturesSorted(t *testing.T) {
+	if !slices.IsSorted(SupportedFeatures) || len(slices.Compact(slices.Clone(SupportedFeatures))) != len(SupportedFeatures) {
+		t.Errorf("SupportedFeatures %v: not sorted or has duplicates", SupportedFeatures)
+	}
 }

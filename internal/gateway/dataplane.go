@@ -2,6 +2,10 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -12,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // The node's data plane answers requests from a Snapshot: for each data port
@@ -34,6 +37,13 @@ type Snapshot struct {
 	Tables map[int32]*Table
 	// Ports maps a data port to its Gateway listener port (for redirects).
 	Ports map[int32]int32
+	// TLS holds the data ports of HTTPS listeners (the key present: the
+	// port terminates TLS) with the certificates of their valid listeners.
+	TLS map[int32][]ServerCert
+	// Passthrough holds the data ports of TLS listeners (tls.mode
+	// Passthrough): their connections are spliced by server name
+	// (SplitPassthrough), routed by the port's Table.
+	Passthrough map[int32]bool
 	// Endpoints maps a backend (Service and port) to "ip:port" of its ready endpoints.
 	Endpoints map[BackendKey][]string
 }
@@ -50,7 +60,11 @@ func ResolveEndpoints(tables map[int32]*Table, svcs map[types.NamespacedName]*co
 	out := map[BackendKey][]string{}
 	for _, t := range tables {
 		for _, e := range t.entries {
-			for _, b := range e.act.Backends {
+			bs := e.act.Backends
+			for _, m := range e.act.Mirrors {
+				bs = append(bs[:len(bs):len(bs)], m.Backend)
+			}
+			for _, b := range bs {
 				k := BackendKey{b.Service, b.Port}
 				if _, done := out[k]; done || b.Invalid {
 					continue
@@ -101,24 +115,68 @@ func endpointsOf(svc *corev1.Service, sl []*discoveryv1.EndpointSlice, port int3
 // Dialer opens connections to endpoints (nil: the system's).
 type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// Handler serves one data port from the snapshot load returns on each request.
-func Handler(dataPort int32, load func() *Snapshot, dial Dialer) http.Handler {
+// backendTransport is how the data plane reaches endpoints: HTTP/1.1, or
+// with h2c HTTP/2 with prior knowledge (as a gRPC server expects), through
+// dial when it is set.
+func backendTransport(dial Dialer, h2c bool) *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep idle connections to every endpoint as ingress-nginx's upstream
+	// keepalive 320 does: the default of 2 per host closed most backend
+	// connections after one request under 64 clients
+	// (scripts/bench-gateway.sh: about 5,000 TIME_WAIT sockets in 3 s).
+	tr.MaxIdleConnsPerHost = 320
+	tr.MaxIdleConns = 0 // no total bound beyond the per-host one
 	if dial != nil {
 		tr.DialContext = dial
 	}
-	rp := &httputil.ReverseProxy{
-		Transport: tr,
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			// Host and the raw request URI go to the backend unchanged.
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = pr.In.Context().Value(endpointKey{}).(string)
-			pr.Out.Host = pr.In.Host
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			http.Error(w, "upstream: "+err.Error(), http.StatusBadGateway)
-		},
+	if h2c {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
+	return tr
+}
+
+// Handler serves one data port from the snapshot load returns on each request.
+func Handler(dataPort int32, load func() *Snapshot, dial Dialer) http.Handler {
+	proxy := func(h2c bool) *httputil.ReverseProxy {
+		return &httputil.ReverseProxy{
+			Transport: backendTransport(dial, h2c),
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				// Host and the raw request URI go to the backend unchanged.
+				pr.Out.URL.Scheme = "http"
+				pr.Out.URL.Host = pr.In.Context().Value(endpointKey{}).(string)
+				pr.Out.Host = pr.In.Host
+			},
+			ModifyResponse: func(resp *http.Response) error {
+				if p, _ := resp.Request.Context().Value(pickKey{}).(*picked); p != nil {
+					if p.act.CORS != nil {
+						p.act.CORS.response(resp.Header, resp.Request.Header.Get("Origin"))
+					}
+					ModifyHeaders(resp.Header, p.act.ResponseHeaders)
+					ModifyHeaders(resp.Header, p.backend.ResponseHeaders)
+				}
+				return nil
+			},
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+					// The rule's timeout passed (Action.Timeout).
+					if isGRPC(r) {
+						grpcError(w, grpcDeadlineExceeded, "upstream: "+err.Error())
+						return
+					}
+					http.Error(w, "upstream request timeout", http.StatusGatewayTimeout)
+					return
+				}
+				if isGRPC(r) {
+					grpcError(w, grpcUnavailable, "upstream: "+err.Error())
+					return
+				}
+				http.Error(w, "upstream: "+err.Error(), http.StatusBadGateway)
+			},
+		}
+	}
+	rp, grpcProxy := proxy(false), proxy(true)
+	mirror := newMirrorer(dial)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := load()
 		t := s.Tables[dataPort]
@@ -131,11 +189,33 @@ func Handler(dataPort int32, load func() *Snapshot, dial Dialer) http.Handler {
 			act = t.Route(Request{Host: host, Path: r.URL.Path, Method: r.Method, Header: r.Header, Query: r.URL.Query()})
 		}
 		if act == nil {
+			if isGRPC(r) {
+				// GRPCRoute's spec: a call no route matches is Unimplemented.
+				// The call's messages are read first, as a gRPC server reads
+				// them: answering an HTTP/2 stream the client is still
+				// sending on resets it, and the client sees a stream error
+				// (curl's exit 92) instead of the status.
+				_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxDrainedCall))
+				grpcError(w, grpcUnimplemented, "no route matches")
+				return
+			}
 			http.Error(w, "no route matches", http.StatusNotFound)
 			return
 		}
+		if act.Fault != "" {
+			http.Error(w, "the route's rule cannot be served: "+act.Fault, http.StatusInternalServerError)
+			return
+		}
+		if act.CORS != nil && isPreflight(r) {
+			act.CORS.preflight(w, r)
+			return
+		}
 		if act.Redirect != nil {
-			redirect(w, r, host, s.Ports[dataPort], act.Redirect)
+			if act.CORS != nil {
+				act.CORS.response(w.Header(), r.Header.Get("Origin"))
+			}
+			ModifyHeaders(w.Header(), act.ResponseHeaders)
+			redirect(w, r, host, s.Ports[dataPort], act)
 			return
 		}
 		total := act.TotalWeight()
@@ -153,26 +233,41 @@ func Handler(dataPort int32, load func() *Snapshot, dial Dialer) http.Handler {
 			http.Error(w, "no ready endpoint", http.StatusServiceUnavailable)
 			return
 		}
-		if m := act.RequestHeaders; m != nil {
-			for _, h := range m.Set {
-				r.Header.Set(string(h.Name), h.Value)
+		ModifyHeaders(r.Header, act.RequestHeaders)
+		ModifyHeaders(r.Header, b.RequestHeaders)
+		if rw := act.Rewrite; rw != nil {
+			if rw.Hostname != nil {
+				r.Host = string(*rw.Hostname)
 			}
-			for _, h := range m.Add {
-				r.Header.Add(string(h.Name), h.Value)
-			}
-			for _, h := range m.Remove {
-				r.Header.Del(h)
+			if rw.Path != nil {
+				u := *r.URL
+				u.Path, u.RawPath = act.ModifyPath(r.URL.Path, rw.Path), ""
+				r.URL = &u
 			}
 		}
-		ctx := contextWith(r, eps[rand.IntN(len(eps))])
+		if len(act.Mirrors) > 0 {
+			mirror.send(r, act, s.Endpoints)
+		}
+		ctx := context.WithValue(contextWith(r, eps[rand.IntN(len(eps))]), pickKey{}, &picked{act, b})
+		if act.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, act.Timeout)
+			defer cancel()
+		}
+		if act.GRPC {
+			grpcProxy.ServeHTTP(w, r.WithContext(ctx))
+			return
+		}
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // redirect answers a RequestRedirect filter: scheme, hostname and port
 // default to the request's, a changed scheme drops to its well-known port,
-// the path and query stay, the status defaults to 302.
-func redirect(w http.ResponseWriter, r *http.Request, host string, listenerPort int32, f *gatewayv1.HTTPRequestRedirectFilter) {
+// the path stays unless the filter modifies it, the query stays, the
+// status defaults to 302.
+func redirect(w http.ResponseWriter, r *http.Request, host string, listenerPort int32, act *Action) {
+	f := act.Redirect
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -192,7 +287,13 @@ func redirect(w http.ResponseWriter, r *http.Request, host string, listenerPort 
 	if port != 0 && !(scheme == "http" && port == 80) && !(scheme == "https" && port == 443) {
 		loc += ":" + strconv.Itoa(int(port))
 	}
-	loc += r.URL.RequestURI()
+	if f.Path != nil {
+		u := *r.URL
+		u.Path, u.RawPath = act.ModifyPath(r.URL.Path, f.Path), ""
+		loc += u.RequestURI()
+	} else {
+		loc += r.URL.RequestURI()
+	}
 	code := 302
 	if f.StatusCode != nil {
 		code = *f.StatusCode
@@ -201,7 +302,53 @@ func redirect(w http.ResponseWriter, r *http.Request, host string, listenerPort 
 	w.WriteHeader(code)
 }
 
+// TerminateTLS wraps a data port's listener: a connection accepted while
+// the snapshot says the port is an HTTPS listener's is served over TLS, its
+// certificate chosen at the handshake from the snapshot then current
+// (PickCertificate), so a changed Secret, ReferenceGrant or listener takes
+// effect on the next connection without reopening the port. net/http's
+// server does the handshake and sets Request.TLS.
+func TerminateTLS(ln net.Listener, dataPort int32, load func() *Snapshot) net.Listener {
+	cfg := &tls.Config{
+		NextProtos: []string{"http/1.1"},
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := PickCertificate(load().TLS[dataPort], hello); c != nil {
+				return c, nil
+			}
+			return nil, fmt.Errorf("no valid HTTPS listener on data port %d serves %q", dataPort, hello.ServerName)
+		},
+	}
+	return &tlsListener{Listener: ln, port: dataPort, load: load, cfg: cfg}
+}
+
+type tlsListener struct {
+	net.Listener
+	port int32
+	load func() *Snapshot
+	cfg  *tls.Config
+}
+
+func (l *tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if _, secure := l.load().TLS[l.port]; secure {
+		return tls.Server(c, l.cfg), nil
+	}
+	return c, nil
+}
+
 type endpointKey struct{}
+
+// pickKey carries a proxied request's Action and Backend (a *picked) to
+// ModifyResponse.
+type pickKey struct{}
+
+type picked struct {
+	act     *Action
+	backend Backend
+}
 
 func contextWith(r *http.Request, ep string) context.Context {
 	return context.WithValue(r.Context(), endpointKey{}, ep)

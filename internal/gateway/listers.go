@@ -22,8 +22,11 @@ type listers struct {
 	classes  gwlisters.GatewayClassLister
 	gateways gwlisters.GatewayLister
 	routes   gwlisters.HTTPRouteLister
+	grpc     gwlisters.GRPCRouteLister
+	tls      gwlisters.TLSRouteLister
 	grants   gwlisters.ReferenceGrantLister
 	svcs     corelisters.ServiceLister
+	secrets  corelisters.SecretLister
 	nss      corelisters.NamespaceLister
 	slices   discoverylisters.EndpointSliceLister
 	infs     []cache.SharedIndexInformer
@@ -32,10 +35,10 @@ type listers struct {
 func newListers(kube informers.SharedInformerFactory, gw gwinformers.SharedInformerFactory) listers {
 	v1 := gw.Gateway().V1()
 	return listers{
-		classes: v1.GatewayClasses().Lister(), gateways: v1.Gateways().Lister(), routes: v1.HTTPRoutes().Lister(), grants: v1.ReferenceGrants().Lister(),
-		svcs: kube.Core().V1().Services().Lister(), nss: kube.Core().V1().Namespaces().Lister(), slices: kube.Discovery().V1().EndpointSlices().Lister(),
-		infs: []cache.SharedIndexInformer{v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(), v1.ReferenceGrants().Informer(),
-			kube.Core().V1().Services().Informer(), kube.Core().V1().Namespaces().Informer(), kube.Discovery().V1().EndpointSlices().Informer()},
+		classes: v1.GatewayClasses().Lister(), gateways: v1.Gateways().Lister(), routes: v1.HTTPRoutes().Lister(), grpc: v1.GRPCRoutes().Lister(), tls: v1.TLSRoutes().Lister(), grants: v1.ReferenceGrants().Lister(),
+		svcs: kube.Core().V1().Services().Lister(), secrets: kube.Core().V1().Secrets().Lister(), nss: kube.Core().V1().Namespaces().Lister(), slices: kube.Discovery().V1().EndpointSlices().Lister(),
+		infs: []cache.SharedIndexInformer{v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(), v1.GRPCRoutes().Informer(), v1.TLSRoutes().Informer(), v1.ReferenceGrants().Informer(),
+			kube.Core().V1().Services().Informer(), kube.Core().V1().Secrets().Informer(), kube.Core().V1().Namespaces().Informer(), kube.Discovery().V1().EndpointSlices().Informer()},
 	}
 }
 
@@ -47,7 +50,8 @@ func (l listers) watch(f func(), more ...cache.SharedIndexInformer) error {
 // world is the World of the Gateways whose class names this controller, and
 // every Service (the control plane allocates data ports from them).
 func (l listers) world() (World, []*corev1.Service, error) {
-	w := World{Services: map[types.NamespacedName]*corev1.Service{}, Namespaces: map[string]map[string]string{}}
+	w := World{Services: map[types.NamespacedName]*corev1.Service{}, Secrets: map[types.NamespacedName]*corev1.Secret{},
+		Namespaces: map[string]map[string]string{}}
 	classes, err := l.classes.List(labels.Everything())
 	if err != nil {
 		return w, nil, err
@@ -72,6 +76,14 @@ func (l listers) world() (World, []*corev1.Service, error) {
 		return w, nil, err
 	}
 	slices.SortFunc(w.HTTPRoutes, func(a, b *gatewayv1.HTTPRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
+	if w.GRPCRoutes, err = l.grpc.List(labels.Everything()); err != nil {
+		return w, nil, err
+	}
+	slices.SortFunc(w.GRPCRoutes, func(a, b *gatewayv1.GRPCRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
+	if w.TLSRoutes, err = l.tls.List(labels.Everything()); err != nil {
+		return w, nil, err
+	}
+	slices.SortFunc(w.TLSRoutes, func(a, b *gatewayv1.TLSRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
 	if w.Grants, err = l.grants.List(labels.Everything()); err != nil {
 		return w, nil, err
 	}
@@ -81,6 +93,23 @@ func (l listers) world() (World, []*corev1.Service, error) {
 	}
 	for _, svc := range svcs {
 		w.Services[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = svc
+	}
+	// Only the Secrets a listener names: the rules read nothing else.
+	named := map[types.NamespacedName]bool{}
+	for _, g := range w.Gateways {
+		for _, ln := range g.Spec.Listeners {
+			if ln.TLS == nil || tlsMode(ln) == gatewayv1.TLSModePassthrough {
+				continue
+			}
+			for _, ref := range ln.TLS.CertificateRefs {
+				named[types.NamespacedName{Namespace: string(deref(ref.Namespace, gatewayv1.Namespace(g.Namespace))), Name: string(ref.Name)}] = true
+			}
+		}
+	}
+	for k := range named {
+		if s, err := l.secrets.Secrets(k.Namespace).Get(k.Name); err == nil {
+			w.Secrets[k] = s
+		}
 	}
 	nss, err := l.nss.List(labels.Everything())
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 )
@@ -134,6 +135,8 @@ func (n *Node) sync() error {
 	res := Compute(w)
 	attached := map[int32][]Attachment{}
 	ports := map[int32]int32{}
+	secure := map[int32][]ServerCert{}
+	passthrough := map[int32]bool{}
 	for _, g := range w.Gateways {
 		svc := w.Services[types.NamespacedName{Namespace: g.Namespace, Name: ServiceName(g.Name)}]
 		if svc == nil || svc.Labels[GatewayNameLabel] != g.Name {
@@ -144,7 +147,20 @@ func (n *Node) sync() error {
 				if p.Port == int32(l.Port) && p.Protocol == corev1.ProtocolTCP {
 					dp := p.TargetPort.IntVal
 					ports[dp] = p.Port
-					attached[dp] = append(attached[dp], res.Attached[ListenerKey{types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, l.Name}]...)
+					lk := ListenerKey{types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, l.Name}
+					attached[dp] = append(attached[dp], res.Attached[lk]...)
+					switch l.Protocol {
+					case gatewayv1.TLSProtocolType:
+						// Spliced even when no listener on it is valid:
+						// a client's connection is then closed, never
+						// answered by the HTTP server.
+						passthrough[dp] = true
+					case gatewayv1.HTTPSProtocolType:
+						// The port terminates TLS even when no listener
+						// on it is valid: a client gets a failed handshake,
+						// never plain HTTP on an HTTPS port.
+						secure[dp] = append(secure[dp], ServerCert{Hostname: string(deref(l.Hostname, "")), Certs: res.Certificates[lk]})
+					}
 				}
 			}
 		}
@@ -168,7 +184,7 @@ func (n *Node) sync() error {
 			bySvc[k] = append(bySvc[k], s)
 		}
 	}
-	n.snap.Store(&Snapshot{Tables: tables, Ports: ports, Endpoints: ResolveEndpoints(tables, w.Services, bySvc)})
+	n.snap.Store(&Snapshot{Tables: tables, Ports: ports, TLS: secure, Passthrough: passthrough, Endpoints: ResolveEndpoints(tables, w.Services, bySvc)})
 	return n.serve(ports)
 }
 
@@ -192,10 +208,15 @@ func (n *Node) serve(ports map[int32]int32) error {
 			errs = append(errs, fmt.Errorf("listening on data port %d: %w", dp, err))
 			continue
 		}
-		srv := &http.Server{Handler: Handler(dp, n.snap.Load, n.cfg.DialUpstream), ReadHeaderTimeout: 60 * time.Second}
+		srv := &http.Server{Handler: Handler(dp, n.snap.Load, n.cfg.DialUpstream), ReadHeaderTimeout: 60 * time.Second,
+			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelDebug)}
+		// HTTP/1.1, and HTTP/2 with prior knowledge (h2c) for gRPC clients.
+		srv.Protocols = new(http.Protocols)
+		srv.Protocols.SetHTTP1(true)
+		srv.Protocols.SetUnencryptedHTTP2(true)
 		n.servers[dp] = srv
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(TerminateTLS(SplitPassthrough(ln, dp, n.snap.Load, n.cfg.DialUpstream, n.log), dp, n.snap.Load)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("data port stopped", "port", dp, "err", err)
 			}
 		}()

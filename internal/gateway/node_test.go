@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
@@ -111,12 +112,17 @@ func TestNodeServesTheGatewaysRoutes(t *testing.T) {
 		t.Errorf("node annotations %v (%v), want %s", node.Annotations, err, DataPlaneAnnotation)
 	}
 
-	cur, err := gw.GatewayV1().HTTPRoutes("default").Get(ctx, "r", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Spec.Rules[0].Matches = append(cur.Spec.Rules[0].Matches, prefix("/tea"))
-	if _, err := gw.GatewayV1().HTTPRoutes("default").Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+	// The control plane writes the route's status meanwhile: read, change and
+	// write again on a conflict, as a client does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := gw.GatewayV1().HTTPRoutes("default").Get(ctx, "r", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Rules[0].Matches = append(cur.Spec.Rules[0].Matches, prefix("/tea"))
+		_, err = gw.GatewayV1().HTTPRoutes("default").Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, wait, "the changed route served", func() error {

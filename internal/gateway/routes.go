@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -119,6 +120,9 @@ type Backend struct {
 	// Invalid is set when the ref does not resolve (unknown kind, not
 	// permitted, missing Service): its share of the traffic gets 500.
 	Invalid bool
+	// RequestHeaders and ResponseHeaders are the backendRef's own header
+	// filters, applied after the rule's when this backend is picked.
+	RequestHeaders, ResponseHeaders *gatewayv1.HTTPHeaderFilter
 }
 
 // Action is what a matched rule does.
@@ -131,6 +135,65 @@ type Action struct {
 	Redirect *gatewayv1.HTTPRequestRedirectFilter
 	// RequestHeaders modifies the request sent to the backend.
 	RequestHeaders *gatewayv1.HTTPHeaderFilter
+	// ResponseHeaders modifies the response sent to the client.
+	ResponseHeaders *gatewayv1.HTTPHeaderFilter
+	// Rewrite, when set, changes the request's host or path on its way to
+	// the backend (URLRewrite).
+	Rewrite *gatewayv1.HTTPURLRewriteFilter
+	// Prefix is the rule's PathPrefix match value, without its trailing
+	// slash ("" for "/"): what a ReplacePrefixMatch path modifier replaces.
+	// The API allows that modifier only on a rule with exactly one match,
+	// a PathPrefix one.
+	Prefix string
+	// Timeout bounds the time from the request's arrival to the end of the
+	// backend's response (0: none): the smaller of the rule's
+	// timeouts.request and timeouts.backendRequest, which are the same bound
+	// here since the proxy makes one backend request per request (no
+	// retries). Past it the client gets 504.
+	Timeout time.Duration
+	// GRPC is set for a GRPCRoute's rule: its backends speak gRPC, so
+	// HTTP/2 without TLS (h2c) whatever the request came over.
+	GRPC bool
+	// CORS, when set, answers preflight requests and adds the CORS
+	// response headers.
+	CORS *CORS
+	// Mirrors are the rule's RequestMirror filters, in order.
+	Mirrors []Mirror
+	// Fault, when set, says why the rule cannot be served as written (a
+	// filter of a type the proxy does not implement, an ExtensionRef it
+	// cannot resolve): every request it matches gets 500, as the spec asks
+	// instead of skipping the filter.
+	Fault string
+}
+
+// Mirror is a RequestMirror filter: a copy of a share of the requests
+// (Numerator/Denominator) goes to one endpoint of Backend, its response
+// discarded. A Backend that does not resolve (Invalid) is dropped, as the
+// filter's doc says: nothing is mirrored, the route's ResolvedRefs says why.
+type Mirror struct {
+	Backend                Backend
+	Numerator, Denominator int32
+}
+
+// Sampled reports whether the request that drew n, uniformly in
+// [0, Denominator), is mirrored.
+func (m Mirror) Sampled(n int32) bool { return n < m.Numerator }
+
+func mirrorOf(w World, rt *gatewayv1.HTTPRoute, f *gatewayv1.HTTPRequestMirrorFilter) Mirror {
+	ref := f.BackendRef
+	m := Mirror{Backend: Backend{Service: types.NamespacedName{Namespace: string(deref(ref.Namespace, gatewayv1.Namespace(rt.Namespace))), Name: string(ref.Name)},
+		Port: int32(deref(ref.Port, 0)), Weight: 1, Invalid: checkBackend(w, routeKind(rt), rt.Namespace, ref) != nil},
+		Numerator: 100, Denominator: 100}
+	switch {
+	case f.Percent != nil:
+		m.Numerator = *f.Percent
+	case f.Fraction != nil:
+		m.Numerator, m.Denominator = f.Fraction.Numerator, deref(f.Fraction.Denominator, 100)
+	}
+	if m.Denominator <= 0 { // the API forbids it; never divide by it
+		m.Numerator, m.Denominator = 0, 1
+	}
+	return m
 }
 
 // Pick chooses the backend for a request by weight, n uniformly in
@@ -164,19 +227,71 @@ func BuildTable(w World, attached []Attachment) (*Table, []error) {
 		rt := at.Route
 		rkey := types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}
 		for ri, rule := range rt.Spec.Rules {
-			act := &Action{Route: rkey, Rule: ri}
-			for _, f := range rule.Filters {
+			act := &Action{Route: rkey, Rule: ri, GRPC: routeKind(rt) == kindGRPC}
+			for fi, f := range rule.Filters {
 				switch f.Type {
 				case gatewayv1.HTTPRouteFilterRequestRedirect:
 					act.Redirect = f.RequestRedirect
 				case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
 					act.RequestHeaders = f.RequestHeaderModifier
+				case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+					act.ResponseHeaders = f.ResponseHeaderModifier
+				case gatewayv1.HTTPRouteFilterURLRewrite:
+					act.Rewrite = f.URLRewrite
+				case gatewayv1.HTTPRouteFilterCORS:
+					if f.CORS != nil {
+						act.CORS = &CORS{*f.CORS}
+					}
+				case gatewayv1.HTTPRouteFilterRequestMirror:
+					if m := f.RequestMirror; m != nil {
+						act.Mirrors = append(act.Mirrors, mirrorOf(w, rt, m))
+					}
+				case gatewayv1.HTTPRouteFilterExtensionRef:
+					act.Fault = fmt.Sprintf("filter %d (ExtensionRef) cannot be resolved", fi)
+				default:
+					act.Fault = fmt.Sprintf("filter %d (%s) is not supported", fi, f.Type)
 				}
+				if act.Fault != "" {
+					break
+				}
+			}
+			if to := rule.Timeouts; to != nil {
+				for _, d := range []*gatewayv1.Duration{to.Request, to.BackendRequest} {
+					if d == nil {
+						continue
+					}
+					v, err := time.ParseDuration(string(*d))
+					if err != nil {
+						errs = append(errs, fmt.Errorf("HTTPRoute %s rule %d timeout %q: %w", rkey, ri, *d, err))
+						continue
+					}
+					if v > 0 && (act.Timeout == 0 || v < act.Timeout) {
+						act.Timeout = v
+					}
+				}
+			}
+			if len(rule.Matches) == 1 && rule.Matches[0].Path != nil &&
+				deref(rule.Matches[0].Path.Type, gatewayv1.PathMatchPathPrefix) == gatewayv1.PathMatchPathPrefix {
+				act.Prefix = strings.TrimSuffix(deref(rule.Matches[0].Path.Value, "/"), "/")
 			}
 			for _, br := range rule.BackendRefs {
 				b := Backend{Service: types.NamespacedName{Namespace: string(deref(br.Namespace, gatewayv1.Namespace(rt.Namespace))), Name: string(br.Name)},
 					Port: int32(deref(br.Port, 0)), Weight: deref(br.Weight, 1)}
-				b.Invalid = checkBackend(w, rt.Namespace, br.BackendObjectReference) != nil
+				b.Invalid = checkBackend(w, routeKind(rt), rt.Namespace, br.BackendObjectReference) != nil
+				for _, f := range br.Filters {
+					switch f.Type {
+					case gatewayv1.HTTPRouteFilterRequestHeaderModifier:
+						b.RequestHeaders = f.RequestHeaderModifier
+					case gatewayv1.HTTPRouteFilterResponseHeaderModifier:
+						b.ResponseHeaders = f.ResponseHeaderModifier
+					default:
+						// A filter the proxy cannot honour on a backendRef
+						// (unsupportedFilter says which in the status): its
+						// share of the traffic gets 500, never the backend
+						// without the filter.
+						b.Invalid = true
+					}
+				}
 				act.Backends = append(act.Backends, b)
 			}
 			matches := rule.Matches
@@ -317,4 +432,44 @@ func (t *Table) Route(r Request) *Action {
 		return nil
 	}
 	return best.act
+}
+
+// ModifyPath applies a path modifier (of a URLRewrite or RequestRedirect
+// filter) to a request's path: ReplaceFullPath replaces it whole;
+// ReplacePrefixMatch replaces the rule's matched prefix (whole path
+// elements), a trailing slash of the replacement ignored, and an empty
+// result is "/" (the table in HTTPPathModifier's doc).
+func (a *Action) ModifyPath(path string, m *gatewayv1.HTTPPathModifier) string {
+	if m == nil {
+		return path
+	}
+	switch m.Type {
+	case gatewayv1.FullPathHTTPPathModifier:
+		return deref(m.ReplaceFullPath, "/")
+	case gatewayv1.PrefixMatchHTTPPathModifier:
+		rest := strings.TrimPrefix(path, a.Prefix)
+		out := strings.TrimSuffix(deref(m.ReplacePrefixMatch, ""), "/") + rest
+		if !strings.HasPrefix(out, "/") {
+			out = "/" + out
+		}
+		return out
+	}
+	return path
+}
+
+// ModifyHeaders applies a header filter to h: set, then add, then remove,
+// as the filter's doc orders them.
+func ModifyHeaders(h http.Header, m *gatewayv1.HTTPHeaderFilter) {
+	if m == nil {
+		return
+	}
+	for _, v := range m.Set {
+		h.Set(string(v.Name), v.Value)
+	}
+	for _, v := range m.Add {
+		h.Add(string(v.Name), v.Value)
+	}
+	for _, name := range m.Remove {
+		h.Del(name)
+	}
 }

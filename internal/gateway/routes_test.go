@@ -184,3 +184,40 @@ func TestBuildTableReportsBadRegex(t *testing.T) {
 		t.Error("the valid rule must still be served")
 	}
 }
+
+// ModifyPath follows the table in HTTPPathModifier's doc for
+// ReplacePrefixMatch, and ReplaceFullPath replaces the whole path.
+func TestModifyPath(t *testing.T) {
+	prefixMod := func(v string) *gatewayv1.HTTPPathModifier {
+		return &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: ptr(v)}
+	}
+	for _, tc := range []struct{ path, prefix, repl, want string }{
+		{"/foo/bar", "/foo", "/xyz", "/xyz/bar"},
+		{"/foo/bar", "/foo", "/xyz/", "/xyz/bar"},
+		{"/foo/bar", "/foo/", "/xyz", "/xyz/bar"},
+		{"/foo/bar", "/foo/", "/xyz/", "/xyz/bar"},
+		{"/foo", "/foo", "/xyz", "/xyz"},
+		{"/foo/", "/foo", "/xyz", "/xyz/"},
+		{"/foo/bar", "/foo", "", "/bar"},
+		{"/foo/", "/foo", "", "/"},
+		{"/foo", "/foo", "", "/"},
+		{"/foo/", "/foo", "/", "/"},
+		{"/foo", "/foo", "/", "/"},
+		{"/any/thing", "/", "/pre", "/pre/any/thing"},
+	} {
+		rt := httpRoute("r", 0, nil, rrule{matches: []gatewayv1.HTTPRouteMatch{prefix(tc.prefix)}})
+		table, _ := BuildTable(World{}, []Attachment{{Route: rt}})
+		act := table.Route(Request{Path: tc.path})
+		if act == nil {
+			t.Fatalf("%s does not match prefix %s", tc.path, tc.prefix)
+		}
+		if got := act.ModifyPath(tc.path, prefixMod(tc.repl)); got != tc.want {
+			t.Errorf("%s, prefix %s, replacePrefixMatch %q: %s, want %s", tc.path, tc.prefix, tc.repl, got, tc.want)
+		}
+	}
+	act := &Action{Prefix: "/foo"}
+	full := &gatewayv1.HTTPPathModifier{Type: gatewayv1.FullPathHTTPPathModifier, ReplaceFullPath: ptr("/one")}
+	if got := act.ModifyPath("/foo/bar/baz", full); got != "/one" {
+		t.Errorf("ReplaceFullPath /one: %s", got)
+	}
+}

@@ -205,22 +205,24 @@ func TestGatewayAndListenerConditions(t *testing.T) {
 		listeners []lwant
 	}{
 		{"one HTTP listener", gw("g", listener("http", 80, gatewayv1.HTTPProtocolType, "")), "True/Accepted",
-			[]lwant{{"True", "True", "False", []string{"HTTPRoute"}}}},
+			[]lwant{{"True", "True", "False", []string{"HTTPRoute", "GRPCRoute"}}}},
 		{"an unsupported protocol beside a valid listener", gw("g", listener("http", 80, gatewayv1.HTTPProtocolType, ""),
 			listener("udp", 53, gatewayv1.UDPProtocolType, "")), "True/ListenersNotValid",
-			[]lwant{{"True", "True", "False", []string{"HTTPRoute"}}, {"UnsupportedProtocol", "True", "False", nil}}},
+			[]lwant{{"True", "True", "False", []string{"HTTPRoute", "GRPCRoute"}}, {"UnsupportedProtocol", "True", "False", nil}}},
 		{"only an unsupported protocol", gw("g", listener("udp", 53, gatewayv1.UDPProtocolType, "")), "False/ListenersNotValid",
 			[]lwant{{"UnsupportedProtocol", "True", "False", nil}}},
 		{"invalid route kinds", gw("g", listener("http", 80, gatewayv1.HTTPProtocolType, "", kinds("FooRoute"))), "False/ListenersNotValid",
 			[]lwant{{"True", "InvalidRouteKinds", "False", nil}}},
 		{"a valid and an invalid route kind", gw("g", listener("http", 80, gatewayv1.HTTPProtocolType, "", kinds("HTTPRoute", "FooRoute"))),
 			"False/ListenersNotValid", []lwant{{"True", "InvalidRouteKinds", "False", []string{"HTTPRoute"}}}},
+		{"only GRPCRoutes", gw("g", listener("http", 80, gatewayv1.HTTPProtocolType, "", kinds("GRPCRoute"))), "True/Accepted",
+			[]lwant{{"True", "True", "False", []string{"GRPCRoute"}}}},
 		{"two listeners, one port, one hostname", gw("g", listener("a", 80, gatewayv1.HTTPProtocolType, "x.test"),
 			listener("b", 80, gatewayv1.HTTPProtocolType, "x.test")), "False/ListenersNotValid",
-			[]lwant{{"True", "True", "HostnameConflict", []string{"HTTPRoute"}}, {"True", "True", "HostnameConflict", []string{"HTTPRoute"}}}},
+			[]lwant{{"True", "True", "HostnameConflict", []string{"HTTPRoute", "GRPCRoute"}}, {"True", "True", "HostnameConflict", []string{"HTTPRoute", "GRPCRoute"}}}},
 		{"one port, two hostnames", gw("g", listener("a", 80, gatewayv1.HTTPProtocolType, "x.test"),
 			listener("b", 80, gatewayv1.HTTPProtocolType, "y.test")), "True/Accepted",
-			[]lwant{{"True", "True", "False", []string{"HTTPRoute"}}, {"True", "True", "False", []string{"HTTPRoute"}}}},
+			[]lwant{{"True", "True", "False", []string{"HTTPRoute", "GRPCRoute"}}, {"True", "True", "False", []string{"HTTPRoute", "GRPCRoute"}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Compute(World{Gateways: []*gatewayv1.Gateway{tc.gateway}})

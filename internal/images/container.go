@@ -43,6 +43,8 @@ type container struct {
 	// shell runs netexec's /shell commands.
 	shell string
 	ready func()
+	// clusterDNS serves the coredns image's kubernetes plugin (nil: none).
+	clusterDNS ClusterDNS
 	// onListen, when set, learns every bound address; tests use it to find the
 	// ports the kernel picked for port 0.
 	onListen func(network string, addr net.Addr)

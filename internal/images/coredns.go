@@ -3,28 +3,36 @@ package images
 import (
 	"bufio"
 	"context"
+	"crypto/sha512"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/miekg/dns"
 )
 
-// runCoreDNS is the CoreDNS binary as the agnhost image bundles it
-// (/coredns) and the coredns/coredns image runs it: `-conf FILE` (default
-// ./Corefile) with the plugins a test's own DNS server uses: hosts (inline
-// entries and a hosts file, fallthrough), forward (to upstream servers, in
-// order), whoami (the Gateway API conformance suite's DNS backend), log and
-// errors. Other directives stop the server as CoreDNS does on
-// a Corefile it cannot parse. It serves UDP and TCP on each server block's
-// port (53 unless the block says `.:PORT`).
+// runCoreDNS is the CoreDNS binary as the coredns/coredns image runs it (and
+// the agnhost image bundles it as /coredns): `-conf FILE` (default
+// ./Corefile). One image serves the cluster DNS (kubeadm's Corefile, the
+// kube-system/coredns Deployment) and the test suites' own DNS servers. The
+// plugins it has are those kubeadm's default Corefile uses — errors, health,
+// ready, kubernetes, prometheus, forward, cache, loop, reload, loadbalance —
+// plus hosts, rewrite (names), autopath, bind, log and whoami, and the
+// Corefile's {$ENV} variables; a server block without the kubernetes plugin
+// is a stub domain. Any other directive stops
+// the server with the plugin's name in its log, as CoreDNS does on a
+// Corefile it cannot parse. The kubernetes plugin's block is answered by the
+// cluster DNS server (ClusterDNS, supplied by the wiring); the rest of the
+// chain is this file's. With reload, a changed Corefile is loaded anew
+// (corednsReload); one that does not parse leaves the running one in place.
 func runCoreDNS(ctx context.Context, c *container, args []string) error {
 	fs := c.flags("coredns")
 	conf := fs.String("conf", "Corefile", "Corefile to load")
@@ -35,71 +43,116 @@ func runCoreDNS(ctx context.Context, c *container, args []string) error {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join("/", path)
 	}
-	text, err := os.ReadFile(filepath.Join(c.root, path))
-	if err != nil {
-		return fmt.Errorf("loading Corefile: %w", err)
+	read := func() ([]byte, []corefileBlock, error) {
+		text, err := os.ReadFile(filepath.Join(c.root, path))
+		if err != nil {
+			return nil, nil, fmt.Errorf("loading Corefile: %w", err)
+		}
+		blocks, err := parseCorefile(expandCorefileEnv(string(text), c.env), func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(c.root, p)) })
+		return text, blocks, err
 	}
-	blocks, err := parseCorefile(string(text), func(p string) ([]byte, error) { return os.ReadFile(filepath.Join(c.root, p)) })
+	text, blocks, err := read()
 	if err != nil {
 		fmt.Fprintf(c.stderr, "Error during parsing: %v\n", err)
 		return err
 	}
-	byPort := map[int]*corednsServer{}
-	for _, b := range blocks {
-		s := byPort[b.port]
-		if s == nil {
-			s = &corednsServer{c: c}
-			byPort[b.port] = s
-		}
-		s.zones = append(s.zones, b)
-	}
-	var servers []*dns.Server
-	for port, s := range byPort {
-		udp, err := c.listenUDP(c.listenHost, port)
+	for {
+		sum := sha512.Sum512(text)
+		gen, err := startCorefile(ctx, c, blocks)
 		if err != nil {
-			return fmt.Errorf("listening on udp port %d: %w", port, err)
+			return err
 		}
-		tcp, err := c.listenTCP(c.listenHost, port)
-		if err != nil {
-			return fmt.Errorf("listening on tcp port %d: %w", port, err)
+		fmt.Fprintf(c.stdout, "[INFO] plugin/reload: Running configuration SHA512 = %s\n", hex.EncodeToString(sum[:]))
+		interval := reloadInterval(blocks)
+		changed := make(chan struct{})
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		if interval > 0 {
+			go func() {
+				for {
+					// CoreDNS checks every interval plus up to half as much jitter.
+					if !sleepContext(watchCtx, interval+time.Duration(rand.Int64N(int64(interval/2)+1))) {
+						return
+					}
+					t, b, err := read()
+					if err != nil {
+						fmt.Fprintf(c.stdout, "[ERROR] Restart failed: %v\n", err)
+						continue
+					}
+					if sha512.Sum512(t) == sum {
+						continue
+					}
+					text, blocks = t, b
+					close(changed)
+					return
+				}
+			}()
 		}
-		servers = append(servers, &dns.Server{PacketConn: udp, Handler: s}, &dns.Server{Listener: tcp, Handler: s})
-		fmt.Fprintf(c.stdout, ".:%d\n", port)
-	}
-	fmt.Fprintf(c.stdout, "CoreDNS-1.12.0\nlinux/amd64, go1.24, minikit\n")
-	errs := make(chan error, len(servers))
-	var wg sync.WaitGroup
-	for _, s := range servers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.ActivateAndServe(); err != nil {
-				errs <- err
+		select {
+		case <-ctx.Done():
+			stopWatch()
+			return gen.stop(true)
+		case err := <-gen.failed:
+			stopWatch()
+			_ = gen.stop(false)
+			return err
+		case <-changed:
+			stopWatch()
+			fmt.Fprintf(c.stdout, "[INFO] Reloading\n")
+			if err := gen.stop(false); err != nil {
+				return err
 			}
-		}()
+			fmt.Fprintf(c.stdout, "[INFO] Reloading complete\n")
+		}
 	}
-	if c.ready != nil {
-		c.readyOnce.Do(c.ready)
-	}
-	select {
-	case <-ctx.Done():
-	case err = <-errs:
-	}
-	for _, s := range servers {
-		_ = s.Shutdown()
-	}
-	wg.Wait()
-	return err
 }
 
-// corefileBlock is one server block: the zone it answers and its plugins.
+func sleepContext(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// reloadInterval is the shortest reload interval of the blocks (0: no reload).
+func reloadInterval(blocks []corefileBlock) time.Duration {
+	var d time.Duration
+	for _, b := range blocks {
+		if b.reload > 0 && (d == 0 || b.reload < d) {
+			d = b.reload
+		}
+	}
+	return d
+}
+
+// corefileBlock is one server block: the zones it answers and its plugins.
 type corefileBlock struct {
-	zone    string // fully qualified, "." for the root
+	zones   []string // fully qualified, "." for the root
 	port    int
+	plugins []string // directive names, in order (logged, counted by prometheus)
 	hosts   *corednsHosts
-	forward []string // upstream host:port, tried in order
-	whoami  bool
-	log     bool
+	// forward are the upstreams (host:port, tried in order) of names under
+	// forwardFrom.
+	forward     []string
+	forwardFrom string
+	whoami      bool
+	log         bool
+	errors      bool
+	cache       time.Duration // max TTL of cached upstream answers; 0: no cache
+	rewrites    []rewriteRule
+	kubernetes  *ClusterDNSPlugin
+	autopath    bool
+	health      string // listen address of /health ("" none)
+	lameduck    time.Duration
+	ready       string // listen address of /ready
+	prometheus  string // listen address of /metrics
+	reload      time.Duration
+	bind        string // the address to listen on ("" all)
+	loop        bool
+	loadbalance bool
 }
 
 type corednsHosts struct {
@@ -107,12 +160,72 @@ type corednsHosts struct {
 	fallThrough bool
 }
 
-// parseCorefile reads the Caddyfile syntax CoreDNS uses: `ZONE[:PORT] {`,
+// rewriteRule is `rewrite name [exact|prefix|suffix|substring] FROM TO`.
+type rewriteRule struct {
+	match    string
+	from, to string // lowercase; exact and suffix rules fully qualified
+}
+
+// apply returns the rewritten name, or "" when the rule does not match.
+func (r rewriteRule) apply(name string) string {
+	l := strings.ToLower(name)
+	switch r.match {
+	case "exact":
+		if l == r.from {
+			return r.to
+		}
+	case "prefix":
+		if strings.HasPrefix(l, r.from) {
+			return r.to + l[len(r.from):]
+		}
+	case "suffix":
+		if strings.HasSuffix(l, r.from) {
+			return l[:len(l)-len(r.from)] + r.to
+		}
+	case "substring":
+		if strings.Contains(l, r.from) {
+			return strings.Replace(l, r.from, r.to, 1)
+		}
+	}
+	return ""
+}
+
+// parseCorefile reads the Caddyfile syntax CoreDNS uses: `ZONE[:PORT]... {`,
 // one directive per line, a directive's own block in braces, # comments.
+// expandCorefileEnv replaces the Corefile's environment variables, {$NAME}
+// or {$NAME:default}, with the container's values, as CoreDNS (Caddy's
+// parser) does before it reads the directives: `bind {$POD_IP}` binds the
+// address the downward API gives the pod. An unset variable without a
+// default is the empty string.
+func expandCorefileEnv(text string, env map[string]string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(text, "{$")
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(text[i:], '}')
+		if j < 0 {
+			break
+		}
+		name, def, _ := strings.Cut(text[i+2:i+j], ":")
+		v, ok := env[name]
+		if !ok || v == "" {
+			v = def
+		}
+		b.WriteString(text[:i])
+		b.WriteString(v)
+		text = text[i+j+1:]
+	}
+	b.WriteString(text)
+	return b.String()
+}
+
 func parseCorefile(text string, readFile func(string) ([]byte, error)) ([]corefileBlock, error) {
 	var lines [][]string
+	var lineNo []int
 	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
@@ -121,15 +234,16 @@ func parseCorefile(text string, readFile func(string) ([]byte, error)) ([]corefi
 		line = strings.ReplaceAll(strings.ReplaceAll(line, "{", " { "), "}", " } ")
 		if f := strings.Fields(line); len(f) > 0 {
 			lines = append(lines, f)
+			lineNo = append(lineNo, n)
 		}
 	}
 	var blocks []corefileBlock
 	for i := 0; i < len(lines); i++ {
 		head := lines[i]
-		if head[len(head)-1] != "{" || len(head) != 2 {
-			return nil, fmt.Errorf("Corefile:%d - Error during parsing: expected a server block, got %q", i+1, strings.Join(head, " "))
+		if head[len(head)-1] != "{" || len(head) < 2 {
+			return nil, fmt.Errorf("Corefile:%d - Error during parsing: expected a server block, got %q", lineNo[i], strings.Join(head, " "))
 		}
-		b, err := newCorefileBlock(head[0])
+		b, err := newCorefileBlock(head[:len(head)-1])
 		if err != nil {
 			return nil, err
 		}
@@ -141,6 +255,7 @@ func parseCorefile(text string, readFile func(string) ([]byte, error)) ([]corefi
 			if len(l) == 1 && l[0] == "}" {
 				break
 			}
+			at := lineNo[i]
 			var body [][]string
 			if l[len(l)-1] == "{" {
 				l = l[:len(l)-1]
@@ -152,7 +267,7 @@ func parseCorefile(text string, readFile func(string) ([]byte, error)) ([]corefi
 				}
 			}
 			if err := b.directive(l, body, readFile); err != nil {
-				return nil, fmt.Errorf("Corefile:%d - %w", i+1, err)
+				return nil, fmt.Errorf("Corefile:%d - Error during parsing: %w", at, err)
 			}
 		}
 		blocks = append(blocks, b)
@@ -163,34 +278,127 @@ func parseCorefile(text string, readFile func(string) ([]byte, error)) ([]corefi
 	return blocks, nil
 }
 
-func newCorefileBlock(key string) (corefileBlock, error) {
-	key = strings.TrimPrefix(key, "dns://")
+func newCorefileBlock(keys []string) (corefileBlock, error) {
 	b := corefileBlock{port: 53}
-	zone, port, ok := strings.Cut(key, ":")
-	if ok {
-		p, err := strconv.Atoi(port)
-		if err != nil || p < 0 || p > 65535 {
-			return b, fmt.Errorf("invalid port in server block key %q", key)
+	for i, key := range keys {
+		key = strings.TrimPrefix(key, "dns://")
+		zone, port, ok := strings.Cut(key, ":")
+		p := 53
+		if ok {
+			var err error
+			p, err = strconv.Atoi(port)
+			if err != nil || p < 0 || p > 65535 {
+				return b, fmt.Errorf("invalid port in server block key %q", key)
+			}
+		}
+		if i > 0 && p != b.port {
+			return b, fmt.Errorf("server block keys %q: one port per block", strings.Join(keys, " "))
 		}
 		b.port = p
+		b.zones = append(b.zones, strings.ToLower(dns.CanonicalName(zone)))
 	}
-	b.zone = dns.CanonicalName(zone)
 	return b, nil
 }
 
+// zoneArgs are a plugin's zones: its arguments, or the block's zones.
+func (b *corefileBlock) zoneArgs(args []string) []string {
+	if len(args) == 0 {
+		return b.zones
+	}
+	var z []string
+	for _, a := range args {
+		z = append(z, strings.ToLower(dns.CanonicalName(a)))
+	}
+	return z
+}
+
 func (b *corefileBlock) directive(l []string, body [][]string, readFile func(string) ([]byte, error)) error {
+	b.plugins = append(b.plugins, l[0])
 	switch l[0] {
-	case "log", "errors", "debug", "reload", "loop", "health", "ready", "loadbalance":
-		// health and ready would open their own ports; the test servers
-		// never probe them, so they are accepted and not served.
-		b.log = b.log || l[0] == "log"
+	case "log":
+		b.log = true
+	case "errors":
+		b.errors = true
+	case "debug", "loadbalance":
+		b.loadbalance = b.loadbalance || l[0] == "loadbalance"
+	case "loop":
+		b.loop = true
+	case "bind":
+		if len(l) != 2 {
+			return errors.New("plugin/bind: minikit binds one address")
+		}
+		if _, err := netip.ParseAddr(l[1]); err != nil {
+			return fmt.Errorf("plugin/bind: not an IP address: %q", l[1])
+		}
+		b.bind = l[1]
+	case "reload":
+		b.reload = 30 * time.Second
+		if len(l) > 1 {
+			d, err := time.ParseDuration(l[1])
+			if err != nil || d < 2*time.Second {
+				return fmt.Errorf("plugin/reload: invalid interval %q: minimum is 2s", l[1])
+			}
+			b.reload = d
+		}
+	case "health":
+		b.health = ":8080"
+		if len(l) > 1 {
+			b.health = l[1]
+		}
+		for _, f := range body {
+			if f[0] == "lameduck" && len(f) == 2 {
+				d, err := time.ParseDuration(f[1])
+				if err != nil {
+					return fmt.Errorf("plugin/health: unable to parse lameduck duration value: '%v' : %v", f[1], err)
+				}
+				b.lameduck = d
+			} else {
+				return fmt.Errorf("plugin/health: unknown property %q", f[0])
+			}
+		}
+	case "ready":
+		b.ready = ":8181"
+		if len(l) > 1 {
+			b.ready = l[1]
+		}
+	case "prometheus":
+		b.prometheus = "localhost:9153"
+		if len(l) > 1 {
+			b.prometheus = l[1]
+		}
+	case "cache":
+		b.cache = 3600 * time.Second
+		if len(l) > 1 {
+			n, err := strconv.Atoi(l[1])
+			if err != nil || n <= 0 {
+				return fmt.Errorf("plugin/cache: invalid TTL %q", l[1])
+			}
+			b.cache = time.Duration(n) * time.Second
+		}
+	case "autopath":
+		if len(l) != 2 || l[1] != "@kubernetes" {
+			return errors.New("plugin/autopath: only 'autopath @kubernetes' is supported")
+		}
+		b.autopath = true
+	case "kubernetes":
+		k, err := parseKubernetesPlugin(b.zoneArgs(l[1:]), body)
+		if err != nil {
+			return err
+		}
+		b.kubernetes = k
+	case "rewrite":
+		r, err := parseRewrite(l[1:])
+		if err != nil {
+			return err
+		}
+		b.rewrites = append(b.rewrites, r)
 	case "hosts":
 		h := &corednsHosts{names: map[string][]netip.Addr{}}
+		file := "/etc/hosts"
 		if len(l) > 1 {
-			data, err := readFile(l[1])
-			if err != nil {
-				return fmt.Errorf("plugin/hosts: %w", err)
-			}
+			file = l[1]
+		}
+		if data, err := readFile(file); err == nil {
 			for _, line := range strings.Split(string(data), "\n") {
 				if i := strings.IndexByte(line, '#'); i >= 0 {
 					line = line[:i]
@@ -199,6 +407,8 @@ func (b *corefileBlock) directive(l []string, body [][]string, readFile func(str
 					return err
 				}
 			}
+		} else if len(l) > 1 {
+			return fmt.Errorf("plugin/hosts: %w", err)
 		}
 		for _, f := range body {
 			switch f[0] {
@@ -221,17 +431,130 @@ func (b *corefileBlock) directive(l []string, body [][]string, readFile func(str
 		if len(l) < 3 {
 			return errors.New("plugin/forward: wrong argument count")
 		}
+		b.forwardFrom = strings.ToLower(dns.CanonicalName(l[1]))
 		for _, to := range l[2:] {
+			if strings.HasPrefix(to, "/") {
+				// A resolv.conf: its nameservers, as CoreDNS reads them.
+				data, err := readFile(to)
+				if err != nil {
+					return fmt.Errorf("plugin/forward: %w", err)
+				}
+				for _, ns := range resolvNameservers(data) {
+					b.forward = append(b.forward, net.JoinHostPort(ns, "53"))
+				}
+				continue
+			}
 			to = strings.TrimPrefix(to, "dns://")
 			if _, _, err := net.SplitHostPort(to); err != nil {
 				to = net.JoinHostPort(to, "53")
 			}
+			if _, err := netip.ParseAddrPort(to); err != nil {
+				return fmt.Errorf("plugin/forward: not an IP address or file: %q", to)
+			}
 			b.forward = append(b.forward, to)
 		}
+		// Options (max_concurrent, policy, health_check...) tune what this
+		// forwarder does anyway.
 	default:
-		return fmt.Errorf("unknown directive '%s'", l[0])
+		return fmt.Errorf("Unknown directive '%s'", l[0])
 	}
 	return nil
+}
+
+func resolvNameservers(data []byte) []string {
+	var ns []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				ns = append(ns, a.String())
+			}
+		}
+	}
+	return ns
+}
+
+func parseRewrite(args []string) (rewriteRule, error) {
+	if len(args) > 0 && (args[0] == "stop" || args[0] == "continue") {
+		args = args[1:]
+	}
+	if len(args) == 0 || args[0] != "name" {
+		return rewriteRule{}, errors.New("plugin/rewrite: only name rules are supported")
+	}
+	args = args[1:]
+	r := rewriteRule{match: "exact"}
+	if len(args) == 3 || len(args) == 5 {
+		r.match, args = args[0], args[1:]
+	}
+	if len(args) == 4 && args[2] == "answer" && args[3] == "auto" {
+		args = args[:2]
+	}
+	if len(args) != 2 {
+		return rewriteRule{}, errors.New("plugin/rewrite: name rule needs FROM and TO")
+	}
+	r.from, r.to = strings.ToLower(args[0]), strings.ToLower(args[1])
+	switch r.match {
+	case "exact", "suffix":
+		r.from, r.to = dns.Fqdn(r.from), dns.Fqdn(r.to)
+	case "prefix", "substring":
+	default:
+		return rewriteRule{}, fmt.Errorf("plugin/rewrite: name match type %q is not supported (exact, prefix, suffix, substring)", r.match)
+	}
+	return r, nil
+}
+
+// parseKubernetesPlugin reads `kubernetes ZONES { ... }` with the options
+// kubeadm, k3s and the DNS docs use.
+func parseKubernetesPlugin(zones []string, body [][]string) (*ClusterDNSPlugin, error) {
+	k := &ClusterDNSPlugin{Zones: zones, TTL: 5, Pods: "disabled"}
+	for _, f := range body {
+		switch f[0] {
+		case "pods":
+			if len(f) != 2 || (f[1] != "disabled" && f[1] != "insecure" && f[1] != "verified") {
+				return nil, fmt.Errorf("plugin/kubernetes: pods: expected one of disabled, insecure, verified, got %q", strings.Join(f[1:], " "))
+			}
+			k.Pods = f[1]
+		case "fallthrough":
+			k.Fallthrough = zones
+			if len(f) > 1 {
+				k.Fallthrough = nil
+				for _, z := range f[1:] {
+					k.Fallthrough = append(k.Fallthrough, strings.ToLower(dns.CanonicalName(z)))
+				}
+			}
+		case "ttl":
+			n, err := strconv.Atoi(strings.Join(f[1:], ""))
+			if len(f) != 2 || err != nil || n < 0 || n > 3600 {
+				return nil, fmt.Errorf("plugin/kubernetes: ttl must be in range [0, 3600]: %q", strings.Join(f[1:], " "))
+			}
+			k.TTL = uint32(n)
+		case "namespaces":
+			k.Namespaces = f[1:]
+		case "ignore":
+			if len(f) != 2 || f[1] != "empty_service" {
+				return nil, fmt.Errorf("plugin/kubernetes: unable to parse ignore value: %q", strings.Join(f[1:], " "))
+			}
+			k.IgnoreEmptyService = true
+		case "endpoint":
+			if len(f) != 2 {
+				return nil, errors.New("plugin/kubernetes: endpoint takes one URL")
+			}
+			k.Endpoint = f[1]
+		case "kubeconfig":
+			if len(f) < 2 || len(f) > 3 {
+				return nil, errors.New("plugin/kubernetes: kubeconfig takes a file and an optional context")
+			}
+			k.Kubeconfig = f[1]
+			if len(f) == 3 {
+				k.KubeconfigContext = f[2]
+			}
+		case "noendpoints", "endpoint_pod_names", "labels", "multicluster", "startup_timeout":
+			return nil, fmt.Errorf("plugin/kubernetes: option %q is not supported by minikit", f[0])
+		default:
+			return nil, fmt.Errorf("plugin/kubernetes: unknown property '%s'", f[0])
+		}
+	}
+	return k, nil
 }
 
 // add takes one hosts line: an address, then its names.
@@ -250,30 +573,6 @@ func (h *corednsHosts) add(f []string) error {
 	return nil
 }
 
-// corednsServer answers one port's zones: the longest matching zone's
-// plugin chain (hosts, then forward), as CoreDNS picks a server block.
-type corednsServer struct {
-	c     *container
-	zones []corefileBlock
-}
-
-func (s *corednsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
-	start := time.Now()
-	m := s.answer(r, w.RemoteAddr())
-	_ = w.WriteMsg(m)
-	if len(r.Question) == 0 {
-		return
-	}
-	q := r.Question[0]
-	if b := s.block(q.Name); b != nil && b.log {
-		host, port, _ := net.SplitHostPort(w.RemoteAddr().String())
-		// CoreDNS's log plugin's common log format.
-		fmt.Fprintf(s.c.stdout, "[INFO] %s:%s - %d \"%s IN %s %s %d %t %d\" %s %s %d %.9fs\n",
-			host, port, r.Id, dns.TypeToString[q.Qtype], q.Name, w.RemoteAddr().Network(), r.Len(),
-			r.IsEdns0() != nil && r.IsEdns0().Do(), dns.MinMsgSize, dns.RcodeToString[m.Rcode], flags(m), m.Len(), time.Since(start).Seconds())
-	}
-}
-
 func flags(m *dns.Msg) string {
 	var f []string
 	if m.Response {
@@ -289,76 +588,6 @@ func flags(m *dns.Msg) string {
 		f = append(f, "ra")
 	}
 	return strings.Join(f, ",")
-}
-
-func (s *corednsServer) block(name string) *corefileBlock {
-	var best *corefileBlock
-	for i := range s.zones {
-		z := &s.zones[i]
-		if dns.IsSubDomain(z.zone, name) && (best == nil || len(z.zone) > len(best.zone)) {
-			best = z
-		}
-	}
-	return best
-}
-
-// answer runs the chain in CoreDNS's plugin order (hosts, forward, whoami)
-// for a query from client. With no plugin left to answer, CoreDNS replies
-// SERVFAIL, and so does hosts for a name it does not know without
-// fallthrough (it has no SOA to put in an NXDOMAIN).
-func (s *corednsServer) answer(r *dns.Msg, client net.Addr) *dns.Msg {
-	m := new(dns.Msg)
-	m.SetReply(r)
-	if len(r.Question) != 1 {
-		m.Rcode = dns.RcodeFormatError
-		return m
-	}
-	q := r.Question[0]
-	b := s.block(q.Name)
-	if b == nil {
-		m.Rcode = dns.RcodeRefused
-		return m
-	}
-	if h := b.hosts; h != nil {
-		addrs, known := h.names[strings.ToLower(q.Name)]
-		if known {
-			m.Authoritative = true
-			for _, a := range addrs {
-				hdr := dns.RR_Header{Name: q.Name, Class: dns.ClassINET, Ttl: 3600}
-				switch {
-				case q.Qtype == dns.TypeA && a.Is4():
-					hdr.Rrtype = dns.TypeA
-					m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: a.AsSlice()})
-				case q.Qtype == dns.TypeAAAA && a.Is6():
-					hdr.Rrtype = dns.TypeAAAA
-					m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
-				}
-			}
-			return m
-		}
-		if !h.fallThrough {
-			m.Rcode = dns.RcodeServerFailure
-			return m
-		}
-	}
-	for _, up := range b.forward {
-		for _, network := range []string{"udp", "tcp"} {
-			resp, _, err := (&dns.Client{Net: network, Timeout: 2 * time.Second}).Exchange(r, up)
-			if err != nil {
-				break
-			}
-			if resp.Truncated && network == "udp" {
-				continue
-			}
-			resp.Id = r.Id
-			return resp
-		}
-	}
-	if b.whoami && len(b.forward) == 0 {
-		return whoami(m, q, client)
-	}
-	m.Rcode = dns.RcodeServerFailure
-	return m
 }
 
 // whoami is CoreDNS's whoami plugin: whatever the query type, an

@@ -90,12 +90,30 @@ func TestCoreDNSForward(t *testing.T) {
 	}
 }
 
-// A Corefile with a directive the image does not have stops it, as CoreDNS
-// stops on a Corefile it cannot parse.
+// A Corefile with a directive the image does not have stops it with the
+// plugin's name, as CoreDNS stops on a Corefile it cannot parse.
 func TestCoreDNSUnknownDirective(t *testing.T) {
-	_, err := parseCorefile(". {\n\tkubernetes cluster.local\n}", nil)
-	if err == nil || !strings.Contains(err.Error(), "unknown directive 'kubernetes'") {
-		t.Errorf("parsing a kubernetes directive: %v, want unknown directive", err)
+	for _, c := range []struct{ corefile, want string }{
+		{". {\n\tetcd skydns.local\n}", "Corefile:2 - Error during parsing: Unknown directive 'etcd'"},
+		{".:53 {\n\tforward . 10.0.0.1\n\tdnssec\n}", "Unknown directive 'dnssec'"},
+		{". {\n\trewrite type A AAAA\n}", "plugin/rewrite: only name rules"},
+		{". {\n\tkubernetes cluster.local {\n\t\tpods sometimes\n\t}\n}", "plugin/kubernetes: pods"},
+	} {
+		_, err := parseCorefile(c.corefile, func(string) ([]byte, error) { return nil, os.ErrNotExist })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parsing %q: %v, want %q", c.corefile, err, c.want)
+		}
+	}
+	// The image logs the error and exits.
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "Corefile"), []byte(". {\n\tetcd\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	c := newContainer("registry.k8s.io/coredns/coredns", nil, "127.0.0.1", &stdout, &stderr)
+	c.root = root
+	if err := runCoreDNS(t.Context(), c, nil); err == nil || !strings.Contains(stderr.String(), "Unknown directive 'etcd'") {
+		t.Errorf("running a Corefile with etcd: %v, log %q", err, stderr.String())
 	}
 }
 

@@ -343,8 +343,9 @@ func simpleShellCommand(argv []string) ([]string, bool) {
 // nginxdemos) answer the hostname itself, as the real ones do. MINIKIT_NODE_NAME
 // and MINIKIT_POD_NAMESPACE name the node and namespace. listenHost overrides the
 // host the servers listen on ("" means all addresses). ready, if not nil, is
-// called once every socket is listening.
-func Run(ctx context.Context, name string, args []string, env map[string]string, listenHost string, ready func()) error {
+// called once every socket is listening. clusterDNS serves the coredns image's
+// kubernetes plugin.
+func Run(ctx context.Context, name string, args []string, env map[string]string, listenHost string, ready func(), clusterDNS ClusterDNS) error {
 	b, ok := lookup(parseRef(name))
 	if !ok {
 		return fmt.Errorf("image %q is not a built-in image of minikit; built-in images: %s", name, strings.Join(Names(), ", "))
@@ -354,6 +355,7 @@ func Run(ctx context.Context, name string, args []string, env map[string]string,
 	}
 	c := newContainer(b.name, env, listenHost, os.Stdout, os.Stderr)
 	c.ready = ready
+	c.clusterDNS = clusterDNS
 	return c.run(ctx, b, args)
 }
 

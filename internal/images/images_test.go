@@ -732,7 +732,7 @@ func TestRun(t *testing.T) {
 		ready := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- Run(ctx, "registry.k8s.io/pause:3.10", nil, map[string]string{}, "127.0.0.1", func() { close(ready) })
+			done <- Run(ctx, "registry.k8s.io/pause:3.10", nil, map[string]string{}, "127.0.0.1", func() { close(ready) }, nil)
 		}()
 		select {
 		case <-ready:
@@ -745,7 +745,7 @@ func TestRun(t *testing.T) {
 		}
 	})
 	t.Run("unknown image", func(t *testing.T) {
-		err := Run(t.Context(), "foo/bar", nil, nil, "127.0.0.1", nil)
+		err := Run(t.Context(), "foo/bar", nil, nil, "127.0.0.1", nil, nil)
 		want := `image "foo/bar" is not a built-in image of minikit; built-in images: ` + strings.Join(Names(), ", ")
 		if err == nil || err.Error() != want {
 			t.Errorf("Run error = %v, want %s", err, want)

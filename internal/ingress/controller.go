@@ -1,11 +1,16 @@
 // Package ingress is minikit's Ingress controller, laid out as ingress-nginx on
-// bare metal with hostNetwork: a controller on every node listening on the
-// node's ports 80 and 443, and in the API a NodePort Service
-// ingress-nginx/ingress-nginx-controller whose endpoints are those listeners. A
-// client reaches any node's NodePort, the service proxy DNATs the connection to
-// one node's controller, and that controller matches the Ingress rules and
-// proxies straight to a ready endpoint of the backend Service (not its
-// ClusterIP) — the chapter's path, hop by hop.
+// bare metal: a controller on every node, and in the API a NodePort Service
+// ingress-nginx/ingress-nginx-controller (ports 80 and 443) whose endpoints are
+// those controllers. A client reaches any node's NodePort, the service proxy
+// DNATs the connection to one node's controller, and that controller matches
+// the Ingress rules and proxies straight to a ready endpoint of the backend
+// Service (not its ClusterIP) — the chapter's path, hop by hop.
+//
+// The controllers listen on the node's ports 10080 and 10443 (DefaultHTTPPort,
+// DefaultHTTPSPort), as a hostNetwork ingress-nginx started with --http-port
+// and --https-port: the node's ports 80 and 443 stay free, as on a kubeadm or
+// kind node, where the ingress-nginx pod listens in its own network namespace
+// and nothing holds them, so a hostNetwork pod can serve on port 80.
 //
 // The package has two halves that meet only through the API:
 //   - Node (every node): watches Ingresses, IngressClasses, Services,
@@ -56,6 +61,22 @@ import (
 // serves ("http=80,https=443"). The control plane turns it into endpoints.
 const ListenersAnnotation = "ingress.minikit.io/listeners"
 
+// DefaultHTTPPort and DefaultHTTPSPort are the node ports a controller listens
+// on unless told: not 80 and 443, which a node leaves to its hostNetwork pods
+// (the package comment says why).
+const (
+	DefaultHTTPPort  = 10080
+	DefaultHTTPSPort = 10443
+)
+
+// servicePortHTTP and servicePortHTTPS are the ports of the
+// ingress-nginx-controller Service: what a load balancer in front of the
+// controllers exposes, and so where HTTPS redirects send clients.
+const (
+	servicePortHTTP  = 80
+	servicePortHTTPS = 443
+)
+
 // debounce is how long a sync waits for more changes after the first one;
 // maxDelay bounds how long a burst of changes can postpone it.
 const (
@@ -69,7 +90,8 @@ type ControllerConfig struct {
 	NodeName string
 	NodeIP   netip.Addr
 	// HTTPPort and HTTPSPort are the node ports the controller listens on (all
-	// addresses, as a hostNetwork ingress-nginx pod).
+	// addresses, as a hostNetwork ingress-nginx pod); 0 means DefaultHTTPPort
+	// and DefaultHTTPSPort.
 	HTTPPort, HTTPSPort int
 	// HTTPListener and HTTPSListener, when set, are used instead of binding the
 	// ports (tests); the ports announced are theirs.
@@ -78,7 +100,8 @@ type ControllerConfig struct {
 	Dir    string
 	Class  config.Class
 	Logger *slog.Logger
-	// Proxy tunes the data plane; its HTTPSPort defaults to HTTPSPort.
+	// Proxy tunes the data plane; its HTTPSPort (the port of HTTPS redirects)
+	// defaults to 443, the Service's https port that clients are sent to.
 	Proxy httpproxy.Config
 }
 
@@ -114,10 +137,10 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 		cfg.HTTPSPort = cfg.HTTPSListener.Addr().(*net.TCPAddr).Port
 	}
 	if cfg.HTTPPort == 0 {
-		cfg.HTTPPort = 80
+		cfg.HTTPPort = DefaultHTTPPort
 	}
 	if cfg.HTTPSPort == 0 {
-		cfg.HTTPSPort = 443
+		cfg.HTTPSPort = DefaultHTTPSPort
 	}
 	if cfg.Class == (config.Class{}) {
 		cfg.Class = config.DefaultClass
@@ -134,8 +157,9 @@ func NewController(cfg ControllerConfig) (*Controller, error) {
 	popts.DefaultCertificate = &pair
 	popts.HSTS = true
 	if popts.HTTPSPort == 0 {
-		popts.HTTPSPort = cfg.HTTPSPort
+		popts.HTTPSPort = servicePortHTTPS
 	}
+	n.cfg.Proxy.HTTPSPort = popts.HTTPSPort
 	if n.proxy, err = httpproxy.New(popts); err != nil {
 		return nil, err
 	}
@@ -328,7 +352,7 @@ func (n *Controller) writeConf(cfg *config.Config) error {
 		return nil
 	}
 	out, err := nginxconf.Render(cfg, nginxconf.Config{
-		Listen: strconv.Itoa(n.cfg.HTTPPort), ListenTLS: strconv.Itoa(n.cfg.HTTPSPort), HTTPSPort: n.cfg.HTTPSPort,
+		Listen: strconv.Itoa(n.cfg.HTTPPort), ListenTLS: strconv.Itoa(n.cfg.HTTPSPort), HTTPSPort: n.cfg.Proxy.HTTPSPort,
 		Prefix: n.cfg.Dir, Daemon: true, DefaultCertPEM: n.certs.cert, DefaultKeyPEM: n.certs.key,
 	})
 	if err != nil {

@@ -177,8 +177,8 @@ func (s *ControlPlane) ensureService(ctx context.Context) error {
 		Spec: corev1.ServiceSpec{
 			Type: corev1.ServiceTypeNodePort,
 			Ports: []corev1.ServicePort{
-				{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP, AppProtocol: ptr("http")},
-				{Name: "https", Port: 443, TargetPort: intstr.FromString("https"), Protocol: corev1.ProtocolTCP, AppProtocol: ptr("https")},
+				{Name: "http", Port: servicePortHTTP, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP, AppProtocol: ptr("http")},
+				{Name: "https", Port: servicePortHTTPS, TargetPort: intstr.FromString("https"), Protocol: corev1.ProtocolTCP, AppProtocol: ptr("https")},
 			},
 		},
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/ingress/httpproxy"
 	"github.com/minikit/minikit/internal/ingress/nginxconf"
 	"github.com/minikit/minikit/internal/testutil"
 
@@ -275,6 +276,32 @@ func TestNodeServesAnnouncesAndWritesNginxConf(t *testing.T) {
 	nd, _ := c.CoreV1().Nodes().Get(ctx, "node1", metav1.GetOptions{})
 	if _, ok := nd.Annotations[ListenersAnnotation]; ok {
 		t.Errorf("listeners still announced after stop: %v", nd.Annotations)
+	}
+}
+
+// A controller leaves the node's ports 80 and 443 to hostNetwork pods; its
+// HTTPS redirects still name the Service's port 443, where clients come in.
+func TestControllerPorts(t *testing.T) {
+	for _, tc := range []struct {
+		name                       string
+		cfg                        ControllerConfig
+		http, https, redirectHTTPS int
+	}{
+		{"defaults", ControllerConfig{}, 10080, 10443, 443},
+		{"moved", ControllerConfig{HTTPPort: 8080, HTTPSPort: 8443}, 8080, 8443, 443},
+		{"redirect port set", ControllerConfig{Proxy: httpproxy.Config{HTTPSPort: 30443}}, 10080, 10443, 30443},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Client, tc.cfg.NodeName, tc.cfg.Logger = fake.NewClientset(), "node1", quiet()
+			n, err := NewController(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.cfg.HTTPPort != tc.http || n.cfg.HTTPSPort != tc.https || n.cfg.Proxy.HTTPSPort != tc.redirectHTTPS {
+				t.Errorf("listens on %d and %d, redirects to %d; want %d, %d, %d",
+					n.cfg.HTTPPort, n.cfg.HTTPSPort, n.cfg.Proxy.HTTPSPort, tc.http, tc.https, tc.redirectHTTPS)
+			}
+		})
 	}
 }
 

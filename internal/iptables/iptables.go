@@ -285,7 +285,17 @@ func (r *runner) HasRandomFully() bool { return r.ipt.HasRandomFully() }
 // trace uses it to see the rules actually in a node's kernel. nsenter runs the
 // binary in that network namespace only, so it is the machine's own iptables.
 func SaveCounters(netnsPath, table string) ([]byte, error) {
-	argv := []string{"iptables-save", "-c", "-t", table}
+	return saveCounters("iptables-save", netnsPath, table)
+}
+
+// SaveCountersIPv6 is SaveCounters for IPv6: `ip6tables-save -c -t table`,
+// the rules of a dual-stack node's IPv6 proxier and network policy.
+func SaveCountersIPv6(netnsPath, table string) ([]byte, error) {
+	return saveCounters("ip6tables-save", netnsPath, table)
+}
+
+func saveCounters(bin, netnsPath, table string) ([]byte, error) {
+	argv := []string{bin, "-c", "-t", table}
 	if netnsPath != "" {
 		argv = append([]string{"nsenter", "--net=" + netnsPath, "--"}, argv...)
 	}
@@ -295,7 +305,7 @@ func SaveCounters(netnsPath, table string) ([]byte, error) {
 		if errors.As(err, &ee) {
 			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
 		}
-		return nil, fmt.Errorf("iptables-save -c -t %s: %w", table, err)
+		return nil, fmt.Errorf("%s -c -t %s: %w", bin, table, err)
 	}
 	return out, nil
 }

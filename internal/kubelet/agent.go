@@ -228,7 +228,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.heartbeat(ctx)
 	go a.leaseLoop(ctx)
 	if a.ipt = a.cfg.IPTables; a.ipt == nil {
-		if a.ipt, err = iptables.New(); err != nil {
+		// The masquerade and hostPort rules are of the pod network's
+		// primary family: ip6tables on an IPv6-only node.
+		newIPT := iptables.New
+		if cidr.Addr().Is6() {
+			newIPT = iptables.NewIPv6
+		}
+		if a.ipt, err = newIPT(); err != nil {
 			a.log.Warn("no iptables: pods cannot reach outside the cluster network", "err", err)
 			a.ipt = nil
 		}
@@ -468,6 +474,9 @@ func (a *Agent) fillNode(n *corev1.Node) {
 		KernelVersion: unix.ByteSliceToString(uts.Release[:]), OSImage: osImage(),
 		MachineID: machineID(), BootID: bootID(),
 	}
+	// A condition whose status is unchanged keeps its transition time, as
+	// the kubelet's setters do; only the heartbeat moves.
+	prev := n.Status.Conditions
 	n.Status.Conditions = []corev1.NodeCondition{
 		cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", now),
 		cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now),
@@ -475,7 +484,7 @@ func (a *Agent) fillNode(n *corev1.Node) {
 		cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", now),
 	}
 	for i, c := range n.Status.Conditions {
-		for _, old := range n.Status.Conditions {
+		for _, old := range prev {
 			if old.Type == c.Type && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
 				n.Status.Conditions[i].LastTransitionTime = old.LastTransitionTime
 			}

@@ -82,7 +82,13 @@ func Down(dataDir string, log *slog.Logger, removeBridge bool) error {
 	if _, err := n.DeleteVXLAN(); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	if ipt, err := iptables.New(); err == nil {
+	// Both families: an IPv6-only node wrote its masquerade and hostPort
+	// rules to ip6tables.
+	for _, newIPT := range []func() (iptables.Interface, error){iptables.New, iptables.NewIPv6} {
+		ipt, err := newIPT()
+		if err != nil {
+			continue
+		}
 		ipt.DeleteRule(iptables.TableNAT, "POSTROUTING", "-m", "comment", "--comment", "minikit pod masquerade", "-j", masqChain)
 		if err := ipt.DeleteChain(iptables.TableNAT, masqChain); err != nil && firstErr == nil {
 			firstErr = err

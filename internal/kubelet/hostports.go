@@ -215,11 +215,12 @@ func (a *Agent) desiredHostPorts() ([]hostPortMapping, error) {
 			continue
 		}
 		for _, m := range podHostPorts(p) {
-			// IPv4 only, as the rest of minikit's pod network.
-			if ip, err := netip.ParseAddr(m.podIP); err != nil || !ip.Is4() {
+			// The pod network's primary family only (IPv4, or IPv6 on an
+			// IPv6-only node): the rules go to that family's iptables.
+			if ip, err := netip.ParseAddr(m.podIP); err != nil || ip.Is6() != a.podCIDR.Addr().Is6() {
 				continue
 			}
-			if ip, err := netip.ParseAddr(m.hostIP); m.hostIP != "" && (err != nil || !ip.Is4()) {
+			if ip, err := netip.ParseAddr(m.hostIP); m.hostIP != "" && (err != nil || ip.Is6() != a.podCIDR.Addr().Is6()) {
 				continue
 			}
 			if slices.ContainsFunc(out, func(o hostPortMapping) bool { return hostPortsConflict(o, m) }) {
@@ -252,10 +253,10 @@ func renderHostPorts(ms []hostPortMapping, stale []string) string {
 		comment := fmt.Sprintf("%s hostPort %d/%s", m.pod, m.hostPort, proto)
 		dst := ""
 		if m.hostIP != "" {
-			dst = " -d " + m.hostIP + "/32"
+			dst = " -d " + hostPrefix(m.hostIP)
 		}
 		fmt.Fprintf(&b, "-A %s -m comment --comment \"%s\" -p %s%s --dport %d -j %s\n", chainHostPorts, comment, proto, dst, m.hostPort, m.chain())
-		fmt.Fprintf(&b, "-A %s -m comment --comment \"%s: hairpin\" -s %s/32 -j MARK --or-mark %s\n", m.chain(), comment, m.podIP, hostPortMasqMark)
+		fmt.Fprintf(&b, "-A %s -m comment --comment \"%s: hairpin\" -s %s -j MARK --or-mark %s\n", m.chain(), comment, hostPrefix(m.podIP), hostPortMasqMark)
 		if m.localhost() {
 			fmt.Fprintf(&b, "-A %s -m comment --comment \"%s: localhost\" -s 127.0.0.0/8 -j MARK --or-mark %s\n", m.chain(), comment, hostPortMasqMark)
 		}
@@ -267,6 +268,15 @@ func renderHostPorts(ms []hostPortMapping, stale []string) string {
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()
+}
+
+// hostPrefix is one address as a prefix of its family's length (/32, /128).
+func hostPrefix(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	return netip.PrefixFrom(a, a.BitLen()).String()
 }
 
 // hostPortKernel is what the node's nat table holds of the hostPort chains.

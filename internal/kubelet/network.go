@@ -127,7 +127,7 @@ func (a *Agent) publishNetwork(all []*corev1.Node) {
 		a.log.Error("publishing the node's pod network annotations", "err", err)
 		return
 	}
-	a.log.Info("published pod network annotations", "backend", a.cfg.PodNetwork, "data", want[AnnotationBackendData])
+	a.log.Info("published pod network annotations", "backend", a.cfg.PodNetwork, "data", want[AnnotationBackendData], "v6data", want[AnnotationBackendV6Data])
 }
 
 func internalIP(n *corev1.Node) string {
@@ -145,9 +145,13 @@ func (a *Agent) syncMasquerade() error {
 	if a.ipt.HasRandomFully() {
 		masq += " --random-fully"
 	}
+	multicast := "224.0.0.0/4"
+	if a.cfg.ClusterCIDR.Addr().Is6() {
+		multicast = "ff00::/8"
+	}
 	rules := []string{
 		fmt.Sprintf("-A %s -s %s -d %s -m comment --comment \"pod to pod: no NAT\" -j RETURN", masqChain, cidr, cidr),
-		fmt.Sprintf("-A %s -s %s ! -d 224.0.0.0/4 -m comment --comment \"pods to outside the cluster: masquerade\" %s", masqChain, cidr, masq),
+		fmt.Sprintf("-A %s -s %s ! -d %s -m comment --comment \"pods to outside the cluster: masquerade\" %s", masqChain, cidr, multicast, masq),
 	}
 	if a.masqApplied && a.masqChainIntact(rules) {
 		return a.ensureMasqJump()

@@ -59,14 +59,15 @@ type cniNetwork struct{ node *cni.Network }
 
 // newCNINetwork builds the node's cni0 network for podCIDR. As flannel
 // does, the pods' MTU (cni0, veths, eth0) is the underlay's, and with vxlan
-// the VXLAN device's, 50 bytes less for the outer headers; a switch of pod
+// the VXLAN device's, 50 bytes less for the outer headers (70 over an IPv6
+// underlay); a switch of pod
 // network changes the running pods' MTU in place.
 func (a *Agent) newCNINetwork(podCIDR netip.Prefix) (Network, error) {
 	n := &cni.Network{HostNS: a.cfg.HostNS, Bridge: "cni0", PodCIDR: podCIDR, SecondaryPodCIDR: a.secondaryPodCIDR, Log: a.log, SysctlRecord: sysctlRecord(a.cfg.DataDir)}
 	if mtu, err := n.UnderlayMTU(a.cfg.NodeIP); err == nil {
 		n.MTU = mtu
 		if a.cfg.PodNetwork == PodNetworkVXLAN {
-			n.MTU = mtu - cni.VXLANOverhead
+			n.MTU = mtu - cni.VXLANOverheadOf(a.cfg.NodeIP)
 		}
 	} else if a.cfg.PodNetwork == PodNetworkVXLAN {
 		return nil, fmt.Errorf("finding the MTU of the link with the node IP %s: %w", a.cfg.NodeIP, err)

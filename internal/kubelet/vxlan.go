@@ -29,11 +29,17 @@ const (
 // its backend and, for vxlan, the MAC of its VXLAN device, which the others read
 // to fill their neighbour and FDB tables.
 const (
-	AnnotationFlannelPrefix  = "flannel.alpha.coreos.com/"
-	AnnotationBackendType    = AnnotationFlannelPrefix + "backend-type"
-	AnnotationBackendData    = AnnotationFlannelPrefix + "backend-data"
-	AnnotationPublicIP       = AnnotationFlannelPrefix + "public-ip"
-	AnnotationPublicIPOver   = AnnotationFlannelPrefix + "public-ip-overwrite"
+	AnnotationFlannelPrefix = "flannel.alpha.coreos.com/"
+	AnnotationBackendType   = AnnotationFlannelPrefix + "backend-type"
+	AnnotationBackendData   = AnnotationFlannelPrefix + "backend-data"
+	AnnotationPublicIP      = AnnotationFlannelPrefix + "public-ip"
+	AnnotationPublicIPOver  = AnnotationFlannelPrefix + "public-ip-overwrite"
+	// AnnotationPublicIPv6 and AnnotationBackendV6Data are the IPv6
+	// underlay's: an IPv6-only node publishes its IPv6 address and VTEP MAC
+	// there, as flannel's vxlan backend does for its IPv6 device.
+	AnnotationPublicIPv6     = AnnotationFlannelPrefix + "public-ipv6"
+	AnnotationPublicIPv6Over = AnnotationFlannelPrefix + "public-ipv6-overwrite"
+	AnnotationBackendV6Data  = AnnotationFlannelPrefix + "backend-v6-data"
 	AnnotationSubnetManager  = AnnotationFlannelPrefix + "kube-subnet-manager"
 	annotationBackendDataNil = "null"
 )
@@ -59,19 +65,26 @@ type vxlanBackendData struct {
 // (packets of another VNI would be dropped by our device) and the MAC a unicast
 // Ethernet address.
 func parseBackendData(s string) (net.HardwareAddr, error) {
+	return parseBackendDataOf(AnnotationBackendData, s)
+}
+
+// parseBackendDataOf reads the vxlan backend data s of annotation key (the
+// IPv4 underlay's backend-data or the IPv6 one's backend-v6-data, which
+// have one shape).
+func parseBackendDataOf(key, s string) (net.HardwareAddr, error) {
 	var d vxlanBackendData
 	if err := json.Unmarshal([]byte(s), &d); err != nil {
-		return nil, fmt.Errorf("parsing %s %q: %w", AnnotationBackendData, s, err)
+		return nil, fmt.Errorf("parsing %s %q: %w", key, s, err)
 	}
 	if d.VNI != cni.VXLANVNI {
-		return nil, fmt.Errorf("%s has VNI %d, this node uses VNI %d", AnnotationBackendData, d.VNI, cni.VXLANVNI)
+		return nil, fmt.Errorf("%s has VNI %d, this node uses VNI %d", key, d.VNI, cni.VXLANVNI)
 	}
 	mac, err := net.ParseMAC(d.VtepMAC)
 	if err != nil || len(mac) != 6 {
-		return nil, fmt.Errorf("%s has VtepMAC %q, not an Ethernet address", AnnotationBackendData, d.VtepMAC)
+		return nil, fmt.Errorf("%s has VtepMAC %q, not an Ethernet address", key, d.VtepMAC)
 	}
 	if mac[0]&1 != 0 || strings.Trim(mac.String(), "0:") == "" {
-		return nil, fmt.Errorf("%s has VtepMAC %s, not a unicast address", AnnotationBackendData, mac)
+		return nil, fmt.Errorf("%s has VtepMAC %s, not a unicast address", key, mac)
 	}
 	return mac, nil
 }
@@ -101,6 +114,25 @@ func PublicIP(n *corev1.Node) (netip.Addr, error) {
 	return ip, nil
 }
 
+// PublicIPv6 is the IPv6 underlay address of a node as flannel picks it: the
+// public-ipv6-overwrite annotation, else public-ipv6, else its IPv6
+// InternalIP.
+func PublicIPv6(n *corev1.Node) (netip.Addr, error) {
+	for _, k := range []string{AnnotationPublicIPv6Over, AnnotationPublicIPv6} {
+		if v := n.Annotations[k]; v != "" {
+			ip, err := netip.ParseAddr(v)
+			if err != nil || !ip.Is6() || ip.Is4In6() || ip.IsLinkLocalUnicast() {
+				return netip.Addr{}, fmt.Errorf("%s %q is not a global IPv6 address", k, v)
+			}
+			return ip, nil
+		}
+	}
+	if ip := internalIPv6(n); ip.IsValid() {
+		return ip, nil
+	}
+	return netip.Addr{}, fmt.Errorf("node has no IPv6 InternalIP")
+}
+
 // vxlanPeers computes, from the Node objects, the overlay entries this node
 // wants: one per other node with a pod CIDR. Nodes that cannot be reached
 // through the overlay (not in vxlan mode, a bad annotation) are left out, each
@@ -116,9 +148,16 @@ func vxlanPeers(self string, nodes []*corev1.Node) (peers []cni.VXLANPeer, skipp
 			skipped = append(skipped, fmt.Sprintf("node %q: ", n.Name)+fmt.Sprintf(format, args...))
 		}
 		cidr, err := netip.ParsePrefix(n.Spec.PodCIDR)
-		if err != nil || !cidr.Addr().Is4() {
-			skip("podCIDR %q is not an IPv4 prefix", n.Spec.PodCIDR)
+		if err != nil {
+			skip("podCIDR %q is not a prefix", n.Spec.PodCIDR)
 			continue
+		}
+		// An IPv6-only node (its podCIDR IPv6) is reached over its IPv6
+		// underlay, with the -v6 annotations; any other over IPv4.
+		v6 := cidr.Addr().Is6()
+		dataKey, publicIP := AnnotationBackendData, PublicIP
+		if v6 {
+			dataKey, publicIP = AnnotationBackendV6Data, PublicIPv6
 		}
 		switch t := n.Annotations[AnnotationBackendType]; t {
 		case PodNetworkVXLAN:
@@ -129,12 +168,12 @@ func vxlanPeers(self string, nodes []*corev1.Node) (peers []cni.VXLANPeer, skipp
 			skip("its pod network is %s, not vxlan (%s)", t, AnnotationBackendType)
 			continue
 		}
-		mac, err := parseBackendData(n.Annotations[AnnotationBackendData])
+		mac, err := parseBackendDataOf(dataKey, n.Annotations[dataKey])
 		if err != nil {
 			skip("%v", err)
 			continue
 		}
-		ip, err := PublicIP(n)
+		ip, err := publicIP(n)
 		if err != nil {
 			skip("%v", err)
 			continue
@@ -182,11 +221,20 @@ func (a *Agent) networkAnnotations() map[string]string {
 		AnnotationBackendType:   a.cfg.PodNetwork,
 		AnnotationBackendData:   annotationBackendDataNil,
 	}
+	// An IPv6-only node's underlay is IPv6: flannel publishes its address
+	// and VTEP as public-ipv6 and backend-v6-data, leaving backend-data null.
+	publicKey, dataKey := AnnotationPublicIP, AnnotationBackendData
+	if a.cfg.NodeIP.Is6() && !a.cfg.NodeIP.Is4In6() {
+		publicKey, dataKey = AnnotationPublicIPv6, AnnotationBackendV6Data
+		if a.cfg.PodNetwork == PodNetworkVXLAN {
+			m[dataKey] = annotationBackendDataNil
+		}
+	}
 	if a.cfg.NodeIP.IsValid() {
-		m[AnnotationPublicIP] = a.cfg.NodeIP.String()
+		m[publicKey] = a.cfg.NodeIP.String()
 	}
 	if a.cfg.PodNetwork == PodNetworkVXLAN && a.vtepMAC != nil {
-		m[AnnotationBackendData] = backendData(a.vtepMAC)
+		m[dataKey] = backendData(a.vtepMAC)
 	}
 	return m
 }

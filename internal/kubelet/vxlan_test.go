@@ -94,7 +94,7 @@ func TestVXLANPeers(t *testing.T) {
 		t.Errorf("peers:\n got %q\nwant %q", got, want)
 	}
 	wantSkipped := []string{
-		`node "badcidr": podCIDR "10.244.8.0/33" is not an IPv4 prefix`,
+		`node "badcidr": podCIDR "10.244.8.0/33" is not a prefix`,
 		`node "badmac": flannel.alpha.coreos.com/backend-data has VtepMAC "nope", not an Ethernet address`,
 		`node "badpublic": flannel.alpha.coreos.com/public-ip "fe80::1" is not an IPv4 address`,
 		`node "fresh": has not published its pod network yet (flannel.alpha.coreos.com/backend-type)`,
@@ -172,6 +172,90 @@ func TestNetworkAnnotations(t *testing.T) {
 	}
 	a.cfg.PodNetwork = PodNetworkHostGW
 	want["flannel.alpha.coreos.com/backend-type"], want["flannel.alpha.coreos.com/backend-data"] = "host-gw", "null"
+	if got := a.networkAnnotations(); !maps.Equal(got, want) {
+		t.Errorf("host-gw annotations = %v, want %v", got, want)
+	}
+}
+
+// testNode6 is an IPv6-only node: one IPv6 podCIDR and InternalIP, and the
+// IPv6 underlay's annotations as flannel's vxlan backend writes them.
+func testNode6(name, cidr, ip, mac string, extra map[string]string) *corev1.Node {
+	ann := map[string]string{AnnotationBackendType: "vxlan", AnnotationBackendData: "null"}
+	if mac != "" {
+		ann[AnnotationBackendV6Data] = `{"VNI":1,"VtepMAC":"` + mac + `"}`
+	}
+	maps.Copy(ann, extra)
+	n := testNode(name, cidr, ip, ann)
+	n.Spec.PodCIDRs = []string{cidr}
+	return n
+}
+
+func TestVXLANPeersIPv6Underlay(t *testing.T) {
+	nodes := []*corev1.Node{
+		testNode6("node1", "fd00:10:244::/64", "fd00:56::10", "0a:00:00:00:00:01", nil),
+		testNode6("node2", "fd00:10:244:1::/64", "fd00:56::11", "0a:00:00:00:00:02", nil),
+		testNode6("node3", "fd00:10:244:2::/64", "fd00:56::12", "0a:00:00:00:00:03",
+			map[string]string{AnnotationPublicIPv6: "fd00:56::12", AnnotationPublicIPv6Over: "fd00:57::12"}),
+		// An IPv4 backend-data is not an IPv6 node's VTEP.
+		testNode6("v4data", "fd00:10:244:3::/64", "fd00:56::13", "",
+			map[string]string{AnnotationBackendData: `{"VNI":1,"VtepMAC":"0a:00:00:00:00:04"}`}),
+		testNode6("linklocal", "fd00:10:244:4::/64", "fd00:56::14", "0a:00:00:00:00:05",
+			map[string]string{AnnotationPublicIPv6: "fe80::1"}),
+		testNode6("noip6", "fd00:10:244:5::/64", "192.168.56.15", "0a:00:00:00:00:06", nil),
+	}
+	peers, skipped := vxlanPeers("node1", nodes)
+	var got []string
+	for _, p := range peers {
+		got = append(got, p.String())
+	}
+	want := []string{
+		"fd00:10:244:1::/64 via fd00:10:244:1:: (0a:00:00:00:00:02 at fd00:56::11)",
+		"fd00:10:244:2::/64 via fd00:10:244:2:: (0a:00:00:00:00:03 at fd00:57::12)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("peers:\n got %q\nwant %q", got, want)
+	}
+	for _, p := range peers {
+		if p.Subnet6.IsValid() {
+			t.Errorf("peer %s has a second IPv6 subnet %s; an IPv6-only node has one pod range", p, p.Subnet6)
+		}
+	}
+	wantSkipped := []string{
+		`node "linklocal": flannel.alpha.coreos.com/public-ipv6 "fe80::1" is not a global IPv6 address`,
+		`node "noip6": node has no IPv6 InternalIP`,
+		`node "v4data": parsing flannel.alpha.coreos.com/backend-v6-data "": unexpected end of JSON input`,
+	}
+	if !slices.Equal(skipped, wantSkipped) {
+		t.Errorf("skipped:\n got %q\nwant %q", skipped, wantSkipped)
+	}
+}
+
+func TestNetworkAnnotationsIPv6Underlay(t *testing.T) {
+	a := &Agent{cfg: Config{PodNetwork: PodNetworkVXLAN, NodeIP: netip.MustParseAddr("fd00:56::11")}}
+	want := map[string]string{
+		"flannel.alpha.coreos.com/kube-subnet-manager": "true",
+		"flannel.alpha.coreos.com/backend-type":        "vxlan",
+		"flannel.alpha.coreos.com/backend-data":        "null",
+		"flannel.alpha.coreos.com/backend-v6-data":     "null",
+		"flannel.alpha.coreos.com/public-ipv6":         "fd00:56::11",
+	}
+	if got := a.networkAnnotations(); !maps.Equal(got, want) {
+		t.Errorf("before the device: annotations = %v, want %v", got, want)
+	}
+	a.vtepMAC, _ = parseBackendData(`{"VNI":1,"VtepMAC":"0a:09:85:0e:1d:2e"}`)
+	want["flannel.alpha.coreos.com/backend-v6-data"] = `{"VNI":1,"VtepMAC":"0a:09:85:0e:1d:2e"}`
+	if got := a.networkAnnotations(); !maps.Equal(got, want) {
+		t.Errorf("vxlan annotations = %v, want %v", got, want)
+	}
+	// What this node writes, another IPv6 node reads.
+	self := testNode("node2", "fd00:10:244:1::/64", "fd00:56::11", a.networkAnnotations())
+	peers, skipped := vxlanPeers("node1", []*corev1.Node{self})
+	if len(peers) != 1 || len(skipped) != 0 || peers[0].String() != "fd00:10:244:1::/64 via fd00:10:244:1:: (0a:09:85:0e:1d:2e at fd00:56::11)" {
+		t.Errorf("peers %v, skipped %q", peers, skipped)
+	}
+	a.cfg.PodNetwork = PodNetworkHostGW
+	delete(want, "flannel.alpha.coreos.com/backend-v6-data")
+	want["flannel.alpha.coreos.com/backend-type"] = "host-gw"
 	if got := a.networkAnnotations(); !maps.Equal(got, want) {
 		t.Errorf("host-gw annotations = %v, want %v", got, want)
 	}

@@ -94,6 +94,8 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Topology: TopologyRouted, Subnet: netip.MustParsePrefix("192.168.56.0/25")}, "the routed topology's underlay subnet 192.168.56.0/25 must be an IPv4 prefix of /16 to /24"},
 		{Config{Topology: TopologyRouted, Subnet: netip.MustParsePrefix("10.0.0.0/8")}, "must be an IPv4 prefix of /16 to /24"},
 		{Config{Topology: TopologyRouted, Subnet: netip.MustParsePrefix("fd00::/64")}, "must be an IPv4 prefix"},
+		{Config{IPFamily: IPFamilyIPv6, Servers: 3, Nodes: 3}, "a ipv6 lab is built only with --topology flat and one bbolt server"},
+		{Config{IPFamily: "ipv5"}, `unknown IP family "ipv5": want ipv4 or dual or ipv6`},
 	} {
 		c := tc.cfg
 		c.Binary = "/bin/true"
@@ -134,6 +136,30 @@ func TestAddresses(t *testing.T) {
 	}
 	if got := dual.Addr6(Client).String(); got != "fd00:56::100" {
 		t.Errorf("dual-stack client at %s, want fd00:56::100", got)
+	}
+	// An IPv6 lab: the IPv6 pool alone; the IPv6 ranges and the node and
+	// server flags of an IPv6 single-stack cluster.
+	v6 := &Lab{cfg: defaultConfig(t, Config{Nodes: 2, IPFamily: IPFamilyIPv6})}
+	if got, want := v6.LBPool(), "fd00:56::240-fd00:56::250"; got != want {
+		t.Errorf("IPv6 LoadBalancer pool %s, want %s", got, want)
+	}
+	if got := v6.Addr6("node2").String(); got != "fd00:56::11" {
+		t.Errorf("IPv6 node2 at %s, want fd00:56::11", got)
+	}
+	if got := ClusterDNS6().String(); got != "fd00:10:96::a" {
+		t.Errorf("IPv6 cluster DNS %s, want fd00:10:96::a", got)
+	}
+	server, agent := strings.Join(v6.nodeArgs(1, nil), " "), strings.Join(v6.nodeArgs(2, nil), " ")
+	for _, want := range []string{"--listen [::]:6443", "--advertise-address fd00:56::10", "--node-ip fd00:56::10",
+		"--service-cidr fd00:10:96::/112", "--cluster-cidr fd00:10:244::/56", "--lb-pool fd00:56::240-fd00:56::250"} {
+		if !strings.Contains(server, want) {
+			t.Errorf("IPv6 lab's server lacks %q: %s", want, server)
+		}
+	}
+	for _, want := range []string{" agent ", "--node-ip fd00:56::11", "--service-cidr fd00:10:96::/112", "--cluster-cidr fd00:10:244::/56"} {
+		if !strings.Contains(agent, want) {
+			t.Errorf("IPv6 lab's agent lacks %q: %s", want, agent)
+		}
 	}
 	l := &Lab{cfg: defaultConfig(t, Config{Name: "np", Nodes: 3, Dir: "/var/lib/minikit-lab/np"})}
 	if got := l.Hosts(); !slices.Equal(got, []string{"node1", "node2", "node3", Client, External}) {

@@ -54,9 +54,11 @@ type Info struct {
 	ClusterCIDR      string   `json:"clusterCIDR"`
 	ClusterDNS       string   `json:"clusterDNS"`
 	LoadBalancerPool string   `json:"loadBalancerPool"`
-	// IPFamily is the lab's (ipv4 or dual); a dual-stack lab's IPv6 ranges
-	// are beside the IPv4 ones: each node's IPv6 address is on Underlay6,
-	// Services get a ClusterIP of ServiceCIDR6, pods an address of ClusterCIDR6.
+	// IPFamily is the lab's (ipv4, dual or ipv6); a dual-stack lab's IPv6
+	// ranges are beside the IPv4 ones: each node's IPv6 address is on
+	// Underlay6, Services get a ClusterIP of ServiceCIDR6, pods an address of
+	// ClusterCIDR6. An IPv6 lab's ServiceCIDR, ClusterCIDR and ClusterDNS are
+	// IPv6, its nodes' InternalIPs on Underlay6.
 	IPFamily     string `json:"ipFamily,omitempty"`
 	Underlay6    string `json:"underlay6,omitempty"`
 	ServiceCIDR6 string `json:"serviceCIDR6,omitempty"`
@@ -79,8 +81,11 @@ type HostInfo struct {
 	Address string `json:"address"`
 	Netns   string `json:"netns,omitempty"`
 	PodCIDR string `json:"podCIDR,omitempty"` // nodes, from their Node object
-	PID     int    `json:"pid,omitempty"`
-	Running bool   `json:"running"`
+	// PodCIDRs are a dual-stack node's pod CIDRs of both families (its
+	// Node's spec.podCIDRs, PodCIDR first); empty when it has one.
+	PodCIDRs []string `json:"podCIDRs,omitempty"`
+	PID      int      `json:"pid,omitempty"`
+	Running  bool     `json:"running"`
 }
 
 // Info describes the lab from its state; with withAPI, the nodes' pod CIDRs
@@ -99,8 +104,15 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 	if in.IPFamily == "" {
 		in.IPFamily = IPFamilyIPv4
 	}
-	if in.IPFamily == IPFamilyDual {
+	switch in.IPFamily {
+	case IPFamilyDual:
 		in.Underlay6, in.ServiceCIDR6, in.ClusterCIDR6 = Subnet6.String(), ServiceCIDR6.String(), PodCIDR6.String()
+	case IPFamilyIPv6:
+		// The cluster's ranges are IPv6 alone; the IPv4 underlay stays for
+		// the lab's plumbing.
+		in.Underlay6 = Subnet6.String()
+		in.ServiceCIDR, in.ClusterCIDR = ServiceCIDR6.String(), PodCIDR6.String()
+		in.ClusterDNS = ClusterDNS6().String()
 	}
 	if sub2, err := netip.ParsePrefix(st.Subnet2); err == nil && subnet.IsValid() {
 		in.Router = &HostInfo{Name: Router, Role: Router, Netns: NS(st.Name, Router),
@@ -112,11 +124,14 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 	if subnet.IsValid() {
 		in.InternalAPIServer = "https://" + net.JoinHostPort(hostAddr(subnet, nodeName(1)).String(), strconv.Itoa(APIPort))
 		in.LoadBalancerPool = lbPool(subnet)
-		if st.IPFamily == IPFamilyDual {
+		switch st.IPFamily {
+		case IPFamilyDual:
 			in.LoadBalancerPool += "," + lbPool6()
+		case IPFamilyIPv6:
+			in.LoadBalancerPool = lbPool6()
 		}
 	}
-	cidrs := map[string]string{}
+	cidrs := map[string][]string{}
 	if withAPI {
 		cidrs = podCIDRs(ctx, kc)
 	}
@@ -126,7 +141,13 @@ func (st State) Info(ctx context.Context, withAPI bool) Info {
 	}
 	sort.Slice(hosts, func(i, j int) bool { return hostOrder(hosts[i]) < hostOrder(hosts[j]) })
 	for _, h := range append(hosts, EtcdHost, "forwarder") {
-		hi := HostInfo{Name: h, Address: st.Addresses[h], Netns: NS(st.Name, h), PodCIDR: cidrs[h]}
+		hi := HostInfo{Name: h, Address: st.Addresses[h], Netns: NS(st.Name, h)}
+		if c := cidrs[h]; len(c) > 0 {
+			hi.PodCIDR = c[0]
+			if len(c) > 1 {
+				hi.PodCIDRs = c
+			}
+		}
 		switch {
 		case h == "forwarder":
 			hi.Role, hi.Address, hi.Netns = "forwarder", strings.TrimPrefix(in.APIServer, "https://"), ""
@@ -176,8 +197,8 @@ func subnetAddr(subnet netip.Prefix, n byte) netip.Addr {
 }
 
 // podCIDRs reads each node's spec.podCIDR through the lab's kubeconfig.
-func podCIDRs(ctx context.Context, kubeconfig string) map[string]string {
-	out := map[string]string{}
+func podCIDRs(ctx context.Context, kubeconfig string) map[string][]string {
+	out := map[string][]string{}
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return out
@@ -192,7 +213,10 @@ func podCIDRs(ctx context.Context, kubeconfig string) map[string]string {
 		return out
 	}
 	for _, n := range nodes.Items {
-		out[n.Name] = n.Spec.PodCIDR
+		out[n.Name] = n.Spec.PodCIDRs
+		if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR != "" {
+			out[n.Name] = []string{n.Spec.PodCIDR}
+		}
 	}
 	return out
 }
@@ -220,7 +244,9 @@ func PrintInfo(w io.Writer, in Info) {
 			continue
 		}
 		extra := ""
-		if h.PodCIDR != "" {
+		if len(h.PodCIDRs) > 1 {
+			extra = "  pods " + strings.Join(h.PodCIDRs, " ")
+		} else if h.PodCIDR != "" {
 			extra = "  pods " + h.PodCIDR
 		}
 		fmt.Fprintf(w, "  %-9s %-21s netns %-16s %s%s\n", h.Name, h.Address, h.Netns, state, extra)
@@ -230,8 +256,11 @@ func PrintInfo(w io.Writer, in Info) {
 		fmt.Fprintf(w, "HA control plane: %s (embedded etcd)\n", strings.Join(in.Servers, ", "))
 	}
 	fmt.Fprintf(w, "services %s (DNS %s), pods %s, LoadBalancer pool %s\n", in.ServiceCIDR, in.ClusterDNS, in.ClusterCIDR, in.LoadBalancerPool)
-	if in.IPFamily == IPFamilyDual {
+	switch in.IPFamily {
+	case IPFamilyDual:
 		fmt.Fprintf(w, "dual-stack: IPv6 underlay %s, services %s, pods %s\n", in.Underlay6, in.ServiceCIDR6, in.ClusterCIDR6)
+	case IPFamilyIPv6:
+		fmt.Fprintf(w, "IPv6 single-stack: nodes' InternalIPs on the IPv6 underlay %s (the IPv4 one carries the lab's plumbing)\n", in.Underlay6)
 	}
 	if in.Router != nil {
 		fmt.Fprintf(w, "routed underlay: %s and %s joined by %s (netns %s, %s)\n", in.Underlay, in.Underlay2, in.Router.Name, in.Router.Netns, in.Router.Address)

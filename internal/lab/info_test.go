@@ -89,6 +89,17 @@ func TestInfoDualStack(t *testing.T) {
 	if in.LoadBalancerPool != l.LBPool() {
 		t.Errorf("info's LoadBalancer pool %q, the servers' --lb-pool %q", in.LoadBalancerPool, l.LBPool())
 	}
+	// A node's pod CIDRs of both families, as the API gives them.
+	for i := range in.Hosts {
+		if in.Hosts[i].Name == "node2" {
+			in.Hosts[i].PodCIDR, in.Hosts[i].PodCIDRs = "10.244.1.0/24", []string{"10.244.1.0/24", "fd00:10:244:1::/64"}
+		}
+	}
+	out.Reset()
+	PrintInfo(&out, in)
+	if !strings.Contains(out.String(), "  pods 10.244.1.0/24 fd00:10:244:1::/64\n") {
+		t.Errorf("PrintInfo lacks node2's pod CIDRs of both families:\n%s", out.String())
+	}
 	l.state.IPFamily = "" // a lab from before dual-stack
 	if in := l.state.Info(context.Background(), false); in.IPFamily != IPFamilyIPv4 || in.ServiceCIDR6 != "" {
 		t.Errorf("an old lab's info %q %q", in.IPFamily, in.ServiceCIDR6)
@@ -97,6 +108,28 @@ func TestInfoDualStack(t *testing.T) {
 	PrintInfo(&out, l.state.Info(context.Background(), false))
 	if strings.Contains(out.String(), "dual-stack") {
 		t.Errorf("an IPv4 lab's info says dual-stack:\n%s", out.String())
+	}
+}
+
+func TestInfoIPv6(t *testing.T) {
+	l := testLab(t, Config{Name: "v6", Nodes: 2, IPFamily: IPFamilyIPv6})
+	in := l.state.Info(context.Background(), false)
+	if in.IPFamily != IPFamilyIPv6 || in.Underlay6 != "fd00:56::/64" || in.ServiceCIDR != "fd00:10:96::/112" ||
+		in.ClusterCIDR != "fd00:10:244::/56" || in.ClusterDNS != "fd00:10:96::a" || in.ServiceCIDR6 != "" {
+		t.Errorf("IPv6 info %+v", in)
+	}
+	if in.LoadBalancerPool != l.LBPool() || in.LoadBalancerPool != "fd00:56::240-fd00:56::250" {
+		t.Errorf("info's LoadBalancer pool %q, the servers' --lb-pool %q", in.LoadBalancerPool, l.LBPool())
+	}
+	var out bytes.Buffer
+	PrintInfo(&out, in)
+	for _, line := range []string{
+		"services fd00:10:96::/112 (DNS fd00:10:96::a), pods fd00:10:244::/56, LoadBalancer pool fd00:56::240-fd00:56::250\n",
+		"IPv6 single-stack: nodes' InternalIPs on the IPv6 underlay fd00:56::/64",
+	} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("PrintInfo lacks %q:\n%s", line, out.String())
+		}
 	}
 }
 

@@ -70,11 +70,14 @@ type Config struct {
 	// a router namespace, where host-gw cannot work.
 	Topology string
 
-	// IPFamily is the cluster's: IPFamilyIPv4 (default) or IPFamilyDual,
+	// IPFamily is the cluster's: IPFamilyIPv4 (default); IPFamilyDual,
 	// where every host also has an IPv6 underlay address (Subnet6), the
-	// nodes both InternalIPs and podCIDRs, and Services may be dual-stack.
-	// `minikit lab up` does not offer dual yet (the service proxies and DNS
-	// serve IPv4 only); the pod network and the API are complete.
+	// nodes both InternalIPs and podCIDRs, and Services may be dual-stack;
+	// or IPFamilyIPv6, where the cluster is IPv6 only (nodes' InternalIPs,
+	// podCIDRs, Services, the API's endpoints and DNS) and the hosts keep
+	// their IPv4 underlay address only for the lab's own plumbing (the API
+	// forwarder and the external host's upstream DNS), as kind's IPv6
+	// clusters' node containers keep Docker's IPv4 address.
 	IPFamily string
 
 	// Zones is how many availability zones the nodes spread over (node i in
@@ -105,6 +108,16 @@ var (
 	ServiceCIDR6 = netip.MustParsePrefix("fd00:10:96::/112")
 	PodCIDR6     = netip.MustParsePrefix("fd00:10:244::/56")
 )
+
+// ClusterDNS6 is the cluster DNS address of an IPv6 lab: the tenth address
+// of ServiceCIDR6, as kubeadm's (fd00:10:96::a).
+func ClusterDNS6() netip.Addr {
+	a := ServiceCIDR6.Masked().Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	return a
+}
 
 // MaxNodes is the most nodes a lab has.
 const MaxNodes = 50
@@ -246,11 +259,8 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("unknown %s %q: want %s", o.what, *o.v, strings.Join(o.allowed, " or "))
 		}
 	}
-	if c.IPFamily == IPFamilyIPv6 {
-		return fmt.Errorf("an IPv6-only lab is not built yet: pods, the service proxies and DNS need an IPv6 primary family")
-	}
-	if c.IPFamily == IPFamilyDual && (c.Topology != TopologyFlat || c.Servers > 1 || c.Datastore == "etcd") {
-		return fmt.Errorf("a dual-stack lab is built only with --topology flat and one bbolt server so far")
+	if c.IPFamily != IPFamilyIPv4 && (c.Topology != TopologyFlat || c.Servers > 1 || c.Datastore == "etcd") {
+		return fmt.Errorf("a %s lab is built only with --topology flat and one bbolt server so far", c.IPFamily)
 	}
 	if c.Topology == TopologyRouted && (c.Subnet.Bits() < 16 || c.Subnet.Bits() > 24 || !c.Subnet.Addr().Is4()) {
 		return fmt.Errorf("the routed topology's underlay subnet %s must be an IPv4 prefix of /16 to /24", c.Subnet)
@@ -329,11 +339,11 @@ func hostAddr(subnet netip.Prefix, host string) netip.Addr {
 // Addr is a host's underlay address.
 func (l *Lab) Addr(host string) netip.Addr { return hostAddr(l.cfg.subnetOf(host), host) }
 
-// Addr6 is a host's IPv6 underlay address in a dual-stack lab (invalid in an
-// IPv4 one): the IPv4 address's last number written in the IPv6 one's last
-// group, so node1's 192.168.56.10 goes with fd00:56::10.
+// Addr6 is a host's IPv6 underlay address in a dual-stack or IPv6 lab
+// (invalid in an IPv4 one): the IPv4 address's last number written in the
+// IPv6 one's last group, so node1's 192.168.56.10 goes with fd00:56::10.
 func (l *Lab) Addr6(host string) netip.Addr {
-	if l.cfg.IPFamily != IPFamilyDual {
+	if l.cfg.IPFamily == IPFamilyIPv4 {
 		return netip.Addr{}
 	}
 	last := l.Addr(host).As4()[3]
@@ -341,7 +351,8 @@ func (l *Lab) Addr6(host string) netip.Addr {
 	return a
 }
 
-// IPFamily is the lab's IP family (IPFamilyIPv4 or IPFamilyDual).
+// IPFamily is the lab's IP family (IPFamilyIPv4, IPFamilyDual or
+// IPFamilyIPv6).
 func (l *Lab) IPFamily() string { return l.cfg.IPFamily }
 
 // PodNetworkMode is the lab's --pod-network at lab up.
@@ -605,8 +616,11 @@ func (l *Lab) buildNetwork() error {
 // with "network unreachable" before kube-proxy's OUTPUT DNAT sees the packet,
 // and packets to a ClusterIP without endpoints never reach the proxy's REJECT.
 func (l *Lab) serviceRoutes(ns string) [][]string {
-	steps := [][]string{{"ip", "-n", ns, "route", "add", ServiceCIDR, "dev", "eth1"}}
-	if l.cfg.IPFamily == IPFamilyDual {
+	var steps [][]string
+	if l.cfg.IPFamily != IPFamilyIPv6 {
+		steps = append(steps, []string{"ip", "-n", ns, "route", "add", ServiceCIDR, "dev", "eth1"})
+	}
+	if l.cfg.IPFamily != IPFamilyIPv4 {
 		steps = append(steps, []string{"ip", "-n", ns, "-6", "route", "add", ServiceCIDR6.String(), "dev", "eth1"})
 	}
 	return steps

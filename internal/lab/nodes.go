@@ -76,7 +76,63 @@ func (l *Lab) startNodes(ctx context.Context) error {
 			return err
 		}
 	}
-	return l.WaitReady(ctx)
+	if err := l.WaitReady(ctx); err != nil {
+		return err
+	}
+	return l.waitClusterDNS(ctx)
+}
+
+// waitClusterDNS waits until the cluster DNS answers for pods: the
+// kube-system/coredns Deployment the server installs has all its replicas
+// available and the kube-dns Service a ready endpoint, as `kind create
+// cluster --wait` waits for its control plane before the first `kubectl
+// run` and nslookup. Until then a pod's resolver gets no answer.
+func (l *Lab) waitClusterDNS(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	last := "no coredns Deployment yet"
+	for {
+		if client, err := l.Client(); err != nil {
+			last = err.Error()
+		} else if ok, why := clusterDNSReady(ctx, client); ok {
+			return nil
+		} else {
+			last = why
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the cluster DNS (kube-system/coredns): %s", last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// clusterDNSReady says whether kube-system/coredns has every replica
+// available and kube-dns a ready endpoint, and if not, why.
+func clusterDNSReady(ctx context.Context, client kubernetes.Interface) (bool, string) {
+	d, err := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if d.Status.AvailableReplicas < want {
+		return false, fmt.Sprintf("coredns: %d of %d replicas available", d.Status.AvailableReplicas, want)
+	}
+	sl, err := client.DiscoveryV1().EndpointSlices("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kube-dns"})
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, s := range sl.Items {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready == nil || *e.Conditions.Ready {
+				return true, ""
+			}
+		}
+	}
+	return false, "kube-dns has no ready endpoint"
 }
 
 // apiServers are the host:port of every server's API, node1's first.
@@ -100,8 +156,11 @@ func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 	h := nodeName(i)
 	dir1 := filepath.Join(l.cfg.Dir, nodeName(1))
 	nodeIP := l.Addr(h).String()
-	if a6 := l.Addr6(h); a6.IsValid() {
-		nodeIP += "," + a6.String()
+	switch l.cfg.IPFamily {
+	case IPFamilyDual:
+		nodeIP += "," + l.Addr6(h).String()
+	case IPFamilyIPv6:
+		nodeIP = l.Addr6(h).String()
 	}
 	common := []string{"--data-dir", filepath.Join(l.cfg.Dir, h), "--node-name", h, "--node-ip", nodeIP}
 	modes := []string{"--dns-upstream", l.Addr(External).String(), "--proxy-mode", l.cfg.ProxyMode, "--pod-network", l.cfg.PodNetwork}
@@ -112,15 +171,18 @@ func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 	if i > l.cfg.Servers {
 		args := append([]string{l.cfg.Binary, "agent", "--server", strings.Join(urls, ","),
 			"--token-file", filepath.Join(dir1, "token"), "--ca-file", l.caFile()}, common...)
-		return append(args, modes...)
+		return append(append(args, modes...), l.cidrArgs()...)
+	}
+	listen, advertise := "0.0.0.0", l.Addr(h).String()
+	if l.cfg.IPFamily == IPFamilyIPv6 {
+		// [::] takes IPv4 too (bindv6only is 0), for the forwarder.
+		listen, advertise = "::", l.Addr6(h).String()
 	}
 	args := append([]string{l.cfg.Binary, "server", common[0], common[1],
-		"--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(APIPort)),
-		"--advertise-address", l.Addr(h).String()}, common[2:]...)
+		"--listen", net.JoinHostPort(listen, strconv.Itoa(APIPort)),
+		"--advertise-address", advertise}, common[2:]...)
 	args = append(append(args, "--lb-pool", l.LBPool()), modes...)
-	if l.cfg.IPFamily == IPFamilyDual {
-		args = append(args, "--service-cidr", "10.96.0.0/12,"+ServiceCIDR6.String(), "--cluster-cidr", "10.244.0.0/16,"+PodCIDR6.String())
-	}
+	args = append(args, l.cidrArgs()...)
 	switch {
 	case i > 1:
 		args = append(args, "--join", urls[0], "--token-file", filepath.Join(dir1, "server-token"))
@@ -130,14 +192,30 @@ func (l *Lab) nodeArgs(i int, etcdFlags []string) []string {
 	return append(args, etcdFlags...)
 }
 
+// cidrArgs are the service and cluster CIDR flags of a lab's nodes: none in
+// an IPv4 lab (minikit's defaults), both families in a dual-stack one, the
+// IPv6 ranges alone in an IPv6 one.
+func (l *Lab) cidrArgs() []string {
+	switch l.cfg.IPFamily {
+	case IPFamilyDual:
+		return []string{"--service-cidr", ServiceCIDR + "," + ServiceCIDR6.String(), "--cluster-cidr", ClusterCIDR + "," + PodCIDR6.String()}
+	case IPFamilyIPv6:
+		return []string{"--service-cidr", ServiceCIDR6.String(), "--cluster-cidr", PodCIDR6.String()}
+	}
+	return nil
+}
+
 // LBPool is the lab's LoadBalancer address pool: .240-.250 of the underlay,
 // as on the Vagrant network, where the client and external hosts reach them;
 // a dual-stack lab adds fd00:56::240-fd00:56::250 of the IPv6 underlay,
 // numbered as Addr6 numbers the hosts (17 addresses, the IPv6 text counting
 // in hex).
 func (l *Lab) LBPool() string {
-	if l.cfg.IPFamily == IPFamilyDual {
+	switch l.cfg.IPFamily {
+	case IPFamilyDual:
 		return lbPool(l.cfg.Subnet) + "," + lbPool6()
+	case IPFamilyIPv6:
+		return lbPool6()
 	}
 	return lbPool(l.cfg.Subnet)
 }

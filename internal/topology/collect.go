@@ -23,6 +23,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 // Collector reads one lab: its namespaces from the kernel (netlink, inside
@@ -31,11 +32,14 @@ import (
 type Collector struct {
 	st     lab.State
 	client kubernetes.Interface
+	gw     gwclient.Interface
 }
 
 // NewCollector returns a Collector for the lab whose state st is (lab.Load).
-func NewCollector(st lab.State, client kubernetes.Interface) *Collector {
-	return &Collector{st: st, client: client}
+// gw reads the Gateway API's objects; nil (or a cluster without the CRDs)
+// draws no Gateways.
+func NewCollector(st lab.State, client kubernetes.Interface, gw gwclient.Interface) *Collector {
+	return &Collector{st: st, client: client, gw: gw}
 }
 
 // ErrGone is wrapped by reads of a namespace that does not exist (any
@@ -67,7 +71,7 @@ func (c *Collector) Collect(ctx context.Context) (*Graph, error) {
 	if !netns.ExistsNamed(lab.NS(c.st.Name, "net")) {
 		return nil, fmt.Errorf("reading lab %q: its underlay namespace %s does not exist (is the lab up?)", c.st.Name, lab.NS(c.st.Name, "net"))
 	}
-	api, err := c.readAPI(ctx)
+	api, err := c.readAPI(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +95,8 @@ func (c *Collector) Collect(ctx context.Context) (*Graph, error) {
 	g.Links = append(links(read), vxlanLinks(read)...)
 	g.Services = services(api, c.st.Name)
 	g.Ingresses = ingresses(api)
+	g.Gateways = gateways(api.gateway)
+	g.GatewayRoutes = gatewayRoutes(api.gateway)
 	return g, nil
 }
 
@@ -98,7 +104,7 @@ func (c *Collector) Collect(ctx context.Context) (*Graph, error) {
 // it: the bridge links inside it and its veths' links to other hosts of the
 // lab. The ui refreshes a pod's host when its Pod changes.
 func (c *Collector) ReadHost(ctx context.Context, id string) (Host, []Link, error) {
-	api, err := c.readAPI(ctx)
+	api, err := c.readAPI(ctx, false)
 	if err != nil {
 		return Host{}, nil, err
 	}
@@ -164,9 +170,12 @@ type apiState struct {
 	services  []corev1.Service
 	slices    []discoveryv1.EndpointSlice
 	ingresses []networkingv1.Ingress
+	gateway   gatewayState
 }
 
-func (c *Collector) readAPI(ctx context.Context) (*apiState, error) {
+// readAPI reads the objects; the Gateway API's only with gateways (a
+// host's read needs none of them).
+func (c *Collector) readAPI(ctx context.Context, gateways bool) (*apiState, error) {
 	var a apiState
 	nl, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -193,6 +202,12 @@ func (c *Collector) readAPI(ctx context.Context) (*apiState, error) {
 		return nil, fmt.Errorf("reading lab %q: listing ingresses: %w", c.st.Name, err)
 	}
 	a.ingresses = il.Items
+	if !gateways {
+		return &a, nil
+	}
+	if a.gateway, err = readGateways(ctx, c.gw, c.st.Name); err != nil {
+		return nil, err
+	}
 	return &a, nil
 }
 
@@ -232,8 +247,14 @@ func (c *Collector) refs(api *apiState) []nsRef {
 			order, _ = strconv.Atoi(strings.TrimPrefix(h, "node"))
 			if n := nodes[h]; n != nil {
 				host.PodCIDR = n.Spec.PodCIDR
+				if len(n.Spec.PodCIDRs) > 1 {
+					host.PodCIDRs = n.Spec.PodCIDRs
+				}
 				if a := internalIP(n); a != "" {
 					host.Address = a
+				}
+				if as := internalIPs(n); len(as) > 1 {
+					host.Addresses = as
 				}
 			}
 		default:
@@ -253,6 +274,11 @@ func (c *Collector) refs(api *apiState) []nsRef {
 		}
 		h := Host{ID: sb, Kind: KindPod, Name: p.Namespace + "/" + p.Name, Node: p.Spec.NodeName,
 			Phase: string(p.Status.Phase), Address: p.Status.PodIP, Labels: p.Labels}
+		if len(p.Status.PodIPs) > 1 {
+			for _, ip := range p.Status.PodIPs {
+				h.Addresses = append(h.Addresses, ip.IP)
+			}
+		}
 		if ref := metav1.GetControllerOf(p); ref != nil {
 			h.Owner = ref.Kind + "/" + ref.Name
 		}
@@ -288,6 +314,18 @@ func internalIP(n *corev1.Node) string {
 		}
 	}
 	return ""
+}
+
+// internalIPs are all of a node's InternalIPs, one per family in a
+// dual-stack cluster.
+func internalIPs(n *corev1.Node) []string {
+	var out []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			out = append(out, a.Address)
+		}
+	}
+	return out
 }
 
 // hostRead is one namespace as read, with what peer resolution needs.
@@ -716,11 +754,14 @@ func services(api *apiState, labName string) []Service {
 		if p.Status.PodIP != "" {
 			ipHost[p.Status.PodIP] = id
 		}
+		for _, ip := range p.Status.PodIPs {
+			ipHost[ip.IP] = id
+		}
 	}
 	for i := range api.nodes {
 		// Endpoints without a pod (the API server's, host DNS) are the
 		// node's own address.
-		if a := internalIP(&api.nodes[i]); a != "" {
+		for _, a := range internalIPs(&api.nodes[i]) {
 			ipHost[a] = lab.NS(labName, api.nodes[i].Name)
 		}
 	}
@@ -767,6 +808,8 @@ func services(api *apiState, labName string) []Service {
 			ExternalTrafficPolicy: string(s.Spec.ExternalTrafficPolicy), Ports: []ServicePort{}}
 		if sv.ClusterIP == corev1.ClusterIPNone {
 			sv.ClusterIP = "None"
+		} else if len(s.Spec.ClusterIPs) > 1 {
+			sv.ClusterIPs = s.Spec.ClusterIPs
 		}
 		for _, in := range s.Status.LoadBalancer.Ingress {
 			if in.IP != "" {

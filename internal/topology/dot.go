@@ -76,13 +76,16 @@ func WriteDot(w io.Writer, g *Graph, hops []Hop) error {
 		}
 		e.printf("  %s -- %s [%s];\n", dotQ(l.A), dotQ(l.B), strings.Join(attrs, " "))
 	}
-	if len(g.Services)+len(g.Ingresses) > 0 {
+	if len(g.Services)+len(g.Ingresses)+len(g.Gateways) > 0 {
 		var lines []string
 		for _, s := range g.Services {
 			lines = append(lines, serviceLines(s)...)
 		}
 		for _, in := range g.Ingresses {
 			lines = append(lines, ingressLines(in)...)
+		}
+		for _, gw := range g.Gateways {
+			lines = append(lines, gatewayLines(gw, g.GatewayRoutes)...)
 		}
 		e.printf("  \"services\" [shape=note label=%s];\n", dotQ(strings.Join(lines, "\\l")+"\\l"))
 	}
@@ -186,13 +189,16 @@ func WriteMermaid(w io.Writer, g *Graph, hops []Hop) error {
 			e.printf("  %s %s %s\n", id(l.A), arrow, id(l.B))
 		}
 	}
-	if len(g.Services)+len(g.Ingresses) > 0 {
+	if len(g.Services)+len(g.Ingresses)+len(g.Gateways) > 0 {
 		var lines []string
 		for _, s := range g.Services {
 			lines = append(lines, serviceLines(s)...)
 		}
 		for _, in := range g.Ingresses {
 			lines = append(lines, ingressLines(in)...)
+		}
+		for _, gw := range g.Gateways {
+			lines = append(lines, gatewayLines(gw, g.GatewayRoutes)...)
 		}
 		e.printf("  services[%s]\n", mmQ(strings.Join(lines, "<br/>")))
 	}

@@ -3,6 +3,7 @@ package topology
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/minikit/minikit/internal/trace"
@@ -85,7 +86,11 @@ func PathOf(g *Graph, r *trace.Result, path int) []Hop {
 		return w.hops
 	}
 	if dst == node {
-		w.host(node, "local: "+p.Dst)
+		l := "local: " + p.Dst
+		if gl := gatewayLabel(r, p); gl != "" {
+			l = "local: " + gl
+		}
+		w.host(node, l)
 		return w.hops
 	}
 	w.routeLabel = routeLabel(p.Route)
@@ -97,7 +102,7 @@ func PathOf(g *Graph, r *trace.Result, path int) []Hop {
 		}
 	}
 	w.walk(node, dst, first)
-	w.host(dst, endpointLabel(p))
+	w.host(dst, endpointLabel(r, p))
 	return w.hops
 }
 
@@ -350,7 +355,7 @@ func (w *walker) hostByIP(ip netip.Addr) string {
 		return ""
 	}
 	for _, h := range w.g.Hosts {
-		if h.Address == ip.String() {
+		if h.Address == ip.String() || slices.Contains(h.Addresses, ip.String()) {
 			return h.ID
 		}
 	}
@@ -437,7 +442,21 @@ func routeLabel(rt *trace.Route) string {
 	return l
 }
 
-func endpointLabel(p trace.Path) string {
+// gatewayLabel is, for a path of a trace to a Gateway that ends at a data
+// port, what takes it there; "" otherwise.
+func gatewayLabel(r *trace.Result, p trace.Path) string {
+	if g := r.Gateway; g != nil && slices.ContainsFunc(g.DataPlanes, func(d trace.DataPlane) bool { return d.Addr == p.Dst }) {
+		return "Gateway " + g.Name + " data plane, user space (" + p.Dst + "): routes per request"
+	}
+	return ""
+}
+
+// endpointLabel is the last hop's label: the pod (or node) reached, and
+// for a trace to a Gateway the data plane that takes the connection there.
+func endpointLabel(r *trace.Result, p trace.Path) string {
+	if l := gatewayLabel(r, p); l != "" {
+		return l
+	}
 	if p.Endpoint != nil {
 		return p.Endpoint.String() + " (" + p.Dst + ")"
 	}

@@ -168,3 +168,23 @@ func elementIDs(g *Graph) map[string]string {
 	}
 	return ids
 }
+
+// A trace to a Gateway ends at a node's data port: the last hop says the
+// Gateway's user-space data plane takes it there, not which pod.
+func TestPathOfGatewayEndsAtTheDataPlane(t *testing.T) {
+	g := loadGraph(t)
+	r := loadTrace(t, "nodeport")
+	r.Gateway = &trace.Gateway{Name: "default/cafe", DataPlanes: []trace.DataPlane{{Node: "node1", Addr: r.Paths[0].Dst}}}
+	hops := PathOf(g, r, 0)
+	if len(hops) == 0 {
+		t.Fatal("no hops")
+	}
+	want := "Gateway default/cafe data plane, user space (" + r.Paths[0].Dst + "): routes per request"
+	if last := hops[len(hops)-1]; last.Label != want {
+		t.Errorf("last hop %+v, want label %q", last, want)
+	}
+	r.Gateway = nil
+	if last := PathOf(g, r, 0); strings.Contains(last[len(last)-1].Label, "Gateway") {
+		t.Errorf("a trace to no Gateway: last hop %+v", last[len(last)-1])
+	}
+}

@@ -63,15 +63,32 @@ func hostTitle(h Host) string {
 	case KindRouter:
 		return "router " + h.Address
 	case KindNode:
-		t := h.Name + " " + h.Address
-		if h.PodCIDR != "" {
-			t += " pods " + h.PodCIDR
+		t := h.Name + " " + addressText(h)
+		if c := podCIDRText(h); c != "" {
+			t += " pods " + c
 		}
 		return t
 	case KindPod:
-		return h.Name + " " + h.Address
+		return h.Name + " " + addressText(h)
 	}
-	return h.Name + " " + h.Address
+	return h.Name + " " + addressText(h)
+}
+
+// addressText is a host's address, or in a dual-stack lab both of its
+// addresses ("10.244.1.5 · fd00:10:244:1::5").
+func addressText(h Host) string {
+	if len(h.Addresses) > 1 {
+		return strings.Join(h.Addresses, " · ")
+	}
+	return h.Address
+}
+
+// podCIDRText is a node's pod CIDR, or both of a dual-stack node's.
+func podCIDRText(h Host) string {
+	if len(h.PodCIDRs) > 1 {
+		return strings.Join(h.PodCIDRs, " · ")
+	}
+	return h.PodCIDR
 }
 
 // ifaceText is an interface's label: name and IPv4 addresses.
@@ -92,7 +109,10 @@ func ifaceText(ifc Interface) string {
 func serviceLines(s Service) []string {
 	l1 := s.Namespace + "/" + s.Name + " (" + s.Type + ")"
 	var addrs []string
-	if s.ClusterIP != "" {
+	switch {
+	case len(s.ClusterIPs) > 1:
+		addrs = append(addrs, s.ClusterIPs...)
+	case s.ClusterIP != "":
 		addrs = append(addrs, s.ClusterIP)
 	}
 	addrs = append(addrs, s.ExternalIPs...)

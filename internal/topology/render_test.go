@@ -284,3 +284,37 @@ func BenchmarkWriteSVG(b *testing.B) {
 		})
 	}
 }
+
+// In a dual-stack lab every picture shows both of a node's addresses and
+// pod CIDRs, both of a pod's podIPs and both of a Service's cluster IPs;
+// --stable names the IPv6 cluster IP by its role as it does the IPv4 one.
+func TestDualStackAddresses(t *testing.T) {
+	g := &Graph{Lab: "ds",
+		Hosts: []Host{
+			{ID: "ds-node1", Kind: KindNode, Name: "node1", Address: "192.168.56.10", Addresses: []string{"192.168.56.10", "fd00:56::10"},
+				PodCIDR: "10.244.0.0/24", PodCIDRs: []string{"10.244.0.0/24", "fd00:10:244::/64"}},
+			{ID: "mk-1", Kind: KindPod, Name: "default/web", Node: "node1", Phase: "Running", Address: "10.244.0.5",
+				Addresses: []string{"10.244.0.5", "fd00:10:244::5"}},
+		},
+		Services: []Service{{ID: "svc:default/web", Namespace: "default", Name: "web", Type: "ClusterIP",
+			ClusterIP: "10.96.10.20", ClusterIPs: []string{"10.96.10.20", "fd00:10:96::1020"}, Ports: []ServicePort{{Protocol: "TCP", Port: 80, TargetPort: "8080"}}}},
+	}
+	for _, tc := range []struct {
+		name  string
+		write func(io.Writer, *Graph, []Hop) error
+	}{{"dot", WriteDot}, {"mermaid", WriteMermaid}, {"svg", WriteSVG}} {
+		var b bytes.Buffer
+		if err := tc.write(&b, g, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"fd00:56::10", "fd00:10:244::/64", "fd00:10:244::5", "fd00:10:96::1020", "10.244.0.5", "10.96.10.20"} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("%s does not show %s:\n%s", tc.name, want, b.String())
+			}
+		}
+	}
+	st, _ := Stable(g, nil)
+	if got := st.Services[0].ClusterIPs; len(got) != 2 || got[0] != "clusterIP(default/web)" || got[1] != "clusterIP(default/web, IPv6)" {
+		t.Errorf("stable clusterIPs %v", got)
+	}
+}

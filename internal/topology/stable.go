@@ -26,7 +26,8 @@ import (
 // (30000-30085, KEP-3668) becomes 0 and ":PORT" in hop labels
 // ":nodePort(NS/NAME)".
 func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
-	out := &Graph{Lab: "lab", Hosts: []Host{}, Links: []Link{}, Services: []Service{}, Ingresses: append([]Ingress{}, g.Ingresses...)}
+	out := &Graph{Lab: "lab", Hosts: []Host{}, Links: []Link{}, Services: []Service{}, Ingresses: append([]Ingress{}, g.Ingresses...),
+		Gateways: append([]Gateway{}, g.Gateways...), GatewayRoutes: append([]GatewayRoute{}, g.GatewayRoutes...)}
 	hostID := map[string]string{}
 	ifName := map[string]string{} // old interface ID → new name
 	prefix := g.Lab + "-"
@@ -142,6 +143,10 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 			}
 		}
 		nh.Address = renumber(h.Address, addr)
+		nh.Addresses = nil
+		for _, a := range h.Addresses {
+			nh.Addresses = append(nh.Addresses, renumber(a, addr))
+		}
 		nh.Interfaces = nil
 		for _, ifc := range h.Interfaces {
 			ni := ifc
@@ -202,6 +207,19 @@ func Stable(g *Graph, hops []Hop) (*Graph, []Hop) {
 		if a, err := netip.ParseAddr(s.ClusterIP); err == nil && !staticClusterIP(a) {
 			ns.ClusterIP = "clusterIP(" + who + ")"
 			repl = append(repl, s.ClusterIP, ns.ClusterIP)
+		}
+		ns.ClusterIPs = nil
+		for i, ip := range s.ClusterIPs {
+			if a, err := netip.ParseAddr(ip); err == nil && !staticClusterIP(a) {
+				if i == 0 {
+					ip = ns.ClusterIP
+				} else {
+					n := "clusterIP(" + who + ", " + map[bool]string{true: "IPv6", false: "IPv4"}[a.Is6()] + ")"
+					repl = append(repl, ip, n)
+					ip = n
+				}
+			}
+			ns.ClusterIPs = append(ns.ClusterIPs, ip)
 		}
 		ns.Ports = append([]ServicePort(nil), s.Ports...)
 		for i, p := range ns.Ports {
@@ -276,6 +294,11 @@ const nodePortStaticMax = 30085
 // static band (its first 256 addresses: the API server's, the DNS
 // server's, and those a manifest asks for), not allocated at random.
 func staticClusterIP(a netip.Addr) bool {
+	if a.Is6() {
+		// A dual-stack lab's IPv6 service CIDR: every address in it is
+		// allocated, none fixed (the lab's DNS address is IPv4).
+		return !netip.MustParsePrefix("fd00:10:96::/112").Contains(a)
+	}
 	svc := netip.MustParsePrefix("10.96.0.0/12")
 	if !svc.Contains(a) {
 		return true

@@ -387,7 +387,7 @@ func (s *svgWriter) underlay(h *Host, x, y, w, hh float64, lh layoutHosts) {
 // interfaces, the one towards the underlay on side.
 func (s *svgWriter) smallHost(h *Host, x, y, w, hh float64, side string) {
 	s.hostOpen(h, x, y, w, hh)
-	s.text(x+10, y+16, "", h.Name+" "+h.Address, w-20)
+	s.text(x+10, y+16, "", h.Name+" "+addressText(*h), w-20)
 	s.text(x+10, y+30, "sub", "netns "+h.ID, w-20)
 	i := 0
 	for _, ifc := range h.Interfaces {
@@ -412,10 +412,10 @@ func (s *svgWriter) nodeColumn(n *Host, pods []*Host, x, y, w, hh float64) {
 	var ports []Interface // bridge ports, drawn next to their pod
 	if n != nil {
 		s.hostOpen(n, x, y, w, hh)
-		s.text(x+10, y+16, "", n.Name+" "+n.Address, w-20)
+		s.text(x+10, y+16, "", n.Name+" "+addressText(*n), w-20)
 		sub := "netns " + n.ID
-		if n.PodCIDR != "" {
-			sub += " · pods " + n.PodCIDR
+		if c := podCIDRText(*n); c != "" {
+			sub += " · pods " + c
 		}
 		s.text(x+10, y+30, "sub", sub, w-20)
 		iy := y + 40
@@ -496,7 +496,7 @@ func (s *svgWriter) pod(h *Host, x, y, w float64) {
 		i++
 	}
 	s.text(x+8, y+14, "", h.Name, w-16)
-	s.text(x+8+float64(i)*52, y+podH-9, "sub", h.Address+" "+h.Phase, w-16-float64(i)*52)
+	s.text(x+8+float64(i)*52, y+podH-9, "sub", addressText(*h)+" "+h.Phase, w-16-float64(i)*52)
 	s.e.printf("</g>\n")
 }
 
@@ -580,7 +580,7 @@ func (s *svgWriter) badges(g *Graph) {
 }
 
 // sideLines is the side column: the trace's hops, the Services, the
-// Ingresses.
+// Ingresses, the Gateways with their routes.
 type sideLine struct {
 	text, cls, id string
 }
@@ -618,6 +618,21 @@ func sideLines(g *Graph, hops []Hop) []sideLine {
 			}
 		}
 	}
+	if len(g.Gateways) > 0 {
+		if len(g.Ingresses) > 0 {
+			out = append(out, sideLine{})
+		}
+		out = append(out, sideLine{text: "Gateways", cls: "head"})
+		for _, gw := range g.Gateways {
+			for j, l := range gatewayLines(gw, g.GatewayRoutes) {
+				cls := ""
+				if j > 0 {
+					cls = "sub"
+				}
+				out = append(out, sideLine{text: l, cls: cls, id: gw.ID})
+			}
+		}
+	}
 	return wrapSide(out)
 }
 
@@ -632,16 +647,20 @@ func wrapSide(lines []sideLine) []sideLine {
 			out = append(out, l)
 			continue
 		}
-		words := strings.Split(l.text, " ")
+		// The line's own indentation is kept, and its continuations are
+		// indented further.
+		body := strings.TrimLeft(l.text, " ")
+		indent := l.text[:len(l.text)-len(body)]
+		words := strings.Split(body, " ")
 		cur := ""
 		for _, w := range words {
 			if cur != "" && len([]rune(cur))+1+len([]rune(w)) > max {
 				out = append(out, sideLine{text: cur, cls: l.cls, id: l.id})
-				cur = "    " + w
+				cur = indent + "    " + w
 				continue
 			}
 			if cur == "" {
-				cur = w
+				cur = indent + w
 			} else {
 				cur += " " + w
 			}
@@ -663,6 +682,8 @@ func (s *svgWriter) side(lines []sideLine, x, y float64) {
 				cls := "service"
 				if strings.HasPrefix(l.id, "ing:") {
 					cls = "ingress"
+				} else if strings.HasPrefix(l.id, "gw:") {
+					cls = "gateway"
 				}
 				s.e.printf(`<g class="%s" data-id="%s">`, cls, esc(l.id))
 			}

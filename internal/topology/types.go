@@ -51,6 +51,11 @@ type Graph struct {
 	// Services and Ingresses from the API (never Secrets or their data).
 	Services  []Service `json:"services"`
 	Ingresses []Ingress `json:"ingresses"`
+	// Gateways and their routes (HTTPRoutes, GRPCRoutes, TLSRoutes) from
+	// the API; empty when the Gateway API's CRDs are not installed
+	// (minikit up --gateway-api=false).
+	Gateways      []Gateway      `json:"gateways"`
+	GatewayRoutes []GatewayRoute `json:"gatewayRoutes"`
 }
 
 // Host is one network namespace.
@@ -64,9 +69,15 @@ type Host struct {
 	Phase string `json:"phase,omitempty"`
 	// Address is the host's main address: a node's, client's or external's
 	// underlay address, a pod's IP.
-	Address string            `json:"address,omitempty"`
-	PodCIDR string            `json:"podCIDR,omitempty"` // nodes
-	Labels  map[string]string `json:"labels,omitempty"`  // pods
+	Address string `json:"address,omitempty"`
+	// Addresses are, in a dual-stack lab, all of a node's InternalIPs or a
+	// pod's podIPs, the primary (Address) first; empty when there is one.
+	Addresses []string `json:"addresses,omitempty"`
+	PodCIDR   string   `json:"podCIDR,omitempty"` // nodes
+	// PodCIDRs are a dual-stack node's pod CIDRs of both families, the
+	// primary (PodCIDR) first; empty when there is one.
+	PodCIDRs []string          `json:"podCIDRs,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"` // pods
 	// Owner is a pod's controller, KIND/NAME (ReplicaSet/web-5d9f8c7b6).
 	Owner      string      `json:"owner,omitempty"`
 	Interfaces []Interface `json:"interfaces"`
@@ -132,11 +143,14 @@ type Link struct {
 
 // Service is a Service with its addresses, read from the API.
 type Service struct {
-	ID                    string        `json:"id"` // svc:NAMESPACE/NAME
-	Namespace             string        `json:"namespace"`
-	Name                  string        `json:"name"`
-	Type                  string        `json:"type"`
-	ClusterIP             string        `json:"clusterIP,omitempty"`
+	ID        string `json:"id"` // svc:NAMESPACE/NAME
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Type      string `json:"type"`
+	ClusterIP string `json:"clusterIP,omitempty"`
+	// ClusterIPs are a dual-stack Service's cluster IPs of both families,
+	// the primary (ClusterIP) first; empty when it has one.
+	ClusterIPs            []string      `json:"clusterIPs,omitempty"`
 	ExternalIPs           []string      `json:"externalIPs,omitempty"`
 	LoadBalancerIPs       []string      `json:"loadBalancerIPs,omitempty"`
 	ExternalName          string        `json:"externalName,omitempty"`
@@ -171,6 +185,76 @@ type IngressRule struct {
 	Path    string `json:"path"`
 	Service string `json:"service"` // svc:NAMESPACE/NAME
 	Port    string `json:"port"`
+}
+
+// Gateway is a Gateway with its listeners, read from the API.
+type Gateway struct {
+	ID        string `json:"id"` // gw:NAMESPACE/NAME
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Class     string `json:"class"`
+	// Addresses are status.addresses' values (the address the
+	// LoadBalancer stub gave the Gateway's Service).
+	Addresses []string `json:"addresses,omitempty"`
+	// Programmed is the status of the Gateway's Programmed condition:
+	// True, False, or "" when it has none yet.
+	Programmed string            `json:"programmed,omitempty"`
+	Listeners  []GatewayListener `json:"listeners"`
+}
+
+// GatewayListener is one listener of a Gateway.
+type GatewayListener struct {
+	Name     string `json:"name"`
+	Protocol string `json:"protocol"` // HTTP, HTTPS, TLS, ...
+	Port     int32  `json:"port"`
+	Hostname string `json:"hostname,omitempty"`
+	// AttachedRoutes is status.listeners[].attachedRoutes.
+	AttachedRoutes int32 `json:"attachedRoutes"`
+}
+
+// GatewayRoute is an HTTPRoute, GRPCRoute or TLSRoute, read from the API.
+type GatewayRoute struct {
+	// ID is KIND:NAMESPACE/NAME with KIND httproute, grpcroute or tlsroute.
+	ID        string        `json:"id"`
+	Kind      string        `json:"kind"` // HTTPRoute, GRPCRoute, TLSRoute
+	Namespace string        `json:"namespace"`
+	Name      string        `json:"name"`
+	Hostnames []string      `json:"hostnames,omitempty"`
+	Parents   []RouteParent `json:"parents"`
+	Rules     []RouteRule   `json:"rules"`
+}
+
+// RouteParent is one parentRef of a route with what status says of it.
+type RouteParent struct {
+	Gateway string `json:"gateway"` // gw:NAMESPACE/NAME
+	// SectionName and Port narrow the parentRef to listeners.
+	SectionName string `json:"sectionName,omitempty"`
+	Port        int32  `json:"port,omitempty"`
+	// Accepted and ResolvedRefs are the statuses of the conditions of the
+	// route's status.parents entry for this parent ("" without one).
+	Accepted     string `json:"accepted,omitempty"`
+	ResolvedRefs string `json:"resolvedRefs,omitempty"`
+	// Reason is the reason of the first of those two that is not True.
+	Reason string `json:"reason,omitempty"`
+}
+
+// RouteRule is one rule of a route: its matches summarised (as Ingress
+// rules are: "/api", "PathPrefix /api, header x-env=canary"; a GRPCRoute's
+// "service/method"; "" for a TLSRoute or a rule without matches) and its
+// backends.
+type RouteRule struct {
+	Name     string         `json:"name,omitempty"`
+	Matches  []string       `json:"matches,omitempty"`
+	Backends []RouteBackend `json:"backends"`
+}
+
+// RouteBackend is one backendRef: a Service port and its weight.
+type RouteBackend struct {
+	Service string `json:"service"` // svc:NAMESPACE/NAME
+	Port    int32  `json:"port,omitempty"`
+	Weight  int32  `json:"weight"`
+	// Kind is the backendRef's group/kind when it is not a core Service.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Hop is one step of a traced packet drawn over the graph: the element it

@@ -31,18 +31,22 @@ func in(ns string, fn func() error) error {
 	return netns.DoPath(netns.NetNSPath(ns), fn)
 }
 
-// saveRules is `iptables-save -c` of the nat and filter tables, read inside
-// the node's namespace (iptables.SaveCounters).
-func saveRules(ns string) (string, error) {
+// saveRules is `iptables-save -c` (ip6tables-save for IPv6) of the nat and
+// filter tables, read inside the node's namespace (iptables.SaveCounters).
+func saveRules(ns string, f family) (string, error) {
+	save := iptables.SaveCounters
+	if f.v6 {
+		save = iptables.SaveCountersIPv6
+	}
 	var out strings.Builder
 	path := ""
 	if ns != "" {
 		path = netns.NetNSPath(ns)
 	}
 	for _, table := range []string{"nat", "filter"} {
-		b, err := iptables.SaveCounters(path, table)
+		b, err := save(path, table)
 		if err != nil {
-			return "", fmt.Errorf("reading the %s table of %s: %w", table, nsName(ns), err)
+			return "", fmt.Errorf("reading the %s %s table of %s: %w", f, table, nsName(ns), err)
 		}
 		out.Write(b)
 	}
@@ -56,8 +60,8 @@ func nsName(ns string) string {
 	return "netns " + ns
 }
 
-// addrs lists the IPv4 addresses of the namespace (addrtype LOCAL).
-func addrs(ns string) ([]netip.Addr, error) {
+// addrs lists the namespace's addresses of the family (addrtype LOCAL).
+func addrs(ns string, f family) ([]netip.Addr, error) {
 	var out []netip.Addr
 	err := in(ns, func() error {
 		h, err := netlink.NewHandle()
@@ -65,7 +69,7 @@ func addrs(ns string) ([]netip.Addr, error) {
 			return err
 		}
 		defer h.Close()
-		as, err := cni.RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, netlink.FAMILY_V4) })
+		as, err := cni.RetryDump(func() ([]netlink.Addr, error) { return h.AddrList(nil, f.netlinkFamily()) })
 		if err != nil {
 			return err
 		}
@@ -82,19 +86,19 @@ func addrs(ns string) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// hostAddr is the namespace's first global IPv4 address (a lab host's
-// underlay address).
-func hostAddr(ns string) (netip.Addr, error) {
-	as, err := addrs(ns)
+// hostAddr is the namespace's first global address of the family (a lab
+// host's underlay address).
+func hostAddr(ns string, f family) (netip.Addr, error) {
+	as, err := addrs(ns, f)
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	for _, a := range as {
-		if !a.IsLoopback() {
+		if !a.IsLoopback() && !a.IsLinkLocalUnicast() {
 			return a, nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("%s has no IPv4 address", nsName(ns))
+	return netip.Addr{}, fmt.Errorf("%s has no %s address", nsName(ns), f)
 }
 
 // kernelRoute is `ip route get DST` in the namespace, plus, when the route
@@ -174,8 +178,8 @@ func eth0Peer(podNetns string) (int, error) {
 	return idx, err
 }
 
-// conntrackFlows lists the namespace's conntrack table.
-func conntrackFlows(ns string) ([]*netlink.ConntrackFlow, error) {
+// conntrackFlows lists the namespace's conntrack table of the family.
+func conntrackFlows(ns string, f family) ([]*netlink.ConntrackFlow, error) {
 	var flows []*netlink.ConntrackFlow
 	err := in(ns, func() error {
 		h, err := netlink.NewHandle()
@@ -184,7 +188,7 @@ func conntrackFlows(ns string) ([]*netlink.ConntrackFlow, error) {
 		}
 		defer h.Close()
 		flows, err = cni.RetryDump(func() ([]*netlink.ConntrackFlow, error) {
-			return h.ConntrackTableList(netlink.ConntrackTable, netlink.FAMILY_V4)
+			return h.ConntrackTableList(netlink.ConntrackTable, netlink.InetFamily(f.netlinkFamily()))
 		})
 		return err
 	})

@@ -55,19 +55,25 @@ func runNFT(ns string, stdin []byte, args ...string) ([]byte, error) {
 }
 
 // errNoNFTTable says the namespace has no table ip kube-proxy (or no nft
-// at all): the node runs the iptables mode.
+// at all): the node runs the iptables mode. For IPv6, no table ip6
+// kube-proxy: the node's proxy is in iptables mode or single-stack.
 var errNoNFTTable = errors.New("no table ip kube-proxy")
 
 // NFTRuleset is `nft -j list table ip kube-proxy` read in netns ("" for the
 // machine's own), for those that show the table's chains (minikit ui).
-func NFTRuleset(ns string) ([]byte, error) { return nftRules(ns) }
+func NFTRuleset(ns string) ([]byte, error) { return nftRules(ns, ipv4) }
 
-// nftRules is `nft -j list table ip kube-proxy` in netns, or errNoNFTTable.
-func nftRules(ns string) ([]byte, error) {
+// NFTRulesetIPv6 is NFTRuleset for a dual-stack node's IPv6 proxier: `nft
+// -j list table ip6 kube-proxy`.
+func NFTRulesetIPv6(ns string) ([]byte, error) { return nftRules(ns, ipv6) }
+
+// nftRules is `nft -j list table ip kube-proxy` (ip6 for IPv6) in netns, or
+// errNoNFTTable.
+func nftRules(ns string, f family) ([]byte, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, errNoNFTTable
 	}
-	out, err := runNFT(ns, nil, "-j", "list", "table", nftFamily, nftTable)
+	out, err := runNFT(ns, nil, "-j", "list", "table", f.nft(), nftTable)
 	if err != nil {
 		if strings.Contains(err.Error(), "No such file or directory") {
 			return nil, errNoNFTTable
@@ -145,7 +151,7 @@ func whyNFT(p Path, to Target, node string) string {
 // priority within each hook; the verdict, the masquerade and the policy
 // verdicts do not depend on that order.)
 func minikitRules(ns string, outs []iptsim.Outcome, pkt iptsim.Packet, node iptsim.Node) ([]iptsim.Outcome, error) {
-	save, err := saveRules(ns)
+	save, err := saveRules(ns, familyOf(pkt.Dst.Addr()))
 	if err != nil {
 		return nil, err
 	}

@@ -235,3 +235,35 @@ func TestFirstPacket(t *testing.T) {
 		t.Errorf("first packet's lines:\n%s", strings.Join(got, "\n"))
 	}
 }
+
+// IPv6 has no IP ID and the probe's packets share one flow label: the SYN
+// is the first packet, whatever trace ids its events come under, and the
+// ACK after it is not.
+func TestFirstPacketIPv6(t *testing.T) {
+	hdr := func(id, chain, daddr, dport, flags string) string {
+		return `trace id ` + id + ` ip6 ` + chain + ` packet: oif "eth1" ip6 saddr fd00:56::10 ip6 daddr ` + daddr +
+			` ip6 dscp cs0 ip6 ecn not-ect ip6 hoplimit 64 ip6 flowlabel 77 ip6 nexthdr tcp ip6 length 40 tcp sport 1 tcp dport ` + dport + ` tcp flags == ` + flags
+	}
+	all := []string{
+		"add table ip6 minikit-trace # handle 5",
+		hdr("aa", "minikit-trace output", "fd00:10:96::20", "80", "syn"),
+		"trace id aa ip6 kube-proxy nat-output rule jump services # handle 39 (verdict jump services)",
+		hdr("aa", "kube-proxy filter-output", "fd00:10:244:1::5", "9376", "syn"),
+		"trace id aa ip6 kube-proxy filter-output policy accept",
+		hdr("aa", "minikit-trace output", "fd00:10:96::20", "80", "ack"),
+		"trace id aa ip6 kube-proxy filter-output policy accept",
+		hdr("cc", "kube-proxy nat-postrouting", "fd00:10:244:1::5", "9376", "syn"),
+		"trace id cc ip6 kube-proxy nat-postrouting rule jump masquerading # handle 22 (verdict jump masquerading)",
+	}
+	got := firstPacket(all)
+	if len(got) != 6 || !strings.Contains(got[3], "filter-output policy accept") || !strings.Contains(got[5], "jump masquerading") {
+		t.Errorf("first packet's lines:\n%s", strings.Join(got, "\n"))
+	}
+	m := nftProbeMatch{Src: netip.MustParseAddr("fd00:56::10"), Dst: netip.MustParseAddrPort("[fd00:10:96::20]:80"), Proto: "tcp"}
+	if want := "ip6 saddr fd00:56::10 ip6 daddr fd00:10:96::20 meta l4proto tcp th dport 80 meta nftrace set 1"; m.rule() != want {
+		t.Errorf("trace rule %q, want %q", m.rule(), want)
+	}
+	if !strings.HasPrefix(m.traceScript(), "add table ip6 minikit-trace") {
+		t.Errorf("trace table:\n%s", m.traceScript())
+	}
+}

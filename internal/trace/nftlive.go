@@ -56,20 +56,25 @@ type nftProbeMatch struct {
 	Proto string
 }
 
+// family is the probe's: our table is ip or ip6 minikit-trace, the
+// family of the kube-proxy table the probe meets.
+func (m nftProbeMatch) family() string { return familyOf(m.Dst.Addr()).nft() }
+
 func (m nftProbeMatch) rule() string {
-	return fmt.Sprintf("ip saddr %s ip daddr %s meta l4proto %s th dport %d meta nftrace set 1", m.Src, m.Dst.Addr(), m.Proto, m.Dst.Port())
+	ip := m.family()
+	return fmt.Sprintf("%s saddr %s %s daddr %s meta l4proto %s th dport %d meta nftrace set 1", ip, m.Src, ip, m.Dst.Addr(), m.Proto, m.Dst.Port())
 }
 
 // staleScript removes a table of ours left over by a killed run (adding it
 // first makes the deletion succeed whether or not there was one).
-func staleScript() string {
-	t := nftFamily + " " + traceTable
+func (m nftProbeMatch) staleScript() string {
+	t := m.family() + " " + traceTable
 	return "add table " + t + "\ndelete table " + t + "\n"
 }
 
 // traceScript adds our table.
 func (m nftProbeMatch) traceScript() string {
-	t := nftFamily + " " + traceTable
+	t := m.family() + " " + traceTable
 	return strings.Join([]string{
 		"add table " + t + ` { comment "minikit trace --live: marks one probe for nftrace" ; }`,
 		"add chain " + t + " prerouting { type filter hook prerouting priority -300 ; }",
@@ -83,9 +88,10 @@ func (m nftProbeMatch) traceScript() string {
 // nftTraceProbe runs probe while the kernel of netns traces the packets m
 // matches, and returns the trace lines of the first such packet.
 func nftTraceProbe(netns string, m nftProbeMatch, probe func(), wait time.Duration) (lines []string, err error) {
+	nftFamily := m.family()
 	// Before the monitor starts: the only table deletion it reports is
 	// then the one that ends the probe.
-	if _, err := runNFT(netns, []byte(staleScript()), "-f", "-"); err != nil {
+	if _, err := runNFT(netns, []byte(m.staleScript()), "-f", "-"); err != nil {
 		return nil, fmt.Errorf("removing a stale table %s %s: %w", nftFamily, traceTable, err)
 	}
 	mon := nftCommand(netns, "-a", "monitor")
@@ -161,28 +167,56 @@ func nftTraceProbe(netns string, m nftProbeMatch, probe func(), wait time.Durati
 	return firstPacket(all), nil
 }
 
-var ipID = regexp.MustCompile(` ip id (\d+) `)
+var (
+	ipID     = regexp.MustCompile(` ip id (\d+) `)
+	tcpFlags = regexp.MustCompile(` tcp flags == (\S+)`)
+)
+
+// packetKey names the packet a trace header line shows: its IP ID for IPv4.
+// IPv6 has no IP ID and the probe's packets share their flow label, so an
+// IPv6 header line is the first packet's when it is the TCP SYN (flags ==
+// syn and nothing else) or the probe's one UDP datagram; every other IPv6
+// packet gets the key "later".
+func packetKey(l string) string {
+	if m := ipID.FindStringSubmatch(l); m != nil {
+		return m[1]
+	}
+	if !strings.Contains(l, " ip6 saddr ") {
+		return ""
+	}
+	if m := tcpFlags.FindStringSubmatch(l); m != nil {
+		if m[1] == "syn" {
+			return "ip6 first"
+		}
+		return "ip6 later"
+	}
+	if strings.Contains(l, " udp ") {
+		return "ip6 first"
+	}
+	return "ip6 later"
+}
 
 // firstPacket keeps the trace lines of the first traced packet. nft prints
 // a packet's headers whenever it enters a base chain, under a trace id that
 // hashes the packet buffer's address: a later packet of the probe may reuse
 // the id, and the same packet may change it (the bridge's netfilter copies
-// a DNATed frame). The IP ID is what stays: an event belongs to the first
-// packet when the header line last printed under its trace id carried the
-// first header line's IP ID.
+// a DNATed frame). What stays is the packet's key (packetKey: the IP ID of
+// IPv4, the SYN of IPv6): an event belongs to the first packet when the
+// header line last printed under its trace id carried the first header
+// line's key.
 func firstPacket(all []string) []string {
 	var lines []string
 	first := ""
-	current := map[string]string{} // trace id -> IP ID of its last header line
+	current := map[string]string{} // trace id -> key of its last header line
 	for _, l := range all {
 		f := strings.Fields(l)
 		if len(f) < 3 || f[0] != "trace" || f[1] != "id" {
 			continue
 		}
-		if m := ipID.FindStringSubmatch(l); m != nil && strings.Contains(l, " packet: ") {
-			current[f[2]] = m[1]
+		if k := packetKey(l); k != "" && strings.Contains(l, " packet: ") {
+			current[f[2]] = k
 			if first == "" {
-				first = m[1]
+				first = k
 			}
 		}
 		if first != "" && current[f[2]] == first {

@@ -68,7 +68,7 @@ func TestNFTLiveProbe(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", node, "nft", "add", "table", "ip", traceTable).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	js, err := nftRules(node)
+	js, err := nftRules(node, ipv4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestNFTLiveProbe(t *testing.T) {
 		if traceTablePresent(t, node) {
 			t.Errorf("table ip %s is still there after the probe", traceTable)
 		}
-		flows, err := conntrackFlows(node)
+		flows, err := conntrackFlows(node, ipv4)
 		if pr.conn != nil {
 			pr.conn.Close()
 		}

@@ -108,7 +108,7 @@ func (r *run) deliveringHop(res *Result, p *Path, pkt iptsim.Packet) error {
 	if err != nil {
 		return nil
 	}
-	save, err := saveRules(netns)
+	save, err := saveRules(netns, r.fam)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (r *run) deliveringHop(res *Result, p *Path, pkt iptsim.Packet) error {
 		return fmt.Errorf("parsing the rules of node %s: %w", n.Name, err)
 	}
 	sets, _ := policySets(netns) // see Run
-	local, err := addrs(netns)
+	local, err := addrs(netns, r.fam)
 	if err != nil {
 		return err
 	}

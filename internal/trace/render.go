@@ -176,10 +176,14 @@ func (r *Result) header(w io.Writer) {
 		ns = "the root namespace"
 	}
 	if r.Mode == ModeNFTables {
-		fmt.Fprintf(w, "rules: nft list table %s %s on node %s (%s), packet enters hook %s\n", nftFamily, nftTable, r.Node, ns, r.Hook)
+		fmt.Fprintf(w, "rules: nft list table %s %s on node %s (%s), packet enters hook %s\n", resultNFTFamily(r), nftTable, r.Node, ns, r.Hook)
 		return
 	}
-	fmt.Fprintf(w, "rules: iptables-save on node %s (%s), packet enters nat %s\n", r.Node, ns, r.Hook)
+	save := "iptables-save"
+	if r.Family == ipv6.String() {
+		save = "ip6tables-save"
+	}
+	fmt.Fprintf(w, "rules: %s on node %s (%s), packet enters nat %s\n", save, r.Node, ns, r.Hook)
 }
 
 // Tree writes the readable form: one line per matched rule, branching where
@@ -215,6 +219,9 @@ func (r *Result) Tree(w io.Writer) {
 		}
 	}
 	walk(buildTrie(r.Paths), "")
+	if r.Gateway != nil {
+		r.Gateway.tree(w)
+	}
 	if r.Live != nil {
 		r.Live.tree(w, r)
 	}
@@ -322,6 +329,7 @@ func (r *Result) Dot(w io.Writer) {
 	from := r.From.Kind + " " + r.From.Name + "\\n" + r.From.IP.String()
 	fmt.Fprintf(w, "  n0 [label=%s, shape=ellipse];\n", dotQuote(strings.TrimSpace(from)+"\\n-> "+r.To.Addr.String()))
 	id := 0
+	var gwLeaves []int // the leaves whose path ends at the Gateway's data plane
 	var walk func(n *trie, parent int)
 	walk = func(n *trie, parent int) {
 		for _, c := range n.children {
@@ -344,6 +352,10 @@ func (r *Result) Dot(w io.Writer) {
 				}
 				if p.Endpoint != nil {
 					label += "\\n" + p.Endpoint.String()
+				}
+				if r.Gateway.servedAt(p.Dst) {
+					label += "\\nGateway " + r.Gateway.Name + " data plane (user space)"
+					gwLeaves = append(gwLeaves, me)
 				}
 				if p.Why != "" {
 					label += "\\n" + wrap(p.Why, 60)
@@ -383,6 +395,16 @@ func (r *Result) Dot(w io.Writer) {
 		}
 	}
 	walk(buildTrie(r.Paths), 0)
+	if r.Gateway != nil {
+		// The Gateway's part past the rules, as the tree prints it, beside
+		// the paths that end at its data plane.
+		var b strings.Builder
+		r.Gateway.tree(&b)
+		fmt.Fprintf(w, "  gateway [label=%s, shape=note];\n", dotQuote(strings.ReplaceAll(b.String(), "\n", "\\l")))
+		for _, n := range gwLeaves {
+			fmt.Fprintf(w, "  n%d -> gateway [style=dashed];\n", n)
+		}
+	}
 	fmt.Fprintf(w, "}\n")
 }
 
@@ -406,4 +428,12 @@ func wrap(s string, n int) string {
 		col += len(word)
 	}
 	return b.String()
+}
+
+// resultNFTFamily is the nftables family of the table a result read.
+func resultNFTFamily(r *Result) string {
+	if r.Family == ipv6.String() {
+		return ipv6.nft()
+	}
+	return ipv4.nft()
 }

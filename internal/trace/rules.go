@@ -15,7 +15,7 @@ import (
 // for this machine's own): nftables when the table ip kube-proxy is there
 // (starting one mode removes the other's rules), else iptables.
 func Mode(ns string) (string, error) {
-	_, err := nftRules(ns)
+	_, err := nftRules(ns, ipv4)
 	switch {
 	case err == nil:
 		return ModeNFTables, nil
@@ -35,7 +35,7 @@ func ProxyRules(ns string) (mode, text string, err error) {
 		return "", "", err
 	}
 	if mode == ModeNFTables {
-		out, err := runNFT(ns, nil, "list", "table", nftFamily, nftTable)
+		out, err := runNFT(ns, nil, "list", "table", ipv4.nft(), nftTable)
 		if err != nil {
 			return "", "", err
 		}

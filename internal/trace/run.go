@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 // Config is `minikit trace`'s arguments and flags.
@@ -43,9 +44,19 @@ type Config struct {
 	Node string
 	// Lab is the lab whose namespaces are the nodes (LAB-NODE); a node that
 	// is not in it is read from the root namespace if it is this machine.
-	Lab     string
+	Lab string
+	// Family is the address family to trace, ipv4 or ipv6, in a
+	// dual-stack cluster: which of a Service's cluster IPs svc/NAME means,
+	// which of a node's addresses a node name, which of FROM's addresses
+	// sends. By default the family of an IP address in TO, else the
+	// cluster's primary family (the Service's first cluster IP).
+	Family  string
 	Live    bool
 	Timeout time.Duration // of the live probe
+	// Gateway reads the Gateway API's objects: a TO that is a Gateway's
+	// address and listener port gets the Gateway's part (Result.Gateway).
+	// nil, or a cluster without the CRDs, traces the Service alone.
+	Gateway gwclient.Interface
 }
 
 type run struct {
@@ -53,6 +64,8 @@ type run struct {
 	o     Config
 	nodes []corev1.Node
 	pods  []corev1.Pod
+	// fam is the family traced: TO's address's.
+	fam family
 	// routeCache holds the answers of routeGet: the tracer asks the same
 	// route again for every rule with -o on every branch.
 	routeCache map[routeKey]routeAnswer
@@ -103,11 +116,21 @@ func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error)
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	r.nodes = nl.Items
-	from, err := r.resolveFrom(ctx, o.From)
+	fam, set, ok := parseFamily(o.Family)
+	if !ok {
+		return nil, fmt.Errorf("--ip-family must be ipv4 or ipv6, not %q", o.Family)
+	}
+	r.fam = fam
+	// TO first: its address decides the family FROM sends from.
+	to, proto, err := r.resolveTo(ctx, o.To, set)
 	if err != nil {
 		return nil, err
 	}
-	to, proto, err := r.resolveTo(ctx, o.To)
+	if set && familyOf(to.Addr.Addr()) != fam {
+		return nil, fmt.Errorf("TO %s is an %s address, not --ip-family %s", to.Addr.Addr(), familyOf(to.Addr.Addr()), o.Family)
+	}
+	r.fam = familyOf(to.Addr.Addr())
+	from, err := r.resolveFrom(ctx, o.From)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +152,7 @@ func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{From: from, To: to, Proto: proto, Node: nodeName, Netns: netns, Hook: "PREROUTING"}
+	res := &Result{From: from, To: to, Proto: proto, Node: nodeName, Netns: netns, Hook: "PREROUTING", Family: r.fam.String()}
 	pkt := iptsim.Packet{Src: from.IP, Dst: to.Addr, Proto: proto}
 	if from.Kind == "node" && from.Node == nodeName {
 		res.Hook, pkt.Local = "OUTPUT", true
@@ -139,7 +162,7 @@ func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error)
 			res.From.IP = rt.Src
 		}
 	}
-	local, err := addrs(netns)
+	local, err := addrs(netns, r.fam)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +181,14 @@ func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error)
 	}
 	var outs []iptsim.Outcome
 	res.Mode = ModeIPTables
-	js, err := nftRules(netns)
+	js, err := nftRules(netns, r.fam)
+	if errors.Is(err, errNoNFTTable) && r.fam.v6 {
+		// No table ip6 kube-proxy: iptables mode, unless the IPv4 table says
+		// the node runs the nftables proxy single-stack.
+		if _, err4 := nftRules(netns, ipv4); err4 == nil {
+			return nil, fmt.Errorf("node %s runs the nftables proxy without a table ip6 kube-proxy: it proxies no IPv6 (is the cluster dual-stack?)", nodeName)
+		}
+	}
 	switch {
 	case err == nil:
 		res.Mode, res.Hook = ModeNFTables, strings.ToLower(res.Hook)
@@ -177,13 +207,13 @@ func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error)
 		if pkt.Recent, err = recentLists(netns, pkt.Src); err != nil {
 			return nil, err
 		}
-		save, err := saveRules(netns)
+		save, err := saveRules(netns, r.fam)
 		if err != nil {
 			return nil, err
 		}
 		rules, err := iptsim.Parse(save)
 		if err != nil {
-			return nil, fmt.Errorf("parsing the rules of node %s: %w", nodeName, err)
+			return nil, fmt.Errorf("parsing the %s rules of node %s: %w", r.fam, nodeName, err)
 		}
 		// Without readable ipsets (a kernel without ip_set) a rule that matches
 		// one fails the walk with its own error; others trace as before.
@@ -205,6 +235,9 @@ func Run(ctx context.Context, c kubernetes.Interface, o Config) (*Result, error)
 			}
 		}
 	}
+	if err := r.gateway(ctx, res); err != nil {
+		return nil, err
+	}
 	if o.Live {
 		if err := r.live(res); err != nil {
 			return nil, err
@@ -222,31 +255,32 @@ func (r *run) node(name string) *corev1.Node {
 	return nil
 }
 
-func internalIP(n *corev1.Node) netip.Addr {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				return ip
-			}
-		}
-	}
-	return netip.Addr{}
-}
+// internalIP is the node's InternalIP of the family.
+func internalIP(n *corev1.Node, f family) netip.Addr { return f.first(internalIPs(n)...) }
 
+// nodeByIP is the node with InternalIP ip, of either family.
 func (r *run) nodeByIP(ip netip.Addr) *corev1.Node {
 	for i := range r.nodes {
-		if internalIP(&r.nodes[i]) == ip {
-			return &r.nodes[i]
+		for _, a := range internalIPs(&r.nodes[i]) {
+			if b, err := netip.ParseAddr(a); err == nil && b == ip {
+				return &r.nodes[i]
+			}
 		}
 	}
 	return nil
 }
 
-// nodeByPodIP is the node whose pod CIDR holds ip.
+// nodeByPodIP is the node whose pod CIDR of ip's family holds ip.
 func (r *run) nodeByPodIP(ip netip.Addr) *corev1.Node {
 	for i := range r.nodes {
-		if p, err := netip.ParsePrefix(r.nodes[i].Spec.PodCIDR); err == nil && p.Contains(ip) {
-			return &r.nodes[i]
+		cidrs := r.nodes[i].Spec.PodCIDRs
+		if len(cidrs) == 0 {
+			cidrs = []string{r.nodes[i].Spec.PodCIDR}
+		}
+		for _, c := range cidrs {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Contains(ip) {
+				return &r.nodes[i]
+			}
 		}
 	}
 	return nil
@@ -261,8 +295,11 @@ func (r *run) nodeNetns(n *corev1.Node) (string, error) {
 	if ns := r.labNS(n.Name); netns.ExistsNamed(ns) {
 		return ns, nil
 	}
-	ip := internalIP(n)
-	own, err := addrs("")
+	ip := internalIP(n, ipv4)
+	if !ip.IsValid() {
+		ip = internalIP(n, ipv6)
+	}
+	own, err := addrs("", familyOf(ip))
 	if err != nil {
 		return "", err
 	}
@@ -288,7 +325,7 @@ func (r *run) resolveFrom(ctx context.Context, s string) (Source, error) {
 		if !netns.ExistsNamed(ns) {
 			return Source{}, fmt.Errorf("lab %q has no %s host (netns %s)", r.o.Lab, s, ns)
 		}
-		ip, err := hostAddr(ns)
+		ip, err := hostAddr(ns, r.fam)
 		if err != nil {
 			return Source{}, err
 		}
@@ -303,7 +340,11 @@ func (r *run) resolveFrom(ctx context.Context, s string) (Source, error) {
 		if err != nil {
 			return Source{}, err
 		}
-		return Source{Kind: "node", Name: name, IP: internalIP(n), Node: name, Netns: ns}, nil
+		ip := internalIP(n, r.fam)
+		if !ip.IsValid() {
+			return Source{}, fmt.Errorf("node %s has no %s InternalIP", name, r.fam)
+		}
+		return Source{Kind: "node", Name: name, IP: ip, Node: name, Netns: ns}, nil
 	}
 	if kind != "" && kind != "pod" && kind != "po" {
 		return Source{}, fmt.Errorf("FROM %q: want pod/NAME, node/NAME, client, external or an IP", s)
@@ -312,9 +353,13 @@ func (r *run) resolveFrom(ctx context.Context, s string) (Source, error) {
 	if err != nil {
 		return Source{}, fmt.Errorf("FROM %q is not a node, a lab host or an IP, and as a pod: %w", s, err)
 	}
-	ip, err := netip.ParseAddr(pod.Status.PodIP)
-	if err != nil || pod.Spec.NodeName == "" {
+	ips := podIPs(pod)
+	if len(ips) == 0 || pod.Spec.NodeName == "" {
 		return Source{}, fmt.Errorf("pod %s/%s has no IP yet (phase %s)", pod.Namespace, pod.Name, pod.Status.Phase)
+	}
+	ip := r.fam.first(ips...)
+	if !ip.IsValid() {
+		return Source{}, fmt.Errorf("pod %s/%s has no %s address (podIPs %s): it cannot reach %s", pod.Namespace, pod.Name, r.fam, strings.Join(ips, ", "), r.o.To)
 	}
 	src := Source{Kind: "pod", Name: pod.Namespace + "/" + pod.Name, IP: ip, Node: pod.Spec.NodeName}
 	if n := r.node(pod.Spec.NodeName); n != nil && !pod.Spec.HostNetwork {
@@ -333,7 +378,9 @@ func portName(svc *corev1.Service, p *corev1.ServicePort) string {
 	return s
 }
 
-func (r *run) resolveTo(ctx context.Context, s string) (Target, string, error) {
+// resolveTo reads TO; familySet says --ip-family chose r.fam (else a
+// Service's or a node's primary address is meant).
+func (r *run) resolveTo(ctx context.Context, s string, familySet bool) (Target, string, error) {
 	if kind, rest, ok := strings.Cut(s, "/"); ok && (kind == "svc" || kind == "service") {
 		name, port, _ := strings.Cut(rest, ":")
 		svc, err := r.c.CoreV1().Services(r.o.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -343,6 +390,11 @@ func (r *run) resolveTo(ctx context.Context, s string) (Target, string, error) {
 		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
 		if err != nil {
 			return Target{}, "", fmt.Errorf("service %s/%s has no cluster IP (%q)", svc.Namespace, svc.Name, svc.Spec.ClusterIP)
+		}
+		if familySet {
+			if ip = r.fam.first(clusterIPs(svc)...); !ip.IsValid() {
+				return Target{}, "", fmt.Errorf("service %s/%s has no %s cluster IP (clusterIPs %s)", svc.Namespace, svc.Name, r.fam, strings.Join(clusterIPs(svc), ", "))
+			}
 		}
 		for i := range svc.Spec.Ports {
 			p := &svc.Spec.Ports[i]
@@ -367,7 +419,16 @@ func (r *run) resolveTo(ctx context.Context, s string) (Target, string, error) {
 		if n == nil {
 			return Target{}, "", fmt.Errorf("TO %q: %q is neither an IP nor a node", s, host)
 		}
-		ip = internalIP(n)
+		f := r.fam
+		if ips := internalIPs(n); !familySet && len(ips) > 0 {
+			// The node's primary address: its first InternalIP.
+			if a, err := netip.ParseAddr(ips[0]); err == nil {
+				f = familyOf(a)
+			}
+		}
+		if ip = internalIP(n, f); !ip.IsValid() {
+			return Target{}, "", fmt.Errorf("TO %q: node %s has no %s InternalIP", s, host, f)
+		}
 	}
 	t := Target{Addr: netip.AddrPortFrom(ip, uint16(pn)), Kind: "address"}
 	svcs, err := r.c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
@@ -381,7 +442,7 @@ func (r *run) resolveTo(ctx context.Context, s string) (Target, string, error) {
 			p := &svc.Spec.Ports[j]
 			kind := ""
 			switch {
-			case svc.Spec.ClusterIP == a && int(p.Port) == int(pn):
+			case slices.Contains(clusterIPs(svc), a) && int(p.Port) == int(pn):
 				kind = "cluster IP"
 			case slices.Contains(svc.Spec.ExternalIPs, a) && int(p.Port) == int(pn):
 				kind = "external IP"
@@ -494,7 +555,7 @@ func (r *run) endpoint(ctx context.Context, ip netip.Addr) (*Pod, *corev1.Pod, e
 	}
 	for i := range pods {
 		p := &pods[i]
-		if p.Status.PodIP == ip.String() && !p.Spec.HostNetwork && p.DeletionTimestamp == nil {
+		if slices.Contains(podIPs(p), ip.String()) && !p.Spec.HostNetwork && p.DeletionTimestamp == nil {
 			return &Pod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName}, p, nil
 		}
 	}
@@ -538,6 +599,8 @@ func (r *run) routes(ctx context.Context, res *Result, netns string, outs []ipts
 				route.Kind, route.Node = "vxlan", n.Name
 				if ip, err := kubelet.PublicIP(n); err == nil {
 					route.Tunnel = ip.String()
+				} else if ip, err := kubelet.PublicIPv6(n); err == nil {
+					route.Tunnel = ip.String() // an IPv6-only node's tunnel
 				}
 			}
 		case rt.Via.IsValid():
@@ -601,7 +664,7 @@ func (r *run) live(res *Result) error {
 	// kernel's trace of the probe says which rules it matched instead.
 	// In nftables mode the iptables counters still say which of minikit's
 	// own rules (network policy, pod masquerade) the probe passed.
-	save, err := saveRules(res.Netns)
+	save, err := saveRules(res.Netns, r.fam)
 	if err != nil {
 		return err
 	}
@@ -617,7 +680,7 @@ func (r *run) live(res *Result) error {
 			if _, ok := others[h.netns]; ok {
 				continue
 			}
-			s, err := saveRules(h.netns)
+			s, err := saveRules(h.netns, r.fam)
 			if err != nil {
 				return err
 			}
@@ -649,7 +712,7 @@ func (r *run) live(res *Result) error {
 	if !src.IsValid() {
 		l.Probe = fmt.Sprintf("%s %s -> %s", res.Proto, res.From.IP, res.To.Addr)
 	}
-	flows, err := conntrackFlows(res.Netns)
+	flows, err := conntrackFlows(res.Netns, r.fam)
 	if pr.conn != nil {
 		pr.conn.Close()
 	}
@@ -659,7 +722,7 @@ func (r *run) live(res *Result) error {
 	if pr.local.IsValid() {
 		l.Conntrack = findFlow(flows, res.Proto, pr.local, res.To.Addr)
 	}
-	if save, err = saveRules(res.Netns); err != nil {
+	if save, err = saveRules(res.Netns, r.fam); err != nil {
 		return err
 	}
 	after, err := iptsim.Parse(save)
@@ -677,7 +740,7 @@ func (r *run) live(res *Result) error {
 			if _, ok := moved[h.node]; ok {
 				continue
 			}
-			s, err := saveRules(h.netns)
+			s, err := saveRules(h.netns, r.fam)
 			if err != nil {
 				return err
 			}
@@ -704,7 +767,7 @@ func (r *run) hostWithIP(ip netip.Addr) string {
 		if !netns.ExistsNamed(ns) {
 			continue
 		}
-		if as, err := addrs(ns); err == nil {
+		if as, err := addrs(ns, r.fam); err == nil {
 			for _, a := range as {
 				if a == ip {
 					return ns
@@ -724,11 +787,12 @@ type probeResult struct {
 }
 
 // probe opens one connection (TCP) or sends one datagram (UDP) from inside
-// netns. For TCP it sends an HTTP/1.0 request; for UDP a line of text (the
+// netns, of dst's family. For TCP it sends an HTTP/1.0 request; for UDP a line of text (the
 // lab's echo image answers both). The connection is left open for the
 // caller to read the conntrack entry first.
 func probe(netns, proto string, dst netip.AddrPort, timeout time.Duration) probeResult {
 	var pr probeResult
+	f := familyOf(dst.Addr())
 	err := in(netns, func() error {
 		d := net.Dialer{Timeout: timeout, Control: func(_, _ string, rc syscall.RawConn) error {
 			// Bind before connecting so the source port is known even when
@@ -736,7 +800,11 @@ func probe(netns, proto string, dst netip.AddrPort, timeout time.Duration) probe
 			// entry to look for when nat let it through.
 			var berr error
 			err := rc.Control(func(fd uintptr) {
-				if berr = unix.Bind(int(fd), &unix.SockaddrInet4{}); berr != nil {
+				var any unix.Sockaddr = &unix.SockaddrInet4{}
+				if f.v6 {
+					any = &unix.SockaddrInet6{}
+				}
+				if berr = unix.Bind(int(fd), any); berr != nil {
 					return
 				}
 				sa, err := unix.Getsockname(int(fd))
@@ -744,8 +812,11 @@ func probe(netns, proto string, dst netip.AddrPort, timeout time.Duration) probe
 					berr = err
 					return
 				}
-				if in4, ok := sa.(*unix.SockaddrInet4); ok {
-					pr.local = netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port))
+				switch in := sa.(type) {
+				case *unix.SockaddrInet4:
+					pr.local = netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port))
+				case *unix.SockaddrInet6:
+					pr.local = netip.AddrPortFrom(netip.AddrFrom16(in.Addr), uint16(in.Port))
 				}
 			})
 			if err != nil {
@@ -753,7 +824,7 @@ func probe(netns, proto string, dst netip.AddrPort, timeout time.Duration) probe
 			}
 			return berr
 		}}
-		c, err := d.Dial(proto+"4", dst.String())
+		c, err := d.Dial(proto+f.net(), dst.String())
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,11 @@
 // adds the route out for every outcome, and with Live sends one real probe
 // and shows which counters moved (iptables) or which rules the kernel's own
 // nftrace saw the probe match (nftables), and which conntrack entry the
-// kernel created, confirming (or refuting) the prediction.
+// kernel created, confirming (or refuting) the prediction. To a Gateway's
+// address and listener port (gateway.go) it adds what the kernel cannot
+// say: the Gateway's user-space data plane takes the connection at the
+// data port the rules DNAT to, and picks a route, rule and backend per
+// request; the trace lists those candidates and the backends' ready pods.
 //
 // It only reads kernel state: it never writes a rule, a route or a sysctl,
 // with one exception: a live probe in nftables mode adds a table of its own,
@@ -37,12 +41,19 @@ type Result struct {
 	// Mode is the node's proxy mode, iptables or nftables: which rules were
 	// read (iptables-save, or nft list table ip kube-proxy).
 	Mode string `json:"mode"`
+	// Family is the address family traced, the destination's: IPv4 or
+	// IPv6 (a dual-stack node's IPv6 proxier: ip6tables, or table ip6
+	// kube-proxy).
+	Family string `json:"family"`
 	// Hook is where the packet enters: in iptables mode the built-in nat
 	// chain, PREROUTING for a packet arriving at the node, OUTPUT for one
 	// the node sends; in nftables mode the hook, prerouting or output.
 	Hook  string `json:"hook"`
 	Paths []Path `json:"paths"`
-	Live  *Live  `json:"live,omitempty"`
+	// Gateway is, for a TO that is a Gateway's address and listener port,
+	// what the Gateway does past the kernel's rules.
+	Gateway *Gateway `json:"gateway,omitempty"`
+	Live    *Live    `json:"live,omitempty"`
 }
 
 // Source is FROM.

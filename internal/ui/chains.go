@@ -23,6 +23,9 @@ type RulesReader interface {
 	Mode(ns string) (string, error)
 	// IPTables is iptables-save -c of the nat and filter tables, parsed.
 	IPTables(ns string) (*iptsim.Rules, error)
+	// IPTablesIPv6 is the same of ip6tables-save -c: a dual-stack node's
+	// IPv6 proxier's rules.
+	IPTablesIPv6(ns string) (*iptsim.Rules, error)
 	// NFT is `nft -j list table ip kube-proxy`.
 	NFT(ns string) ([]byte, error)
 }
@@ -34,9 +37,17 @@ type kernelRules struct{}
 func (kernelRules) Mode(ns string) (string, error) { return trace.Mode(ns) }
 
 func (kernelRules) IPTables(ns string) (*iptsim.Rules, error) {
+	return saveParsed(ns, iptables.SaveCounters)
+}
+
+func (kernelRules) IPTablesIPv6(ns string) (*iptsim.Rules, error) {
+	return saveParsed(ns, iptables.SaveCountersIPv6)
+}
+
+func saveParsed(ns string, saveCounters func(netnsPath, table string) ([]byte, error)) (*iptsim.Rules, error) {
 	var save strings.Builder
 	for _, table := range []string{"nat", "filter"} {
-		b, err := iptables.SaveCounters(netns.NetNSPath(ns), table)
+		b, err := saveCounters(netns.NetNSPath(ns), table)
 		if err != nil {
 			return nil, fmt.Errorf("reading the %s table of netns %s: %w", table, ns, err)
 		}

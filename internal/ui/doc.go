@@ -10,8 +10,8 @@
 //   - It is read-only. Every route is a GET; none writes to the API or the
 //     kernel. The one packet it sends on its own is a DNS query, and the one
 //     a live trace sends, each from inside a lab namespace (never the root
-//     namespace). It watches Nodes, Pods, Services, EndpointSlices and
-//     Ingresses only: no Secret is ever read, so none can be shown.
+//     namespace). It watches Nodes, Pods, Services, EndpointSlices,
+//     Ingresses, and Gateways and routes (when their CRDs are served) only: no Secret is ever read, so none can be shown.
 //   - It listens on loopback by default. Off loopback (a non-loopback
 //     --listen, or any request whose peer is not loopback) every request
 //     must carry the lab's API token, the one in the lab's kubeconfig:
@@ -35,7 +35,7 @@
 // Live updates: client-go informers watch the five kinds; a Pod event
 // re-reads only that pod's namespace (Source.ReadHost) and sends it at once;
 // then, debounced, the whole lab is read (Source.Collect) for what a Node,
-// Service, EndpointSlice or Ingress event changed and for the node's side of
+// Service, EndpointSlice, Ingress, Gateway or route event changed and for the node's side of
 // a pod's veth (reading a node's namespace alone would read all its pods). Each refresh is diffed against the graph the
 // page has, and only the difference is pushed to the page as a Server-Sent
 // Event ("patch"); a page that connects first gets the whole graph.

@@ -19,10 +19,14 @@ import (
 	"github.com/minikit/minikit/internal/topology"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
+	gwinformers "sigs.k8s.io/gateway-api/pkg/client/informers/externalversions"
 )
 
 // live holds the lab's current graph, refreshes the parts that changed and
@@ -35,6 +39,7 @@ import (
 type live struct {
 	src      Source
 	client   kubernetes.Interface
+	gw       gwclient.Interface // nil: no Gateway API to watch
 	debounce time.Duration
 	log      *slog.Logger
 	nodes    corelisters.NodeLister
@@ -84,6 +89,11 @@ func (l *live) start(ctx context.Context) error {
 		}
 		synced = append(synced, reg.HasSynced)
 	}
+	gwSynced, err := l.watchGateways(ctx, fullH)
+	if err != nil {
+		return err
+	}
+	synced = append(synced, gwSynced...)
 	reg, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { l.pod(o, false) },
 		UpdateFunc: func(_, n any) { l.pod(n, false) },
@@ -111,6 +121,57 @@ func (l *live) start(ctx context.Context) error {
 	l.set(g)
 	go l.run(ctx)
 	return nil
+}
+
+// watchGateways watches the Gateways and their routes as the Ingresses are
+// watched: any change reads the whole lab again. Only the kinds the API
+// serves are watched (an informer on a kind without its CRD would list in
+// vain forever); a CRD installed after the page started is seen when the
+// page is started again.
+func (l *live) watchGateways(ctx context.Context, h cache.ResourceEventHandler) ([]cache.InformerSynced, error) {
+	if l.gw == nil {
+		return nil, nil
+	}
+	f := gwinformers.NewSharedInformerFactory(l.gw, 0)
+	v1 := f.Gateway().V1()
+	kinds := []struct {
+		inf  func() cache.SharedIndexInformer
+		list func() error
+	}{
+		{v1.Gateways().Informer, func() error {
+			_, err := l.gw.GatewayV1().Gateways("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}},
+		{v1.HTTPRoutes().Informer, func() error {
+			_, err := l.gw.GatewayV1().HTTPRoutes("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}},
+		{v1.GRPCRoutes().Informer, func() error {
+			_, err := l.gw.GatewayV1().GRPCRoutes("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}},
+		{v1.TLSRoutes().Informer, func() error {
+			_, err := l.gw.GatewayV1().TLSRoutes("").List(ctx, metav1.ListOptions{Limit: 1})
+			return err
+		}},
+	}
+	var synced []cache.InformerSynced
+	for _, k := range kinds {
+		err := k.list()
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("watching the lab's Gateways: %w", err)
+		}
+		reg, err := k.inf().AddEventHandler(h)
+		if err != nil {
+			return nil, fmt.Errorf("watching the lab's Gateways: %w", err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	f.Start(ctx.Done())
+	return synced, nil
 }
 
 func (l *live) mark(fn func(*dirty)) {
@@ -337,10 +398,14 @@ type patch struct {
 	RemoveLinks []string            `json:"removeLinks,omitempty"`
 	Services    *[]topology.Service `json:"services,omitempty"`
 	Ingresses   *[]topology.Ingress `json:"ingresses,omitempty"`
+	// Gateways and GatewayRoutes are sent together, both whole, when
+	// either changed.
+	Gateways      *[]topology.Gateway      `json:"gateways,omitempty"`
+	GatewayRoutes *[]topology.GatewayRoute `json:"gatewayRoutes,omitempty"`
 }
 
 func (p *patch) empty() bool {
-	return len(p.Hosts)+len(p.RemoveHosts)+len(p.Links)+len(p.RemoveLinks) == 0 && p.Services == nil && p.Ingresses == nil
+	return len(p.Hosts)+len(p.RemoveHosts)+len(p.Links)+len(p.RemoveLinks) == 0 && p.Services == nil && p.Ingresses == nil && p.Gateways == nil
 }
 
 // diff is what changed from a to b.
@@ -392,6 +457,16 @@ func diff(a, b *topology.Graph) patch {
 			s = []topology.Ingress{}
 		}
 		p.Ingresses = &s
+	}
+	if !reflect.DeepEqual(a.Gateways, b.Gateways) || !reflect.DeepEqual(a.GatewayRoutes, b.GatewayRoutes) {
+		gs, rs := b.Gateways, b.GatewayRoutes
+		if gs == nil {
+			gs = []topology.Gateway{}
+		}
+		if rs == nil {
+			rs = []topology.GatewayRoute{}
+		}
+		p.Gateways, p.GatewayRoutes = &gs, &rs
 	}
 	return p
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/minikit/minikit/internal/trace"
 
 	"k8s.io/client-go/kubernetes"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 //go:embed assets
@@ -37,7 +38,11 @@ type Source interface {
 type Config struct {
 	Lab    lab.State
 	Client kubernetes.Interface
-	Source Source
+	// Gateway, when set, watches the Gateway API's Gateways and routes
+	// (a cluster without their CRDs has none to watch) and lets a trace
+	// to a Gateway's address say which routes take it.
+	Gateway gwclient.Interface
+	Source  Source
 	// Listen is the address the server listens on; off loopback, Token is
 	// required.
 	Listen string
@@ -88,8 +93,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Log = slog.Default()
 	}
 	if cfg.Trace == nil {
-		c := cfg.Client
-		cfg.Trace = func(ctx context.Context, o trace.Config) (*trace.Result, error) { return trace.Run(ctx, c, o) }
+		c, gw := cfg.Client, cfg.Gateway
+		cfg.Trace = func(ctx context.Context, o trace.Config) (*trace.Result, error) {
+			if o.Gateway == nil {
+				o.Gateway = gw
+			}
+			return trace.Run(ctx, c, o)
+		}
 	}
 	if cfg.PathOf == nil {
 		return nil, errors.New("ui: PathOf (topology.PathOf) is required")
@@ -106,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 	log := cfg.Log.With("component", "ui", "lab", cfg.Lab.Name)
 	s := &Server{cfg: cfg, log: log, traces: make(chan struct{}, 2)}
 	s.live = newLive(cfg.Source, cfg.Client, cfg.Debounce, log)
+	s.live.gw = cfg.Gateway
 	return s, nil
 }
 

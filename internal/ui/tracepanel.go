@@ -23,13 +23,13 @@ type traceAnswer struct {
 	CountersError string `json:"countersError,omitempty"`
 }
 
-// serveTrace is GET /api/trace?from=FROM&to=TO[&namespace=NS][&live=1]:
+// serveTrace is GET /api/trace?from=FROM&to=TO[&namespace=NS][&family=ipv6][&live=1]:
 // trace.Run in-process. Anything trace.Run refuses (an unknown FROM or TO, a
 // Service without the port) is the request's fault: 400 with trace's own
 // message.
 func (s *Server) serveTrace(r *http.Request) (any, error) {
 	q := r.URL.Query()
-	o := trace.Config{From: q.Get("from"), To: q.Get("to"), Namespace: q.Get("namespace"), Proto: q.Get("proto"), Lab: s.cfg.Lab.Name}
+	o := trace.Config{From: q.Get("from"), To: q.Get("to"), Namespace: q.Get("namespace"), Proto: q.Get("proto"), Family: q.Get("family"), Lab: s.cfg.Lab.Name}
 	if o.From == "" || o.To == "" {
 		return nil, badRequest("trace: both FROM and TO are required (FROM: pod/NAME, node/NAME, client, external or an IP; TO: svc/NAME[:PORT] or ADDRESS:PORT)")
 	}
@@ -58,7 +58,11 @@ func (s *Server) serveTrace(r *http.Request) (any, error) {
 		a.Hops = append(a.Hops, s.cfg.PathOf(g, res, i))
 	}
 	if res.Mode == trace.ModeIPTables {
-		rules, err := s.cfg.Rules.IPTables(res.Netns)
+		read := s.cfg.Rules.IPTables
+		if res.Family == "IPv6" {
+			read = s.cfg.Rules.IPTablesIPv6
+		}
+		rules, err := read(res.Netns)
 		if err != nil {
 			a.CountersError = err.Error()
 		} else {

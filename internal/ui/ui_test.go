@@ -333,6 +333,12 @@ func TestTraceAnswersAndBadInput(t *testing.T) {
 		if o.To == "svc/nope" {
 			return nil, errors.New(`TO "svc/nope": services "nope" not found`)
 		}
+		if o.Family == "ipv6" {
+			// The IPv6 proxier's rules: counters come from ip6tables-save.
+			return &trace.Result{Mode: trace.ModeIPTables, Family: "IPv6", Netns: "gu-node1", Paths: []trace.Path{{Verdict: "ACCEPT", Steps: []trace.Step{
+				{Table: "nat", Chain: "KUBE-SERVICES", Rule: 1, Text: `-A KUBE-SERVICES -m comment --comment "default/hostnames:p80 cluster IP" -m tcp -p tcp -d fd00:10:96::20 --dport 80 -j KUBE-SVC-26OUV5WZ4S3VFRGA`},
+			}}}}, nil
+		}
 		return &trace.Result{Mode: trace.ModeIPTables, Netns: "gu-node1", Paths: []trace.Path{{Verdict: "ACCEPT", Steps: []trace.Step{
 			{Table: "nat", Chain: "KUBE-NODEPORTS", Rule: 4, Text: `-A KUBE-NODEPORTS -p tcp -m comment --comment "default/local:http" -m tcp --dport 30080 -j KUBE-EXT-3ENVKKDUT2EZ6WIE`},
 			{Table: "nat", Chain: "KUBE-EXT-3ENVKKDUT2EZ6WIE", Rule: 0, Text: "end of chain"},
@@ -353,6 +359,14 @@ func TestTraceAnswersAndBadInput(t *testing.T) {
 	}
 	if len(a.Counters) != 1 || a.Counters[0][0] == nil || a.Counters[0][0].Packets != 4 || a.Counters[0][1] != nil {
 		t.Fatalf("counters %+v", a.Counters)
+	}
+
+	a = traceAnswer{}
+	if code := getJSON(t, h, "/api/trace?from=client&to=svc/web&family=ipv6", &a); code != 200 || got.Family != "ipv6" {
+		t.Fatalf("status %d, family %q", code, got.Family)
+	}
+	if len(a.Counters) != 1 || a.Counters[0][0] == nil {
+		t.Fatalf("an IPv6 trace's counters were not read from the IPv6 rules: %+v %q", a.Counters, a.CountersError)
 	}
 
 	for target, want := range map[string]string{
@@ -384,6 +398,14 @@ func (f fixtureRules) Mode(string) (string, error) {
 
 func (fixtureRules) IPTables(string) (*iptsim.Rules, error) {
 	b, err := os.ReadFile("../iptables/iptsim/testdata/node2.save")
+	if err != nil {
+		return nil, err
+	}
+	return iptsim.Parse(string(b))
+}
+
+func (fixtureRules) IPTablesIPv6(string) (*iptsim.Rules, error) {
+	b, err := os.ReadFile("../iptables/iptsim/testdata/v6-clusterip.save")
 	if err != nil {
 		return nil, err
 	}

@@ -3,12 +3,13 @@
 // getent and curl as a student would.
 //
 // Tests and what they need:
-//   - TestLabDNSListener: the node DNS listeners (10.244.N.1) queried directly
-//     from pods; needs only this package's wiring.
+//   - TestLabDNSListener: the coredns pods (kube-system, k8s-app=kube-dns)
+//     queried directly from pods at their pod IPs, and the kube-dns Service
+//     selecting them.
 //   - TestLabDNSUpstream: an ExternalName to the lab's external host; needs
 //     the lab to start nodes with --dns-upstream <external host>.
 //   - TestLabDNSClusterIP: pods querying the kube-dns VIP 10.96.0.10, and
-//     surviving a node's DNS going away; needs the service proxy.
+//     surviving a coredns pod going away; needs the service proxy.
 //   - TestLabDNSSearchPath: pods resolving through their resolv.conf (search
 //     path, nameserver 10.96.0.10) with dig, getent and curl; needs the proxy,
 //     the agent writing dns.ResolvConf, and --dns-upstream for the
@@ -18,7 +19,6 @@ package dnslab
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +26,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -215,18 +214,32 @@ func (e *env) expectDig(want []string, args ...string) {
 	})
 }
 
-// clientListener is the DNS listener of the client pod's node: its cni0 address.
-func (e *env) clientListener() string {
-	p, err := e.c.CoreV1().Pods("default").Get(e.ctx, "client", metav1.GetOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	n, err := e.c.CoreV1().Nodes().Get(e.ctx, p.Spec.NodeName, metav1.GetOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return netip.MustParsePrefix(n.Spec.PodCIDR).Masked().Addr().Next().String()
+// dnsPodIPs are the IPs of the ready coredns pods (kube-system,
+// k8s-app=kube-dns), sorted, once there are two (the Deployment's replicas).
+func (e *env) dnsPodIPs() []string {
+	e.t.Helper()
+	var ips []string
+	e.eventually("coredns pods ready", 2*time.Minute, func() (bool, string) {
+		pods, err := e.c.CoreV1().Pods("kube-system").List(e.ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			return false, err.Error()
+		}
+		ips = ips[:0]
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ips = append(ips, p.Status.PodIP)
+				}
+			}
+		}
+		return len(ips) == 2, fmt.Sprintf("%d ready coredns pods", len(ips))
+	})
+	sort.Strings(ips)
+	return ips
 }
+
+// clientListener is a coredns pod's address.
+func (e *env) clientListener() string { return e.dnsPodIPs()[0] }
 
 func (e *env) clusterIP(name string) string {
 	s, err := e.c.CoreV1().Services("default").Get(e.ctx, name, metav1.GetOptions{})
@@ -291,49 +304,31 @@ func TestLabDNSListener(t *testing.T) {
 		}
 	}
 
-	// kube-system/kube-dns: 10.96.0.10, no selector, one endpoint per node listener.
+	// kube-system/kube-dns: 10.96.0.10, selecting the coredns pods, which
+	// are its endpoints.
 	svc, err := e.c.CoreV1().Services("kube-system").Get(e.ctx, "kube-dns", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if svc.Spec.ClusterIP != "10.96.0.10" || svc.Spec.Selector != nil {
-		t.Errorf("kube-dns: clusterIP %s selector %v", svc.Spec.ClusterIP, svc.Spec.Selector)
+	if svc.Spec.ClusterIP != "10.96.0.10" || svc.Spec.Selector["k8s-app"] != "kube-dns" || len(svc.Spec.Ports) != 3 {
+		t.Errorf("kube-dns: clusterIP %s selector %v ports %v", svc.Spec.ClusterIP, svc.Spec.Selector, svc.Spec.Ports)
 	}
-	want := []string{"10.244.1.1", "10.244.2.1"}
-	nodes, _ := e.c.CoreV1().Nodes().List(e.ctx, metav1.ListOptions{})
-	want = want[:0]
-	for _, n := range nodes.Items {
-		want = append(want, netip.MustParsePrefix(n.Spec.PodCIDR).Masked().Addr().Next().String())
-	}
-	sort.Strings(want)
+	want := e.dnsPodIPs()
 	e.eventually("kube-dns endpoints", 30*time.Second, func() (bool, string) {
-		ep, err := e.c.CoreV1().Endpoints("kube-system").Get(e.ctx, "kube-dns", metav1.GetOptions{})
+		sl, err := e.c.DiscoveryV1().EndpointSlices("kube-system").List(e.ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kube-dns"})
 		if err != nil {
 			return false, err.Error()
 		}
 		var got []string
-		for _, ss := range ep.Subsets {
-			for _, a := range ss.Addresses {
-				got = append(got, a.IP)
+		for _, s := range sl.Items {
+			for _, ep := range s.Endpoints {
+				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+					got = append(got, ep.Addresses...)
+				}
 			}
 		}
 		sort.Strings(got)
 		return slices.Equal(got, want), fmt.Sprintf("got %v, want %v", got, want)
-	})
-	// A node going away (its agent stopped) withdraws its listener.
-	if err := e.l.Stop("node2", syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	e.eventually("node2 withdrawn", 30*time.Second, func() (bool, string) {
-		sl, err := e.c.DiscoveryV1().EndpointSlices("kube-system").List(e.ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=minikit-dns"})
-		if err != nil {
-			return false, err.Error()
-		}
-		var names []string
-		for _, s := range sl.Items {
-			names = append(names, s.Name)
-		}
-		return slices.Equal(names, []string{"kube-dns-node1"}), fmt.Sprint(names)
 	})
 }
 
@@ -384,8 +379,9 @@ func TestLabDNSSearchPath(t *testing.T) {
 }
 
 // TestLabDNSClusterIP: pods reach cluster DNS through the kube-dns VIP, over
-// UDP and TCP, and resolution survives one node's DNS going away (its
-// listener is withdrawn, the proxy moves the VIP to the other listener and
+// UDP and TCP, and resolution survives a coredns pod going away (it leaves
+// the endpoints when it starts terminating and answers through its health
+// plugin's lameduck meanwhile; the proxy moves the VIP to the other pod and
 // cleans UDP conntrack): no lookup may fail for more than one retry.
 // Needs the service proxy.
 func TestLabDNSClusterIP(t *testing.T) {
@@ -428,8 +424,12 @@ func TestLabDNSClusterIP(t *testing.T) {
 		}
 	}()
 	time.Sleep(2 * time.Second) // queries flowing to both listeners before the stop
-	node := "node2"
-	if err := e.l.Stop(node, syscall.SIGTERM); err != nil {
+	pods, err := e.c.CoreV1().Pods("kube-system").List(e.ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("coredns pods: %v %v", pods, err)
+	}
+	node := "pod " + pods.Items[0].Name
+	if err := e.c.CoreV1().Pods("kube-system").Delete(e.ctx, pods.Items[0].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * time.Second)

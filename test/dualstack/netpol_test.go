@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -29,7 +30,15 @@ import (
 // with the unlabelled client's IPv6 address as an except then admits the
 // labelled client on node1 over IPv6 alone: the unlabelled client (the
 // except), the client on node2 (outside the block) and every IPv4
-// connection (an IPv6 ipBlock says nothing of IPv4) are refused.
+// connection (an IPv6 ipBlock says nothing of IPv4) are refused. Egress
+// last, with the ingress policies gone: the labelled client on node1 may
+// send only to the server's IPv6 address (an ipBlock /128), the one on
+// node2 only to pods labelled app=none and then app=server (a podSelector:
+// refused over both families, then admitted over both). Both then reach
+// the server over IPv6; over IPv4 the first is refused (its IPv6 ipBlock
+// says nothing of IPv4) while the second reaches it (a podSelector admits
+// both of the server's addresses); the unlabelled client, which no egress
+// policy selects, reaches the server over both.
 func TestDualStackNetworkPolicy(t *testing.T) {
 	testenv.RequireRoot(t)
 	l := testenv.NewLabConfig(t, lab.Config{Nodes: 2, IPFamily: lab.IPFamilyDual})
@@ -158,6 +167,45 @@ func TestDualStackNetworkPolicy(t *testing.T) {
 		refused("local", 1) // node2's pods are outside the block
 		for _, from := range []string{"allowed", "other", "local"} {
 			refused(from, 0)
+		}
+	})
+
+	for _, name := range []string{"default-deny", "from-node1-v6"} {
+		if err := c.NetworkingV1().NetworkPolicies("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each labelled client gets an egress label of its own.
+	for name, value := range map[string]string{"allowed": "ipblock", "local": "podselector"} {
+		patch := []byte(`{"metadata":{"labels":{"egress":"` + value + `"}}}`)
+		if _, err := c.CoreV1().Pods("default").Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	egress := func(value string, to networkingv1.NetworkPolicyPeer) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "egress-" + value},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"egress": value}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{to}}}}}
+	}
+	apply(egress("ipblock", networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: addrs["server"][1] + "/128"}}))
+	toApp := func(app string) networkingv1.NetworkPolicyPeer {
+		return networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}}
+	}
+	apply(egress("podselector", toApp("none")))
+	t.Run("egress to an IPv6 ipBlock and to a podSelector", func(t *testing.T) {
+		refused("allowed", 0) // an IPv6 ipBlock says nothing of IPv4
+		reaches("allowed", 1)
+		for i := range family {
+			refused("local", i) // no pod is app=none
+			reaches("other", i) // no egress policy selects it
+		}
+		if _, err := c.NetworkingV1().NetworkPolicies("default").Update(ctx, egress("podselector", toApp("server")), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range family {
+			reaches("local", i) // a podSelector admits both of the server's addresses
 		}
 	})
 }

@@ -104,17 +104,6 @@ func testDualStackServiceProxy(t *testing.T, mode string) {
 	fromClientHost := func(url string) (string, error) {
 		return testenv.Run(l, lab.Client, "curl", "-sS", "-g", "--max-time", "2", url)
 	}
-	hostOf := func(run func(string) (string, error), url string) (string, error) {
-		out, err := run(url)
-		if err != nil {
-			return out, err
-		}
-		ap, err := netip.ParseAddrPort(strings.TrimSpace(out))
-		if err != nil {
-			return out, err
-		}
-		return ap.Addr().String(), nil
-	}
 
 	t.Run("IPv6 ClusterIP from a pod", func(t *testing.T) {
 		base := "http://[" + vip6 + "]:80"
@@ -166,4 +155,18 @@ func testDualStackServiceProxy(t *testing.T, mode string) {
 			t.Errorf("node1's iptables nat: %v\n%s", err, out4)
 		}
 	})
+}
+
+// hostOf runs a request for url whose reply is the address:port the server
+// saw (agnhost netexec's /clientip) and returns the address.
+func hostOf(run func(string) (string, error), url string) (string, error) {
+	out, err := run(url)
+	if err != nil {
+		return out, err
+	}
+	ap, err := netip.ParseAddrPort(strings.TrimSpace(out))
+	if err != nil {
+		return out, err
+	}
+	return ap.Addr().String(), nil
 }

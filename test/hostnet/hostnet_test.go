@@ -1,5 +1,6 @@
 // Package hostnet_test checks, in a lab, the pod features the sig-network
-// conformance specs lean on: hostNetwork pods, hostPorts (TCP and UDP, by the
+// conformance specs lean on: hostNetwork pods (serving on the node's port 80,
+// resolving with dnsPolicy ClusterFirstWithHostNet), hostPorts (TCP and UDP, by the
 // node's address and by 127.0.0.1), emptyDir volumes shared by a pod's
 // containers, and $(VAR) expansion.
 package hostnet_test
@@ -105,6 +106,30 @@ func TestHostNetworkAndHostPorts(t *testing.T) {
 		if out, err := kexec(t, l, "hn", "", "hostname"); err != nil || out != "node1" {
 			t.Fatalf("hostname %q (%v), want the node's name", out, err)
 		}
+	})
+
+	t.Run("a hostNetwork pod serves on the node's port 80 and resolves with ClusterFirstWithHostNet", func(t *testing.T) {
+		// The DNS HostNetwork spec's pod: agnhost test-webserver on port 80 of
+		// the node, which the ingress controller leaves free as a kubeadm node
+		// does, with the cluster DNS in its resolv.conf.
+		kubeDNS, err := c.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		createReady(t, c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hn80"}, Spec: corev1.PodSpec{
+			NodeName: "node1", HostNetwork: true, DNSPolicy: corev1.DNSClusterFirstWithHostNet,
+			Containers: []corev1.Container{{Name: "webserver", Image: agnhost, Args: []string{"test-webserver"},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+					Path: "/etc/resolv.conf", Port: intstr.FromInt32(80)}}}}}}})
+		want := "nameserver " + kubeDNS.Spec.ClusterIP + "\nsearch default.svc.cluster.local svc.cluster.local cluster.local"
+		testutil.Eventually(t, 20*time.Second, "hn80's resolv.conf from the client host", func() error {
+			out, err := testenv.Run(l, lab.Client, "curl", "-s", "--max-time", "2", "http://"+nodeIP+"/etc/resolv.conf")
+			if err != nil || !strings.HasPrefix(out, want) || !strings.Contains(out, "options ndots:5") {
+				return fmt.Errorf("%v: %q, want it to start with %q and set ndots:5", err, out, want)
+			}
+			return nil
+		})
+		deletePod(t, c, "hn80")
 	})
 
 	tcp := createReady(t, c, netexecPod("hp-tcp", "", corev1.ProtocolTCP, 54323))

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/ingress"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/testutil"
 	"github.com/minikit/minikit/test/testenv"
@@ -237,9 +238,9 @@ func TestCafe(t *testing.T) {
 			t.Errorf("HTTP/2 /coffee: %v\n%s", err, resp)
 		}
 	}
-	t.Run("straight to each node's controller on 443", func(t *testing.T) {
+	t.Run("straight to each node's controller on 10443", func(t *testing.T) {
 		for _, n := range []string{"node1", "node2"} {
-			check(t, n, 443, 80)
+			check(t, n, ingress.DefaultHTTPSPort, ingress.DefaultHTTPPort)
 		}
 	})
 	t.Run("through each node's NodePort, as in the chapter", func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minikit/minikit/internal/ingress"
 	"github.com/minikit/minikit/internal/lab"
 	"github.com/minikit/minikit/internal/netns"
 	"github.com/minikit/minikit/internal/testutil"
@@ -143,7 +144,7 @@ func TestRollingUpdateUnderLoad(t *testing.T) {
 	webApp(t, l, 3)
 	old := podNames(t, c, "web")
 	client := clientHTTP(l)
-	url := "http://" + l.Addr("node1").String() + "/"
+	url := fmt.Sprintf("http://%s:%d/", l.Addr("node1"), ingress.DefaultHTTPPort)
 	testutil.Eventually(t, 30*time.Second, "web.example served", func() error {
 		req, _ := http.NewRequest("GET", url, nil)
 		req.Host = "web.example"

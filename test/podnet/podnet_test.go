@@ -4,13 +4,15 @@
 // nodes, each node holds the routes (and for vxlan the neighbour and FDB
 // entries) of every other node, added and removed as nodes join and leave and
 // repaired when deleted by hand; on the routed topology host-gw refuses to
-// start while vxlan works; and lab down leaves the root namespace as it was.
+// start while vxlan works; in an IPv6-only lab vxlan runs over the IPv6
+// underlay; and lab down leaves the root namespace as it was.
 package podnet_test
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,7 +32,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-const wait = 30 * time.Second
+const (
+	wait    = 30 * time.Second
+	agnhost = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+)
 
 func TestHostGW(t *testing.T) {
 	l := newLab(t, lab.Config{Nodes: 3, PodNetwork: "host-gw"})
@@ -160,6 +165,85 @@ func TestVXLAN(t *testing.T) {
 			if entry(l, "node1", e) == nil {
 				return fmt.Errorf("node1 still has %s", e)
 			}
+		}
+		return nil
+	})
+}
+
+// TestVXLANIPv6: an IPv6-only lab with the vxlan pod network: VXLAN over
+// the IPv6 underlay, as flannel's IPv6 device. Each node's flannel.1 sends
+// from its IPv6 address (MTU 70 below the underlay's), publishes its VTEP
+// MAC in backend-v6-data and its address in public-ipv6; the other node
+// holds the neighbour (its VTEP, its /64's network address), the FDB entry
+// (that MAC to its IPv6 address) and the route to its /64; a pod on node1
+// reaches a pod on node2, which sees the client pod's own IPv6 address.
+func TestVXLANIPv6(t *testing.T) {
+	l := newLab(t, lab.Config{Nodes: 2, IPFamily: lab.IPFamilyIPv6, PodNetwork: "vxlan"})
+	c := testenv.Client(t, l)
+	ctx := context.Background()
+
+	link, _ := testenv.Run(l, "node1", "ip", "-d", "link", "show", "flannel.1")
+	for _, want := range []string{"mtu 1430", "vxlan id 1 local " + l.Addr6("node1").String() + " dev eth1", "dstport 8472", "nolearning"} {
+		if !strings.Contains(link, want) {
+			t.Errorf("node1's flannel.1 lacks %q:\n%s", want, link)
+		}
+	}
+	n1 := getNode(t, c, "node1")
+	hasLine(t, l, "node1", strings.TrimSuffix(n1.Spec.PodCIDR, "/64")+"/128", "ip", "-6", "addr", "show", "dev", "flannel.1")
+	var n2 *corev1.Node
+	var mac2 string
+	testutil.Eventually(t, wait, "node2 publishes its IPv6 address and its flannel.1's MAC", func() error {
+		n2 = getNode(t, c, "node2")
+		if got := n2.Annotations[kubelet.AnnotationPublicIPv6]; got != l.Addr6("node2").String() {
+			return fmt.Errorf("node2's %s = %q, want %s", kubelet.AnnotationPublicIPv6, got, l.Addr6("node2"))
+		}
+		d := n2.Annotations[kubelet.AnnotationBackendV6Data]
+		_, rest, _ := strings.Cut(d, `"VtepMAC":"`)
+		mac2, _, _ = strings.Cut(rest, `"`)
+		if dev := devMAC(t, l, "node2"); mac2 == "" || dev != mac2 {
+			return fmt.Errorf("node2 publishes %s %q, its flannel.1 has MAC %q", kubelet.AnnotationBackendV6Data, d, dev)
+		}
+		return nil
+	})
+	vtep2 := strings.TrimSuffix(n2.Spec.PodCIDR, "/64")
+	testutil.Eventually(t, wait, "node1 holds node2's neighbour, FDB entry and IPv6 route", func() error {
+		for _, e := range []string{"neigh: " + vtep2 + " lladdr " + mac2 + " PERMANENT",
+			"fdb: " + mac2 + " dst " + l.Addr6("node2").String() + " self permanent"} {
+			if err := entry(l, "node1", e); err != nil {
+				return err
+			}
+		}
+		route := n2.Spec.PodCIDR + " via " + vtep2 + " dev flannel.1 proto 77"
+		if out, err := testenv.Run(l, "node1", "ip", "-6", "route"); err != nil || !strings.Contains(out, route) {
+			return fmt.Errorf("no %q in ip -6 route (%v):\n%s", route, err, out)
+		}
+		return nil
+	})
+
+	mk := func(p *corev1.Pod) *corev1.Pod {
+		if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return testenv.WaitPodReady(t, c, "default", p.Name)
+	}
+	server := mk(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "server"},
+		Spec: corev1.PodSpec{NodeName: "node2", Containers: []corev1.Container{{Name: "agnhost", Image: agnhost,
+			Args: []string{"netexec", "--http-port=8080", "--udp-port=-1"}}}}})
+	client := mk(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client"},
+		Spec: corev1.PodSpec{NodeName: "node1", Containers: []corev1.Container{{Name: "c", Image: "busybox",
+			Command: []string{"sleep", "infinity"}}}}})
+	if out, err := testenv.Exec(t, l, "client", "ip", "-o", "link", "show", "eth0"); err != nil || !strings.Contains(out, " mtu 1430 ") {
+		t.Errorf("the client pod's eth0 MTU = %q (%v), want 1430 (the underlay's 1500 less 70)", out, err)
+	}
+	url := "http://[" + server.Status.PodIP + "]:8080/clientip"
+	testutil.Eventually(t, wait, "the server pod on node2 sees the client pod's IPv6 address", func() error {
+		out, err := testenv.Exec(t, l, "client", "curl", "-sS", "-g", "--max-time", "2", url)
+		if err != nil {
+			return fmt.Errorf("curl %s: %v: %s", url, err, out)
+		}
+		host, _, err := net.SplitHostPort(strings.TrimSpace(out))
+		if err != nil || host != client.Status.PodIP {
+			return fmt.Errorf("curl %s: %q, want %s", url, out, client.Status.PodIP)
 		}
 		return nil
 	})

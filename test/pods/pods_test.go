@@ -94,9 +94,12 @@ func TestPodsOnOneNode(t *testing.T) {
 		if !netns.ExistsNamed(podNS) {
 			t.Fatalf("netns %s of pod b missing before delete", podNS)
 		}
+		// The cluster's own DNS pods (kube-system/coredns) have their
+		// veths on node1's cni0 too.
+		dns := len(testenv.ClusterDNSPodsOn(t, c, "node1"))
 		links, _ := testenv.Run(l, "node1", "ip", "-o", "link", "show", "master", "cni0")
-		if strings.Count(links, "veth") != 2 {
-			t.Fatalf("want 2 veths on cni0, got %q", links)
+		if strings.Count(links, "veth") != 2+dns {
+			t.Fatalf("want %d veths on cni0 (a, b and %d coredns pods), got %q", 2+dns, dns, links)
 		}
 		if got := ipamOwners(t, l, "node1")[string(b.UID)]; got != b.Status.PodIP {
 			t.Fatalf("IPAM holds %q for pod b, want %s", got, b.Status.PodIP)
@@ -114,8 +117,8 @@ func TestPodsOnOneNode(t *testing.T) {
 			t.Errorf("netns %s still exists", podNS)
 		}
 		links, _ = testenv.Run(l, "node1", "ip", "-o", "link", "show", "master", "cni0")
-		if strings.Count(links, "veth") != 1 {
-			t.Errorf("want 1 veth left on cni0, got %q", links)
+		if strings.Count(links, "veth") != 1+dns {
+			t.Errorf("want %d veths left on cni0 (a and %d coredns pods), got %q", 1+dns, dns, links)
 		}
 		if _, ok := ipamOwners(t, l, "node1")[string(b.UID)]; ok {
 			t.Errorf("IP of deleted pod b still reserved")

@@ -297,6 +297,11 @@ func nsInode(path string) uint64 {
 
 // processesInNetNS lists the PIDs whose network namespace has inode ino.
 func processesInNetNS(ino uint64) []int {
+	if ino == 0 {
+		// A namespace that does not exist has no processes (and a /proc
+		// entry whose namespace cannot be read must not match it).
+		return nil
+	}
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {

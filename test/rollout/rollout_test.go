@@ -261,10 +261,15 @@ func replicaSetScaleAndOrphan(t *testing.T, k kubectl) {
 	}
 	k.ok("apply", "-f", file)
 	k.ok("scale", "rs/front", "--replicas=2")
-	testutil.Eventually(t, 60*time.Second, "rs/front at 2 ready", func() error {
+	testutil.Eventually(t, 60*time.Second, "rs/front at 2 ready, the scaled-down pod gone", func() error {
 		out := k.ok("get", "rs", "front", "--no-headers")
 		if f := strings.Fields(out); len(f) < 4 || f[1] != "2" || f[2] != "2" || f[3] != "2" {
 			return fmt.Errorf("%s", out)
+		}
+		// A pod the scale-down deletes is listed (Terminating) until its
+		// grace period ends, still owned by the ReplicaSet.
+		if pods := strings.Fields(k.ok("get", "pods", "-l", "app=front", "-o", "name")); len(pods) != 2 {
+			return fmt.Errorf("pods %v, want 2", pods)
 		}
 		return nil
 	})

@@ -37,10 +37,24 @@ var (
 	buildErr  error
 )
 
-// Minikit builds the minikit binary once per test process and returns its path.
+// Minikit returns the minikit binary the lab tier runs: $MINIKIT_BINARY when
+// set (scripts/test.sh builds it once for every package of the tier, as
+// pkg/minikittest.StartLab takes it), else one built once per test process.
 func Minikit(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if bin := os.Getenv("MINIKIT_BINARY"); bin != "" {
+			fi, err := os.Stat(bin)
+			switch {
+			case err != nil:
+				buildErr = fmt.Errorf("MINIKIT_BINARY: %w", err)
+			case fi.IsDir() || fi.Mode().Perm()&0o111 == 0:
+				buildErr = fmt.Errorf("MINIKIT_BINARY=%s is not an executable file", bin)
+			default:
+				binPath = bin
+			}
+			return
+		}
 		// Removed by the next test process once this one is gone.
 		dir, err := fsutil.ProcessTempDir("minikit-test-bin-")
 		if err != nil {
@@ -294,4 +308,56 @@ func Scale(ctx context.Context, c kubernetes.Interface, namespace, name string, 
 		_, err = c.AppsV1().Deployments(namespace).UpdateScale(ctx, name, s, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// ClusterDNSPods waits until the cluster's own DNS, kubeadm's
+// kube-system/coredns Deployment, has all its replicas Ready and no other
+// pods (a rollout or a deleted pod's replacement in between), and returns
+// those pods. Tests that count a node's veths or a lab's namespaces expect
+// these pods too, as a user of a kubeadm cluster sees them in
+// `kubectl get pods -A`.
+func ClusterDNSPods(t testing.TB, c kubernetes.Interface) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	testutil.Eventually(t, 90*time.Second, "kube-system/coredns's replicas Ready", func() error {
+		d, err := c.AppsV1().Deployments("kube-system").Get(context.Background(), "coredns", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		l, err := c.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil {
+			return err
+		}
+		if len(l.Items) != int(want) {
+			return fmt.Errorf("%d pods, want %d", len(l.Items), want)
+		}
+		for _, p := range l.Items {
+			ready := false
+			for _, cond := range p.Status.Conditions {
+				ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+			}
+			if !ready || p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+				return fmt.Errorf("pod %s not Ready (phase %s)", p.Name, p.Status.Phase)
+			}
+		}
+		pods = l.Items
+		return nil
+	})
+	return pods
+}
+
+// ClusterDNSPodsOn is ClusterDNSPods on node alone.
+func ClusterDNSPodsOn(t testing.TB, c kubernetes.Interface, node string) []corev1.Pod {
+	t.Helper()
+	var on []corev1.Pod
+	for _, p := range ClusterDNSPods(t, c) {
+		if p.Spec.NodeName == node {
+			on = append(on, p)
+		}
+	}
+	return on
 }

@@ -41,6 +41,8 @@ func TestLabGraph(t *testing.T) {
 	root := testenv.RootSnapshot(t, func(string) bool { return false })
 	pods := deploy(t, c)
 	np := nodePortService(t, c)
+	// The cluster's own DNS pods are in the lab too, as in kubectl get pods -A.
+	dnsPods := testenv.ClusterDNSPods(t, c)
 
 	st, err := lab.Load(l.Name(), l.Dir())
 	if err != nil {
@@ -56,6 +58,9 @@ func TestLabGraph(t *testing.T) {
 		want := slices.Clone(st.Namespaces)
 		for _, p := range pods {
 			want = append(want, testenv.SandboxName(t, c, p))
+		}
+		for _, p := range dnsPods {
+			want = append(want, testenv.SandboxName(t, c, &p))
 		}
 		compareHosts(t, g, want)
 	})
@@ -188,7 +193,7 @@ func TestLabGraph(t *testing.T) {
 	})
 
 	t.Run("ReadHost and a namespace that goes away", func(t *testing.T) {
-		col := topology.NewCollector(st, c)
+		col := topology.NewCollector(st, c, nil)
 		id := testenv.SandboxName(t, c, pods[0])
 		h, links, err := col.ReadHost(ctx, id)
 		if err != nil {

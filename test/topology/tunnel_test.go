@@ -38,6 +38,8 @@ func testVXLAN(t *testing.T, topo string) {
 	c := testenv.Client(t, l)
 	root := testenv.RootSnapshot(t, func(string) bool { return false })
 	client, echo := podPair(t, c)
+	// The cluster's own DNS pods are in the lab too, as in kubectl get pods -A.
+	dnsPods := testenv.ClusterDNSPods(t, c)
 	ns := func(h string) string { return lab.NS(l.Name(), h) }
 
 	var status struct {
@@ -88,6 +90,9 @@ func testVXLAN(t *testing.T, topo string) {
 	t.Run("every namespace as ip -j and bridge fdb show it", func(t *testing.T) {
 		want := slices.Clone(st.Namespaces)
 		want = append(want, testenv.SandboxName(t, c, client), testenv.SandboxName(t, c, echo))
+		for _, p := range dnsPods {
+			want = append(want, testenv.SandboxName(t, c, &p))
+		}
 		compareHosts(t, g, want)
 		for _, n := range []string{"node1", "node2"} {
 			var vx *topology.Interface

@@ -23,21 +23,23 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 )
 
-// TestTour runs the tour five times: with the lab's proxies in iptables mode
+// TestTour runs the tour six times: with the lab's proxies in iptables mode
 // (the default, what the book shows), in nftables mode (`--proxy-mode
 // nftables`), over Flannel's VXLAN pod network (`--pod-network vxlan`), on
-// an HA control plane of three servers on embedded etcd (`--servers 3`), and
-// with the server on an external etcd (`--datastore etcd`): every example
-// passes in each.
+// an HA control plane of three servers on embedded etcd (`--servers 3`),
+// with the server on an external etcd (`--datastore etcd`), and in a
+// dual-stack lab (`--ip-family dual`): every example passes in each. The runs
+// are parallel subtests, each with its own lab.
 func TestTour(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, tc := range []struct {
 		mode, podNetwork string
 		servers          int
 		datastore        string
+		ipFamily         string
 	}{
-		{"iptables", "host-gw", 1, "bolt"}, {"nftables", "host-gw", 1, "bolt"}, {"iptables", "vxlan", 1, "bolt"},
-		{"iptables", "host-gw", 3, "bolt"}, {"iptables", "host-gw", 1, "etcd"},
+		{"iptables", "host-gw", 1, "bolt", "ipv4"}, {"nftables", "host-gw", 1, "bolt", "ipv4"}, {"iptables", "vxlan", 1, "bolt", "ipv4"},
+		{"iptables", "host-gw", 3, "bolt", "ipv4"}, {"iptables", "host-gw", 1, "etcd", "ipv4"}, {"iptables", "host-gw", 1, "bolt", "dual"},
 	} {
 		name := tc.mode + "/" + tc.podNetwork
 		if tc.servers > 1 {
@@ -46,11 +48,19 @@ func TestTour(t *testing.T) {
 		if tc.datastore != "bolt" {
 			name += "/" + tc.datastore
 		}
-		t.Run(name, func(t *testing.T) { tour(t, tc.mode, tc.podNetwork, tc.servers, tc.datastore) })
+		if tc.ipFamily != "ipv4" {
+			name += "/" + tc.ipFamily
+		}
+		t.Run(name, func(t *testing.T) {
+			// Two at a time (go test's -parallel, GOMAXPROCS here): a tour
+			// mostly waits for its lab, and each has a lab of its own.
+			t.Parallel()
+			tour(t, tc.mode, tc.podNetwork, tc.servers, tc.datastore, tc.ipFamily)
+		})
 	}
 }
 
-func tour(t *testing.T, mode, podNetwork string, servers int, datastore string) {
+func tour(t *testing.T, mode, podNetwork string, servers int, datastore, ipFamily string) {
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +79,7 @@ func tour(t *testing.T, mode, podNetwork string, servers int, datastore string) 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repo, "scripts", "tour.sh"), "--proxy-mode", mode, "--pod-network", podNetwork,
-		"--servers", strconv.Itoa(servers), "--datastore", datastore)
+		"--servers", strconv.Itoa(servers), "--datastore", datastore, "--ip-family", ipFamily)
 	cmd.Dir = repo
 	// deps.sh is skipped (CI installs the packages beforehand); the checks are the same.
 	cmd.Env = append(os.Environ(), "MINIKIT_SKIP_DEPS=1", "LAB="+name, "VERBOSE=")
@@ -79,7 +89,7 @@ func tour(t *testing.T, mode, podNetwork string, servers int, datastore string) 
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
 	t.Logf("scripts/tour.sh --proxy-mode %s --pod-network %s output:\n%s", mode, podNetwork, out.String())
-	if flags := fmt.Sprintf("--servers %d --datastore %s --proxy-mode %s --pod-network %s", servers, datastore, mode, podNetwork); !strings.Contains(out.String(), flags) {
+	if flags := fmt.Sprintf("--servers %d --datastore %s --proxy-mode %s --pod-network %s --ip-family %s", servers, datastore, mode, podNetwork, ipFamily); !strings.Contains(out.String(), flags) {
 		t.Errorf("the tour did not bring its lab up with %s", flags)
 	}
 	if err != nil {

@@ -75,7 +75,7 @@ func BenchmarkUI(b *testing.B) {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	g, err := topology.NewCollector(st, c).Collect(bg)
+	g, err := topology.NewCollector(st, c, nil).Collect(bg)
 	if err != nil {
 		b.Fatal(err)
 	}

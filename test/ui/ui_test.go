@@ -35,6 +35,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	gwclient "sigs.k8s.io/gateway-api/pkg/client/clientset/versioned"
 )
 
 var bg = context.Background()
@@ -363,6 +365,84 @@ func TestUIInChromium(t *testing.T) {
 		return nil
 	})
 
+	// A Gateway is listed beside it, with its listener and the HTTPRoute
+	// attached to it, Accepted, with its rule and backend.
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gwclient.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwo := &gatewayv1.Gateway{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}, Spec: gatewayv1.GatewaySpec{GatewayClassName: "minikit",
+		Listeners: []gatewayv1.Listener{{Name: "http", Port: 80, Protocol: gatewayv1.HTTPProtocolType}}}}
+	if _, err := gw.GatewayV1().Gateways("default").Create(bg, gwo, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gwPort := gatewayv1.PortNumber(80)
+	hr := &gatewayv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: gatewayv1.HTTPRouteSpec{CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{{Name: "web"}}},
+			Rules: []gatewayv1.HTTPRouteRule{{BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{Name: "web", Port: &gwPort}}}}}}}}
+	if _, err := gw.GatewayV1().HTTPRoutes("default").Create(bg, hr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the Gateway and its route listed", func() error {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("gateways").textContent`))
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{"gateway default/web minikit", "listener http HTTP/80 (1 routes)", "HTTPRoute default/web", "/ → default/web:80"} {
+			if !strings.Contains(text, want) {
+				return fmt.Errorf("Gateways panel lacks %q: %q", want, text)
+			}
+		}
+		if strings.Contains(text, "no status") || strings.Contains(text, "not Accepted") {
+			return fmt.Errorf("the route is not Accepted yet: %q", text)
+		}
+		return nil
+	})
+	// A trace to the Gateway's address shows the Gateway's part: the
+	// route and the backend's pods, picked per request.
+	var gwAddr string
+	testutil.Eventually(t, 120*time.Second, "Gateway web has an address", func() error {
+		g, err := gw.GatewayV1().Gateways("default").Get(bg, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(g.Status.Addresses) == 0 {
+			return fmt.Errorf("no address: %+v", g.Status.Conditions)
+		}
+		gwAddr = g.Status.Addresses[0].Value
+		return nil
+	})
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(chromedp.CSS("#trace-from"), "client"),
+		chromedp.SetValue(chromedp.CSS("#trace-to"), gwAddr+":80"),
+		chromedp.Click(chromedp.CSS("#trace-run")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the trace to the Gateway shows its route and backend pods", func() error {
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(e => e ? e.textContent : "")(document.querySelector("#trace-result .gateway-hop"))`))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(text, "gateway default/web") || !strings.Contains(text, "HTTPRoute default/web") || !strings.Contains(text, "picked per request") {
+			return fmt.Errorf("trace result's gateway part: %q", text)
+		}
+		ps, err := runningPods(c, "web")
+		if err != nil {
+			return err
+		}
+		for name := range ps {
+			if !strings.Contains(text, "default/"+name) {
+				return fmt.Errorf("trace result's gateway part lacks pod %s: %q", name, text)
+			}
+		}
+		return nil
+	})
+
 	// Bad input: the trace's own error on the page, 400 from the API.
 	for _, tc := range []struct{ from, to, err string }{
 		{"nosuchpod", to, `FROM "nosuchpod" is not a node, a lab host or an IP`},
@@ -453,7 +533,7 @@ func TestUIRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := testenv.Client(t, l)
-	cfg := ui.Config{Lab: st, Client: c, Source: topology.NewCollector(st, c), PathOf: topology.PathOf,
+	cfg := ui.Config{Lab: st, Client: c, Source: topology.NewCollector(st, c, nil), PathOf: topology.PathOf,
 		Listen: "0.0.0.0:7080", Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if _, err := ui.New(cfg); err == nil || !strings.Contains(err.Error(), "needs the lab's API token") {
 		t.Errorf("ui.New off loopback without a token: %v", err)

@@ -534,15 +534,33 @@ func ifaceMatch(pat, dev string) bool {
 	return pat == dev
 }
 
+// inNet matches -s and -d: an address (a host of its family) or a CIDR of
+// either family; an address of the other family never matches (an
+// ip6tables rule only ever sees IPv6 packets).
 func inNet(spec string, a netip.Addr) (bool, error) {
 	if !strings.Contains(spec, "/") {
-		spec += "/32"
+		ip, err := netip.ParseAddr(spec)
+		if err != nil {
+			return false, err
+		}
+		return ip == a, nil
 	}
 	p, err := netip.ParsePrefix(spec)
 	if err != nil {
 		return false, err
 	}
 	return p.Contains(a), nil
+}
+
+// sameProto matches -p: the protocol's name as iptables or ip6tables prints
+// it, or its number. ICMP (icmp, ipv6-icmp, icmpv6, 1, 58) never matches the
+// traced packet, which is always TCP, UDP or SCTP.
+func sameProto(spec, proto string) bool {
+	num := map[string]string{"6": "tcp", "17": "udp", "132": "sctp"}
+	if n, ok := num[spec]; ok {
+		spec = n
+	}
+	return spec == proto
 }
 
 // match evaluates a rule's matches against the packet. It returns the
@@ -582,7 +600,8 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, []s
 			return p, next(), args[i+1:], set, nil
 		case "-m":
 			switch m := next(); m {
-			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport", "set", "nfacct":
+			case "comment", "tcp", "udp", "sctp", "addrtype", "mark", "conntrack", "state", "statistic", "recent", "multiport", "set", "nfacct",
+				"icmp", "icmp6":
 			default:
 				return 0, "", nil, nil, fmt.Errorf("unsupported match -m %s", m)
 			}
@@ -613,8 +632,16 @@ func (w *walker) match(args []string, st *state) (float64, string, []string, []s
 			if fail(in) {
 				p = 0
 			}
-		case "-p":
-			if fail(next() == w.pkt.Proto) {
+		case "-p", "--protocol":
+			if fail(sameProto(next(), w.pkt.Proto)) {
+				p = 0
+			}
+		case "--icmp-type", "--icmpv6-type":
+			// The traced packet is the first of a TCP, UDP or SCTP
+			// connection, never an ICMP message (ip6tables' neighbour
+			// discovery rules pass it by).
+			next()
+			if fail(false) {
 				p = 0
 			}
 		case "-s":

@@ -363,3 +363,92 @@ func TestHandWrittenMatches(t *testing.T) {
 		t.Errorf("port 22 DNATed: %v", outs)
 	}
 }
+
+// v6-clusterip.save is the IPv6 proxier's rules of a dual-stack node
+// (kubeproxy's golden v6-clusterip): default/hostnames at
+// [fd00:10:96::20]:80 with three endpoints. ip6tables rules trace as
+// iptables' do: -d with an IPv6 address, ! -s with an IPv6 CIDR, DNAT to
+// [ADDR]:PORT, and ! -d ::1/128.
+func TestTraceIPv6ClusterIP(t *testing.T) {
+	r := load(t, "v6-clusterip.save")
+	n := node("fd00:56::10", "fd00:10:244:1::1")
+	// From a pod: no masquerade, a third each.
+	outs := trace(t, r, n, pkt("fd00:10:244:1::9", "[fd00:10:96::20]:80"))
+	if len(outs) != 3 {
+		t.Fatalf("outcomes: %v", outs)
+	}
+	for _, o := range outs {
+		if o.Verdict != "ACCEPT" || !o.DNAT || o.Masquerade || o.Probability < 0.333 || o.Probability > 0.334 {
+			t.Errorf("outcome %v", o)
+		}
+	}
+	wantPath(t, outs[0],
+		"nat PREROUTING #1 -> KUBE-SERVICES",
+		"nat KUBE-SERVICES #1 -> KUBE-SVC-26OUV5WZ4S3VFRGA",
+		"nat KUBE-SVC-26OUV5WZ4S3VFRGA #2 -> KUBE-SEP-BR7RD7UPKOKBV3FI p=0.33",
+		"nat KUBE-SEP-BR7RD7UPKOKBV3FI #2 -> DNAT dnat=[fd00:10:244:1::5]:80 verdict=ACCEPT",
+		"filter FORWARD #1 -> KUBE-PROXY-FIREWALL",
+		"filter KUBE-PROXY-FIREWALL #0 -> RETURN",
+		"filter FORWARD #2 -> KUBE-FORWARD",
+		"filter KUBE-FORWARD #0 -> RETURN",
+		"filter FORWARD #3 -> KUBE-SERVICES",
+		"filter KUBE-SERVICES #0 -> RETURN",
+		"filter FORWARD #4 -> KUBE-EXTERNAL-SERVICES",
+		"filter KUBE-EXTERNAL-SERVICES #0 -> RETURN",
+		"filter FORWARD #0 -> ACCEPT verdict=ACCEPT",
+		"nat POSTROUTING #1 -> KUBE-POSTROUTING",
+		"nat KUBE-POSTROUTING #1 -> RETURN",
+		"nat POSTROUTING #0 -> ACCEPT verdict=ACCEPT")
+	// From outside the pod CIDR (a client host): masqueraded.
+	for _, o := range trace(t, r, n, pkt("fd00:56::100", "[fd00:10:96::20]:80")) {
+		if !o.Masquerade {
+			t.Errorf("from outside the cluster CIDR, not masqueraded: %v", o)
+		}
+	}
+	// An IPv4 address in a rule never matches an IPv6 packet, nor an IPv6
+	// one an IPv4 packet.
+	if outs := trace(t, r, n, pkt("10.244.1.9", "10.96.0.20:80")); len(outs) != 1 || outs[0].DNAT {
+		t.Errorf("an IPv4 packet through ip6tables rules: %v", outs)
+	}
+}
+
+// The IPv6 network policy hook lets neighbour discovery through (-p
+// ipv6-icmp -m icmp6 --icmpv6-type): those rules never match the traced
+// TCP or UDP packet, which goes on to the policy's verdict.
+func TestTraceIPv6ICMPRules(t *testing.T) {
+	const save = `*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:HOOK - [0:0]
+-A FORWARD -j HOOK
+-A HOOK -p ipv6-icmp -m icmp6 --icmpv6-type neighbour-solicitation -m comment --comment "neighbour discovery" -j RETURN
+-A HOOK -p ipv6-icmp -m icmp6 --icmpv6-type 136 -j RETURN
+-A HOOK -m icmp6 --icmpv6-type 135 -j RETURN
+-A HOOK -p 58 -j RETURN
+-A HOOK -d fd00:10:244:2::5/128 -p tcp -j REJECT --reject-with icmp6-port-unreachable
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+COMMIT
+`
+	r, err := iptsim.Parse(save)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := trace(t, r, node("fd00:56::11"), pkt("fd00:10:244:1::9", "[fd00:10:244:2::5]:80"))
+	if len(outs) != 1 || outs[0].Verdict != "REJECT" {
+		t.Fatalf("outcomes: %v", outs)
+	}
+	wantPath(t, outs[0],
+		"nat PREROUTING #0 -> ACCEPT verdict=ACCEPT",
+		"filter FORWARD #1 -> HOOK",
+		"filter HOOK #5 -> REJECT verdict=REJECT")
+	// Another port's address: the HOOK ends, FORWARD accepts.
+	if outs := trace(t, r, node("fd00:56::11"), pkt("fd00:10:244:1::9", "[fd00:10:244:2::6]:80")); len(outs) != 1 || outs[0].Verdict != "ACCEPT" {
+		t.Errorf("outcomes: %v", outs)
+	}
+}

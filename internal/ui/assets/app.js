@@ -13,6 +13,8 @@ const state = {
   links: new Map(), // id -> Link
   services: [],
   ingresses: [],
+  gateways: [],
+  gatewayRoutes: [],
   hops: [], // current trace path's hops
   renderPending: false,
   rendered: 0, // renders done (tests and the bench read data-render)
@@ -40,6 +42,8 @@ function connect() {
     state.links = new Map((g.links || []).map((l) => [l.id, l]));
     state.services = g.services || [];
     state.ingresses = g.ingresses || [];
+    state.gateways = g.gateways || [];
+    state.gatewayRoutes = g.gatewayRoutes || [];
     $("status").textContent = "live";
     $("status").className = "status live";
     changed(true);
@@ -50,9 +54,11 @@ function connect() {
     for (const h of p.hosts || []) state.hosts.set(h.id, h);
     for (const id of p.removeLinks || []) state.links.delete(id);
     for (const l of p.links || []) state.links.set(l.id, l);
-    const svcs = p.services !== undefined || p.ingresses !== undefined;
+    const svcs = p.services !== undefined || p.ingresses !== undefined || p.gateways !== undefined;
     if (p.services !== undefined) state.services = p.services;
     if (p.ingresses !== undefined) state.ingresses = p.ingresses;
+    if (p.gateways !== undefined) state.gateways = p.gateways;
+    if (p.gatewayRoutes !== undefined) state.gatewayRoutes = p.gatewayRoutes;
     state.version = p.version;
     changed(svcs);
   });
@@ -135,7 +141,7 @@ function layout(hosts) {
     if (!byNode.has(key)) byNode.set(key, []);
     byNode.get(key).push(p);
   }
-  const podW = Math.max(120, ...pods.map((p) => Math.max(p.name.length, (p.address || "").length) * CH + 16));
+  const podW = Math.max(120, ...pods.map((p) => Math.max(p.name.length, hostAddrs(p).length) * CH + 16));
   const blocks = new Map();
   for (const [nodeID, ps] of byNode) {
     const cols = Math.max(1, Math.min(ps.length, Math.ceil(Math.sqrt(ps.length * 1.5))));
@@ -166,9 +172,20 @@ function hostOf(ifaceID) {
   return i < 0 ? ifaceID : ifaceID.slice(0, i);
 }
 
+// hostAddrs is a host's address, or both of a dual-stack pod's or node's
+// (addresses: the primary first).
+function hostAddrs(h) {
+  return ((h.addresses || []).length > 1 ? h.addresses : [h.address]).filter(Boolean).join(" · ");
+}
+
 function hostSub(h) {
-  if (h.kind === "node") return [h.address, h.podCIDR].filter(Boolean).join("  ");
-  return h.address || "";
+  if (h.kind === "node") return [hostAddrs(h), ((h.podCIDRs || []).length > 1 ? h.podCIDRs : [h.podCIDR]).filter(Boolean).join(" · ")].filter(Boolean).join("  ");
+  return hostAddrs(h);
+}
+
+// clusterIPs are a Service's cluster IPs, both of a dual-stack one's.
+function clusterIPs(s) {
+  return (s.clusterIPs || []).length > 1 ? s.clusterIPs : [s.clusterIP].filter(Boolean);
 }
 
 // timings: each render's end (performance.now()), its duration and what it
@@ -223,7 +240,7 @@ function render() {
         s += `<g class="iface" data-id="${esc(eth.id)}"><title>${esc(eth.id)}</title><rect x="${podW / 2 - 14}" y="-5" width="28" height="8" rx="2"/></g>`;
         pos.set(eth.id, { x: x0 + podW / 2, top: y0 - 5, bottom: y0 + 3, host: p.id });
       }
-      s += `<text class="name" x="6" y="15">${esc(p.name)}</text><text class="addr" x="6" y="28">${esc(p.address)}</text></g>`;
+      s += `<text class="name" x="6" y="15">${esc(p.name)}</text><text class="addr" x="6" y="28">${esc(hostAddrs(p))}</text></g>`;
       hostParts.push(s);
     });
   }
@@ -336,7 +353,7 @@ function renderLists(withServices) {
   const hosts = sortedHosts();
   const pods = hosts.filter((h) => h.kind === "pod");
   $("pods").innerHTML = pods.map((p) =>
-    `<li class="pod" data-pod="${esc(p.id)}"><span class="name">${esc(p.name)}</span> <span class="ip">${esc(p.address)}</span> <span class="node">${esc(p.node)}</span></li>`).join("");
+    `<li class="pod" data-pod="${esc(p.id)}"><span class="name">${esc(p.name)}</span> <span class="ip">${esc(hostAddrs(p))}</span> <span class="node">${esc(p.node)}</span></li>`).join("");
   const nodes = hosts.filter((h) => h.kind === "node");
   fillSelect($("chain-node"), nodes.map((n) => n.name));
   fillSelect($("dns-pod"), pods.map((p) => p.name));
@@ -345,9 +362,12 @@ function renderLists(withServices) {
   for (const s of state.services) {
     for (const p of s.ports || []) {
       to.push(`svc/${s.name}:${p.name || p.port}`);
+      // A dual-stack Service's IPv6 cluster IP: tracing it follows IPv6.
+      for (const ip of clusterIPs(s).slice(1)) to.push(`[${ip}]:${p.port}`);
       if (p.nodePort) for (const n of nodes) to.push(`${n.name}:${p.nodePort}`);
-      for (const ip of s.loadBalancerIPs || []) to.push(`${ip}:${p.port}`);
-      for (const ip of s.externalIPs || []) to.push(`${ip}:${p.port}`);
+      const hp = (ip) => (ip.includes(":") ? `[${ip}]` : ip) + ":" + p.port;
+      for (const ip of s.loadBalancerIPs || []) to.push(hp(ip));
+      for (const ip of s.externalIPs || []) to.push(hp(ip));
     }
   }
   $("from-list").innerHTML = from.map((v) => `<option value="${esc(v)}">`).join("");
@@ -355,13 +375,37 @@ function renderLists(withServices) {
   if (!withServices) return;
   $("services").innerHTML = state.services.map((s) => {
     const ports = (s.ports || []).map((p) => `${p.port}${p.nodePort ? ":" + p.nodePort : ""}/${p.protocol}`).join(", ");
-    const ips = [s.clusterIP, ...(s.externalIPs || []), ...(s.loadBalancerIPs || [])].filter(Boolean).join(" ");
+    const ips = [...clusterIPs(s), ...(s.externalIPs || []), ...(s.loadBalancerIPs || [])].filter(Boolean).join(" ");
     return `<li class="service" data-svc="${esc(s.namespace + "/" + s.name)}"><b>${esc(s.namespace)}/${esc(s.name)}</b> ${esc(s.type)} ${esc(ips)} ${esc(ports)} <span class="eps">${(s.endpoints || []).length} endpoints</span></li>`;
   }).join("");
   $("ingresses").innerHTML = state.ingresses.map((i) =>
     `<li class="ingress" data-ing="${esc(i.id)}"><b>ingress ${esc(i.namespace)}/${esc(i.name)}</b> ${esc((i.addresses || []).join(" "))}<ul>` +
     (i.rules || []).map((r) => `<li class="service" data-svc="${esc(r.service.replace(/^svc:/, ""))}">${esc(r.host || "*")}${esc(r.path)} → ${esc(r.service.replace(/^svc:/, ""))}:${esc(r.port)}</li>`).join("") +
     "</ul></li>").join("");
+  $("gateways").innerHTML = state.gateways.map((g) =>
+    `<li class="gateway" data-gw="${esc(g.id)}"><b>gateway ${esc(g.namespace)}/${esc(g.name)}</b> ${esc(g.class)} ${esc((g.addresses || []).join(" "))}` +
+    (g.programmed && g.programmed !== "True" ? ` <span class="error">not Programmed</span>` : "") + "<ul>" +
+    (g.listeners || []).map((l) => `<li class="listener">listener ${esc(l.name)} ${esc(l.protocol)}/${l.port}${l.hostname ? " " + esc(l.hostname) : ""} (${l.attachedRoutes} routes)</li>`).join("") +
+    state.gatewayRoutes.flatMap((r) => (r.parents || []).filter((p) => p.gateway === g.id).map((p) => gatewayRouteItem(r, p))).join("") +
+    "</ul></li>").join("");
+}
+
+// gatewayRouteItem is a route under one of its Gateways: its status for
+// that parent, then its rules: matches → backends.
+function gatewayRouteItem(r, p) {
+  let st = "";
+  if (!p.accepted) st = " (no status)";
+  else if (p.accepted !== "True") st = ` <span class="error">not Accepted: ${esc(p.reason)}</span>`;
+  else if (p.resolvedRefs && p.resolvedRefs !== "True") st = ` <span class="error">refs: ${esc(p.reason)}</span>`;
+  const rules = (r.rules || []).map((rule) => {
+    const m = (rule.matches || []).join(" | ") || (r.kind === "TLSRoute" ? "" : "/");
+    const bs = (rule.backends || []).map((b) => {
+      const svc = b.service.replace(/^svc:/, "");
+      return `<span class="service" data-svc="${esc(svc)}">${esc(svc)}${b.port ? ":" + b.port : ""}${(rule.backends || []).length > 1 ? " w" + b.weight : ""}</span>`;
+    }).join(", ");
+    return `<li>${esc(m)} → ${bs || "(no backends)"}</li>`;
+  }).join("");
+  return `<li class="route" data-route="${esc(r.id)}">${esc(r.kind)} ${esc(r.namespace)}/${esc(r.name)}${p.sectionName ? " on " + esc(p.sectionName) : ""} ${esc((r.hostnames || []).join(","))}${st}<ul>${rules}</ul></li>`;
 }
 
 function fillSelect(sel, values) {
@@ -453,6 +497,19 @@ function showPath(i) {
     if (p.why) steps += `<p class="why">${esc(p.why)}</p>`;
     if (p.route) steps += `<p>route out ${esc(p.route.dev)}${p.route.via ? " via " + esc(p.route.via) : ""}${p.route.node ? " to " + esc(p.route.node) : ""}</p>`;
   }
+  let gw = "";
+  if (r.gateway) {
+    const g = r.gateway;
+    const dps = (g.dataPlanes || []).map((d) => (d.node ? d.node + " (" + d.addr + ")" : d.addr)).join(", ");
+    gw = `<div class="gateway-hop"><b>gateway ${esc(g.name)}</b> (class ${esc(g.class)}) at ${esc(g.address)}, listeners ` +
+      (g.listeners || []).map((l) => `${esc(l.name)} ${esc(l.protocol)}/${l.port}${l.hostname ? " " + esc(l.hostname) : ""}`).join(", ") +
+      `<p>announced by ${esc((g.announcers || []).join(", ") || "?")}; delivered to the Gateway data plane (user space) of ${esc(dps || "no node")}; ` +
+      `the route, rule and backend are picked per request</p><ul>` +
+      (g.routes || []).map((rt) => `<li>${esc(rt.kind)} ${esc(rt.name)} ${esc((rt.hostnames || []).join(",") || "any host")}${rt.accepted !== "True" ? " (not Accepted)" : ""}<ul>` +
+        (rt.rules || []).map((ru) => `<li>rule ${ru.index} ${esc((ru.matches || []).join(" | "))} → ` +
+          (ru.backends || []).map((b) => `${esc(b.service)} w${b.weight}: ${esc((b.endpoints || []).map((e) => e.pod ? e.pod.namespace + "/" + e.pod.name : e.addr).join(", ") || b.why || "none")}`).join("; ") + "</li>").join("") +
+        "</ul></li>").join("") + "</ul></div>";
+  }
   let live = "";
   if (r.live) {
     const l = r.live;
@@ -462,7 +519,7 @@ function showPath(i) {
   }
   const hops = state.hops.map((h, k) => `<li data-hop="${esc(h.element)}">${k + 1}. ${esc(h.kind)} ${esc(h.element)}${h.label ? ": " + esc(h.label) : ""}${h.verdict ? " <b>" + esc(h.verdict) + "</b>" : ""}</li>`).join("");
   $("trace-result").innerHTML = `<p>${esc(r.from.kind)} ${esc(r.from.name || r.from.ip)} → ${esc(r.to.addr)} (${esc(r.to.kind)}${r.to.service ? " " + esc(r.to.service) : ""}), ${esc(r.proto)}, rules of ${esc(r.node)} (${esc(r.mode)})</p>` +
-    `<div class="paths">${paths}</div>${steps}${live}<ol class="hops">${hops}</ol>`;
+    `<div class="paths">${paths}</div>${steps}${gw}${live}<ol class="hops">${hops}</ol>`;
   for (const el of $("trace-result").querySelectorAll('input[name="path"]')) {
     el.addEventListener("change", () => showPath(Number(el.value)));
   }
