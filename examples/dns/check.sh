@@ -39,7 +39,21 @@ check hostnames "$VIP" +search
 check "hostnames.$NS" "$VIP" +search
 check "$FQDN" "$VIP"
 check kubernetes.default 10.96.0.1 +search
-GETENT=$(inpod client getent hosts hostnames) || fail "getent hosts hostnames failed"
+# replicas NAME: what each kube-dns endpoint (each CoreDNS pod), asked directly, answers for NAME.
+replicas() {
+  local ip
+  for ip in $(kubectl -n kube-system get endpointslices -l kubernetes.io/service-name=kube-dns -o jsonpath='{.items[*].endpoints[*].addresses[0]}'); do
+    printf '  @%-15s %s\n' "$ip" "$(inpod client dig +short +time=2 +tries=1 "@$ip" "$1" 2>&1 | tr '\n' ' ')"
+  done
+}
+# libc asks one replica, chosen per socket by the proxy; each learns a new
+# Service from its own watch. A miss is retried, and says what each replica knew.
+if ! GETENT=$(inpod client getent hosts hostnames 2>&1); then
+  echo "getent hosts hostnames missed ($GETENT); each replica answers $FQDN:"
+  replicas "$FQDN"
+  eventually 15 inpod client getent hosts hostnames || fail "getent hosts hostnames failed: $OUT"
+  GETENT=$OUT
+fi
 printf '%-62s -> %s\n' "getent hosts hostnames   (libc, as curl resolves)" "$GETENT"
 has "$GETENT" "$VIP" || fail "getent hosts hostnames answered '$GETENT', want $VIP"
 
