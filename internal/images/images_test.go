@@ -494,6 +494,31 @@ func TestServeHostnameTCP(t *testing.T) {
 	testutil.Eventually(t, waitTimeout, "the request log line", contains(&r.stderr, "TCP request from "+conn.LocalAddr().String()))
 }
 
+// A client that sends first and reads late (`echo hostName | nc -w 2 …`)
+// still reads the answer and then a FIN: the image reads what was sent
+// before it closes, so its kernel never answers with a RST.
+func TestServeHostnameTCPClientSendsFirst(t *testing.T) {
+	r := start(t, "registry.k8s.io/e2e-test-images/agnhost:2.66.1", []string{"serve-hostname", "--port=0", "--http=false", "--tcp"}, nil)
+	conn, err := net.Dial("tcp", r.addr(t, "tcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte("hostName\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The answer and the server's FIN arrive before this client reads.
+	testutil.Eventually(t, waitTimeout, "the request log line", contains(&r.stderr, "TCP request from "+conn.LocalAddr().String()))
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(conn)
+	if err != nil || string(got) != "web-0" {
+		t.Errorf("read %q, %v; want %q and EOF (a FIN, not a reset)", got, err, "web-0")
+	}
+}
+
 func TestEchoSharesOnePortNumber(t *testing.T) {
 	r := start(t, "minikit/echo", []string{"--port=0"}, nil)
 	_, tcpPort, _ := net.SplitHostPort(r.addr(t, "tcp"))
