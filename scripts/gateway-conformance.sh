@@ -86,6 +86,8 @@ if [ -n "$CORE" ] && [ -z "$FEATURES" ] && [ -z "$ALL" ]; then
       GATEWAY-HTTP) f+=(Gateway HTTPRoute ReferenceGrant) ;;
       GATEWAY-GRPC) f+=(Gateway GRPCRoute ReferenceGrant) ;;
       GATEWAY-TLS) f+=(Gateway TLSRoute ReferenceGrant) ;;
+      GATEWAY-TCP) f+=(Gateway TCPRoute ReferenceGrant) ;;
+      GATEWAY-UDP) f+=(Gateway UDPRoute ReferenceGrant) ;;
       *) echo "no core features known for profile $p: pass --supported-features" >&2; exit 2 ;;
     esac
   done

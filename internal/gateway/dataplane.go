@@ -44,6 +44,12 @@ type Snapshot struct {
 	// Passthrough): their connections are spliced by server name
 	// (SplitPassthrough), routed by the port's Table.
 	Passthrough map[int32]bool
+	// TCP holds the data ports of TCP listeners: their connections are
+	// spliced to the port's route's backends (serveTCP).
+	TCP map[int32]bool
+	// UDP holds the data ports of UDP listeners (served by a UDPRelay,
+	// never by the HTTP server).
+	UDP map[int32]bool
 	// Endpoints maps a backend (Service and port) to "ip:port" of its ready endpoints.
 	Endpoints map[BackendKey][]string
 }
