@@ -77,7 +77,7 @@ func endpointOf(s *Snapshot, act *Action, pick func(int) int) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("route %s: the backend picked is not valid", act.Route)
 	}
-	eps := s.Endpoints[BackendKey{b.Service, b.Port}]
+	eps := s.Endpoints[b.Key()]
 	if len(eps) == 0 {
 		return "", fmt.Errorf("service %s port %d has no ready endpoint", b.Service, b.Port)
 	}

@@ -196,7 +196,7 @@ func TestTCPAndUDPRouteStatus(t *testing.T) {
 	for _, name := range []string{"echo", "dns"} {
 		k := key("infra", name)
 		w.Services[k] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "infra"},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 3000}}}}
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 3000, Protocol: map[string]corev1.Protocol{"echo": "TCP", "dns": "UDP"}[name]}}}}
 		slices[k] = []*discoveryv1.EndpointSlice{{Ports: []discoveryv1.EndpointPort{{Name: ptr("p"), Port: ptr(int32(3000))}},
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{map[string]string{"echo": "10.0.0.1", "dns": "10.0.0.2"}[name]}}}}}
 	}
@@ -306,16 +306,16 @@ func lineEcho(t *testing.T, name string) string {
 	return ln.Addr().String()
 }
 
-// l4Services makes a Service "infra/<name>" port 3000 per backend address,
-// its EndpointSlice naming the address.
-func l4Services(addrs map[string]string) (map[types.NamespacedName]*corev1.Service, map[types.NamespacedName][]*discoveryv1.EndpointSlice) {
+// l4Services makes a Service "infra/<name>" port 3000 of protocol proto per
+// backend address, its EndpointSlice naming the address.
+func l4Services(proto corev1.Protocol, addrs map[string]string) (map[types.NamespacedName]*corev1.Service, map[types.NamespacedName][]*discoveryv1.EndpointSlice) {
 	svcs := map[types.NamespacedName]*corev1.Service{}
 	slices := map[types.NamespacedName][]*discoveryv1.EndpointSlice{}
 	for name, addr := range addrs {
 		host, port, _ := net.SplitHostPort(addr)
 		p, _ := strconv.Atoi(port)
 		k := types.NamespacedName{Namespace: "infra", Name: name}
-		svcs[k] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "infra"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 3000}}}}
+		svcs[k] = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "infra"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 3000, Protocol: proto}}}}
 		slices[k] = []*discoveryv1.EndpointSlice{{Ports: []discoveryv1.EndpointPort{{Name: ptr("p"), Port: ptr(int32(p))}},
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}}}}
 	}
@@ -327,7 +327,7 @@ func l4Services(addrs map[string]string) (map[types.NamespacedName]*corev1.Servi
 // through both ways; with no route the connection is closed unanswered; the
 // listener never hands a connection to the HTTP server.
 func TestTCPSplice(t *testing.T) {
-	svcs, slices := l4Services(map[string]string{"old": lineEcho(t, "old"), "young": lineEcho(t, "young")})
+	svcs, slices := l4Services(corev1.ProtocolTCP, map[string]string{"old": lineEcho(t, "old"), "young": lineEcho(t, "young")})
 	w := World{Services: svcs}
 	table, _ := BuildTable(w, []Attachment{
 		{Route: tcpAsHTTP(tcpRoute("infra", "young", 0, nil, "young"))},
@@ -379,5 +379,34 @@ func TestTCPSplice(t *testing.T) {
 	ln.Close()
 	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept returned %v, want the listener closed", err)
+	}
+}
+
+// A Service may have a TCP and a UDP port of one number (kube-dns's 53): a
+// UDPRoute's backend is served by the UDP port's endpoints, a TCPRoute's by
+// the TCP port's.
+func TestL4BackendPortProtocol(t *testing.T) {
+	k := types.NamespacedName{Namespace: "infra", Name: "dns"}
+	w := World{Services: map[types.NamespacedName]*corev1.Service{k: {Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP}}}}}}
+	slices := map[types.NamespacedName][]*discoveryv1.EndpointSlice{k: {{
+		Ports:     []discoveryv1.EndpointPort{{Name: ptr("dns"), Port: ptr(int32(5353))}, {Name: ptr("dns-tcp"), Port: ptr(int32(5354))}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.9"}}}}}}
+	withPort := func(refs []gatewayv1.BackendRef) []gatewayv1.BackendRef {
+		refs[0].Port = ptr(gatewayv1.PortNumber(53))
+		return refs
+	}
+	udp := udpRoute("infra", "u", 0, nil, "dns")
+	udp.Spec.Rules[0].BackendRefs = withPort(udp.Spec.Rules[0].BackendRefs)
+	tcp := tcpRoute("infra", "t", 0, nil, "dns")
+	tcp.Spec.Rules[0].BackendRefs = withPort(tcp.Spec.Rules[0].BackendRefs)
+	ut, _ := BuildTable(w, []Attachment{{Route: udpAsHTTP(udp)}})
+	tt, _ := BuildTable(w, []Attachment{{Route: tcpAsHTTP(tcp)}})
+	tables := map[int32]*Table{20001: ut, 20000: tt}
+	snap := &Snapshot{Tables: tables, Endpoints: ResolveEndpoints(tables, w.Services, slices)}
+	for dp, want := range map[int32]string{20001: "10.0.0.9:5353", 20000: "10.0.0.9:5354"} {
+		if ep, err := L4Endpoint(snap, dp, func(int) int { return 0 }); err != nil || ep != want {
+			t.Errorf("data port %d: %q, %v; want %s", dp, ep, err, want)
+		}
 	}
 }

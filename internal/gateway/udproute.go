@@ -277,7 +277,7 @@ func servesEndpoint(s *Snapshot, dataPort int32, ep string) bool {
 		return false
 	}
 	for _, b := range act.Backends {
-		if !b.Invalid && b.Weight > 0 && slices.Contains(s.Endpoints[BackendKey{b.Service, b.Port}], ep) {
+		if !b.Invalid && b.Weight > 0 && slices.Contains(s.Endpoints[b.Key()], ep) {
 			return true
 		}
 	}

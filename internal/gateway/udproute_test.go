@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/testutil"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // udpEcho is a UDP server that answers each datagram with its name, the
@@ -78,7 +80,7 @@ func startRelay(t *testing.T, idle time.Duration, maxSessions int, backends ...s
 		name, _, _ := strings.Cut(b, "=")
 		addrs[name] = udpEcho(t, name)
 	}
-	svcs, slices := l4Services(addrs)
+	svcs, slices := l4Services(corev1.ProtocolUDP, addrs)
 	table, _ := BuildTable(World{Services: svcs}, []Attachment{{Route: udpAsHTTP(udpRoute("infra", "r", 0, nil, backends...))}})
 	tables := map[int32]*Table{20001: table}
 	var snap atomic.Pointer[Snapshot]
