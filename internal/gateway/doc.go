@@ -218,9 +218,7 @@
 // mirroring a request body without Content-Length or over 1 MiB (so most
 // gRPC calls: such requests are not mirrored); the PROXY protocol or any other
 // way for a passthrough, TCP or UDP backend to see the client's address (it
-// sees the node's); a UDPRoute or TCPRoute backend Service with a TCP and a
-// UDP port of one number (endpoints are resolved by port number; kube-dns's
-// ports target the same container port, so it works there); listener isolation between listeners sharing a
+// sees the node's); listener isolation between listeners sharing a
 // port (their attachments are merged into one table); the HTTPRoute
 // filter ExternalAuth, retries, destination-port
 // matching (HTTPRouteDestinationPortMatching); HTTPRoute backend protocols
