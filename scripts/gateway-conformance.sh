@@ -45,7 +45,10 @@
 # Programmed) and 36 of 36 core tests pass; with --profiles
 # GATEWAY-HTTP,GATEWAY-GRPC the GRPC profile's 14 core tests pass too, and
 # with --profiles GATEWAY-TLS that profile's 19 (TLSRoute is in the standard
-# channel the lab installs). A profile's setup may wait for a base Gateway
+# channel the lab installs), with --profiles GATEWAY-TCP,GATEWAY-UDP the 8
+# TCPRoute and 9 UDPRoute tests (TCPRoute and UDPRoute are v1 in the v1.6.3
+# standard channel too: no experimental CRDs needed; UDPRouteNotAllowedByListeners
+# only checks something when TLSRoute is supported, which the class claims). A profile's setup may wait for a base Gateway
 # whose listeners minikit does not serve yet:
 # --skip-readiness NAMESPACE/NAME[,...] gives those base Gateways the suite's
 # own opt-out annotation (gateway-api/skip-this-for-readiness) so the rest runs:
@@ -86,6 +89,8 @@ if [ -n "$CORE" ] && [ -z "$FEATURES" ] && [ -z "$ALL" ]; then
       GATEWAY-HTTP) f+=(Gateway HTTPRoute ReferenceGrant) ;;
       GATEWAY-GRPC) f+=(Gateway GRPCRoute ReferenceGrant) ;;
       GATEWAY-TLS) f+=(Gateway TLSRoute ReferenceGrant) ;;
+      GATEWAY-TCP) f+=(Gateway TCPRoute ReferenceGrant) ;;
+      GATEWAY-UDP) f+=(Gateway UDPRoute ReferenceGrant) ;;
       *) echo "no core features known for profile $p: pass --supported-features" >&2; exit 2 ;;
     esac
   done

@@ -156,9 +156,10 @@ if [ "${CONFORMANCE:-1}" != 0 ]; then
   background ipv6 ipv6
   # The Gateway API's conformance suite (sigs.k8s.io/gateway-api/conformance v1.6.3,
   # unmodified; scripts/gateway-conformance.sh) in a two-node lab of its own,
-  # run from the lab's client host: profiles GATEWAY-HTTP, GATEWAY-GRPC and
-  # GATEWAY-TLS, the features the GatewayClass says it supports (their core ones).
-  background gateway env MINIKIT="$bindir/minikit" ./scripts/gateway-conformance.sh --profiles GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS \
+  # run from the lab's client host: profiles GATEWAY-HTTP, GATEWAY-GRPC,
+  # GATEWAY-TLS, GATEWAY-TCP and GATEWAY-UDP (all in the standard channel the
+  # lab installs), the features the GatewayClass says it supports.
+  background gateway env MINIKIT="$bindir/minikit" ./scripts/gateway-conformance.sh --profiles GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP,GATEWAY-UDP \
     --report-dir "$log.gateway.report"
   run_background &
 fi

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -216,6 +217,26 @@ func (s *ControlPlane) sync(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("updating status of TLSRoute %s/%s: %w", rt.Namespace, rt.Name, err))
 		}
 	}
+	for _, rt := range w.TCPRoutes {
+		next := rt.DeepCopy()
+		next.Status.Parents = routeParents(rt.Status.Parents, res.TCPParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
+		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
+			continue
+		}
+		if _, err := s.cfg.Gateway.GatewayV1().TCPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("updating status of TCPRoute %s/%s: %w", rt.Namespace, rt.Name, err))
+		}
+	}
+	for _, rt := range w.UDPRoutes {
+		next := rt.DeepCopy()
+		next.Status.Parents = routeParents(rt.Status.Parents, res.UDPParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
+		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
+			continue
+		}
+		if _, err := s.cfg.Gateway.GatewayV1().UDPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("updating status of UDPRoute %s/%s: %w", rt.Namespace, rt.Name, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -266,7 +287,9 @@ var SupportedFeatures = []gatewayv1.FeatureName{
 	"HTTPRouteResponseHeaderModification",
 	"HTTPRouteSchemeRedirect",
 	"ReferenceGrant",
+	"TCPRoute",
 	"TLSRoute",
+	"UDPRoute",
 }
 
 func (s *ControlPlane) syncClass(ctx context.Context, gc *gatewayv1.GatewayClass) error {
@@ -329,14 +352,20 @@ func usedDataPorts(svcs []*corev1.Service) map[int32]types.NamespacedName {
 }
 
 // servicePorts is the Gateway's distinct listener ports, each with the data
-// port it already holds or a free one.
+// port it already holds or a free one: protocol UDP for UDP listeners, TCP
+// for the others (a port number may appear once for each, a Service may mix
+// protocols), each its own data port.
 func servicePorts(g *gatewayv1.Gateway, old *corev1.Service, used map[int32]types.NamespacedName) ([]corev1.ServicePort, error) {
 	self := types.NamespacedName{Namespace: g.Namespace, Name: ServiceName(g.Name)}
-	held := map[int32]int32{}
+	type portKey struct {
+		port  int32
+		proto corev1.Protocol
+	}
+	held := map[portKey]int32{}
 	if old != nil {
 		for _, p := range old.Spec.Ports {
 			if tp := p.TargetPort.IntVal; tp >= DataPortMin && tp <= DataPortMax && used[tp] == self {
-				held[p.Port] = tp
+				held[portKey{p.Port, p.Protocol}] = tp
 			}
 		}
 	}
@@ -351,7 +380,7 @@ func servicePorts(g *gatewayv1.Gateway, old *corev1.Service, used map[int32]type
 		if slices.ContainsFunc(out, func(p corev1.ServicePort) bool { return p.Port == port && p.Protocol == proto }) {
 			continue
 		}
-		tp, ok := held[port]
+		tp, ok := held[portKey{port, proto}]
 		if !ok {
 			for ; next <= DataPortMax; next++ {
 				if _, taken := used[next]; !taken {
@@ -366,7 +395,9 @@ func servicePorts(g *gatewayv1.Gateway, old *corev1.Service, used map[int32]type
 		}
 		out = append(out, corev1.ServicePort{Name: portName(proto, port), Protocol: proto, Port: port, TargetPort: intstr.FromInt32(tp)})
 	}
-	slices.SortFunc(out, func(a, b corev1.ServicePort) int { return int(a.Port - b.Port) })
+	slices.SortFunc(out, func(a, b corev1.ServicePort) int {
+		return cmp.Or(cmp.Compare(a.Port, b.Port), strings.Compare(string(a.Protocol), string(b.Protocol)))
+	})
 	return out, nil
 }
 

@@ -109,7 +109,7 @@ func TestControlPlaneProgramsAGateway(t *testing.T) {
 			"HTTPRouteNamedRouteRule,HTTPRouteParentRefPort,HTTPRoutePathRedirect,HTTPRoutePathRewrite,HTTPRoutePortRedirect,"+
 			"HTTPRouteQueryParamMatching,HTTPRouteRequestMirror,HTTPRouteRequestMultipleMirrors,HTTPRouteRequestPercentageMirror,"+
 			"HTTPRouteRequestTimeout,HTTPRouteResponseHeaderModification,HTTPRouteSchemeRedirect,"+
-			"ReferenceGrant,TLSRoute"; got != want {
+			"ReferenceGrant,TCPRoute,TLSRoute,UDPRoute"; got != want {
 			return fmt.Errorf("status.supportedFeatures %s, want %s", got, want)
 		}
 		return condIs(gc.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted", gc.Generation)
@@ -260,7 +260,7 @@ func TestControlPlaneProgramsAGateway(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		g.Spec.Listeners = append(g.Spec.Listeners, gatewayv1.Listener{Name: "udp", Port: 53, Protocol: gatewayv1.UDPProtocolType})
+		g.Spec.Listeners = append(g.Spec.Listeners, gatewayv1.Listener{Name: "udp", Port: 8080, Protocol: gatewayv1.UDPProtocolType})
 		cur, err = gw.GatewayV1().Gateways("default").Update(ctx, g, metav1.UpdateOptions{})
 		return err
 	}); err != nil {
@@ -274,13 +274,42 @@ func TestControlPlaneProgramsAGateway(t *testing.T) {
 		if g.Generation != cur.Generation || g.Generation < 2 {
 			return fmt.Errorf("generation %d, want %d (>1)", g.Generation, cur.Generation)
 		}
-		if err := condIs(g.Status.Conditions, "Accepted", metav1.ConditionTrue, "ListenersNotValid", g.Generation); err != nil {
+		if err := condIs(g.Status.Conditions, "Accepted", metav1.ConditionTrue, "Accepted", g.Generation); err != nil {
 			return err
 		}
 		if len(g.Status.Listeners) != 4 {
 			return fmt.Errorf("listeners %+v", g.Status.Listeners)
 		}
-		return condIs(g.Status.Listeners[3].Conditions, "Accepted", metav1.ConditionFalse, "UnsupportedProtocol", g.Generation)
+		return condIs(g.Status.Listeners[3].Conditions, "Accepted", metav1.ConditionTrue, "Accepted", g.Generation)
+	})
+	// A UDP listener on a TCP listener's port number: the Service mixes
+	// protocols, the UDP port has a data port of its own, and the
+	// EndpointSlice carries it with its protocol (what the service proxy
+	// DNATs UDP by).
+	testutil.Eventually(t, wait, "the UDP listener's port", func() error {
+		svc, err := kube.CoreV1().Services("default").Get(ctx, "edge"+ServiceSuffix, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got := ""
+		for _, p := range svc.Spec.Ports {
+			got += fmt.Sprintf("%s %s:%d→%d ", p.Name, p.Protocol, p.Port, p.TargetPort.IntVal)
+		}
+		if want := "tcp-80 TCP:80→20000 tcp-8080 TCP:8080→20001 udp-8080 UDP:8080→20003 "; got != want {
+			return fmt.Errorf("ports %q, want %q", got, want)
+		}
+		es, err := kube.DiscoveryV1().EndpointSlices("default").Get(ctx, "edge"+ServiceSuffix, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got = ""
+		for _, p := range es.Ports {
+			got += fmt.Sprintf("%s %s %d ", *p.Name, *p.Protocol, *p.Port)
+		}
+		if want := "tcp-80 TCP 20000 tcp-8080 TCP 20001 udp-8080 UDP 20003 "; got != want {
+			return fmt.Errorf("EndpointSlice ports %q, want %q", got, want)
+		}
+		return nil
 	})
 }
 

@@ -44,14 +44,23 @@ type Snapshot struct {
 	// Passthrough): their connections are spliced by server name
 	// (SplitPassthrough), routed by the port's Table.
 	Passthrough map[int32]bool
+	// TCP holds the data ports of TCP listeners: their connections are
+	// spliced to the port's route's backends (serveTCP).
+	TCP map[int32]bool
+	// UDP holds the data ports of UDP listeners (served by a UDPRelay,
+	// never by the HTTP server).
+	UDP map[int32]bool
 	// Endpoints maps a backend (Service and port) to "ip:port" of its ready endpoints.
 	Endpoints map[BackendKey][]string
 }
 
-// BackendKey names a Service port.
+// BackendKey names a Service port: its number and, since a Service may
+// have a TCP and a UDP port of one number (kube-dns's 53), whether it is
+// the UDP one (a UDPRoute's backends).
 type BackendKey struct {
 	Service types.NamespacedName
 	Port    int32
+	UDP     bool
 }
 
 // ResolveEndpoints fills s.Endpoints for every backend of every table from
@@ -65,24 +74,26 @@ func ResolveEndpoints(tables map[int32]*Table, svcs map[types.NamespacedName]*co
 				bs = append(bs[:len(bs):len(bs)], m.Backend)
 			}
 			for _, b := range bs {
-				k := BackendKey{b.Service, b.Port}
+				k := b.Key()
 				if _, done := out[k]; done || b.Invalid {
 					continue
 				}
-				out[k] = endpointsOf(svcs[b.Service], slices[b.Service], b.Port)
+				out[k] = endpointsOf(svcs[b.Service], slices[b.Service], k)
 			}
 		}
 	}
 	return out
 }
 
-func endpointsOf(svc *corev1.Service, sl []*discoveryv1.EndpointSlice, port int32) []string {
+// endpointsOf is the ready endpoints of a Service port: the port of that
+// number and protocol (an unset protocol is TCP, the API's default).
+func endpointsOf(svc *corev1.Service, sl []*discoveryv1.EndpointSlice, k BackendKey) []string {
 	if svc == nil {
 		return nil
 	}
 	var sp *corev1.ServicePort
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].Port == port {
+	for i, p := range svc.Spec.Ports {
+		if p.Port == k.Port && (p.Protocol == corev1.ProtocolUDP) == k.UDP {
 			sp = &svc.Spec.Ports[i]
 		}
 	}
@@ -228,7 +239,7 @@ func Handler(dataPort int32, load func() *Snapshot, dial Dialer) http.Handler {
 			http.Error(w, "the backend is not valid", http.StatusInternalServerError)
 			return
 		}
-		eps := s.Endpoints[BackendKey{b.Service, b.Port}]
+		eps := s.Endpoints[b.Key()]
 		if len(eps) == 0 {
 			http.Error(w, "no ready endpoint", http.StatusServiceUnavailable)
 			return

@@ -22,7 +22,8 @@
 //     pending, and its Gateway is Programmed=False, reason AddressNotAssigned.
 //     Gateway.status.addresses is copied from the Service's status.
 //   - Its ports are the Gateway's distinct listener ports (several HTTP
-//     listeners share port 80 and differ by hostname). Each port's targetPort
+//     listeners share port 80 and differ by hostname), protocol UDP for UDP
+//     listeners and TCP for the others. Each port's targetPort
 //     is a data-plane port allocated by the control plane from DataPortRange
 //     (20000-29999, below the NodePort range), unique across all Gateways.
 //     The allocation lives only in the Services' specs, as the stub's
@@ -57,12 +58,13 @@
 //     every class of ControllerName Accepted; for each Gateway of the class, the Service and
 //     its EndpointSlices, and Gateway status (Accepted, Programmed, addresses,
 //     listeners with supportedKinds, attachedRoutes and conditions); for each
-//     HTTPRoute, GRPCRoute and TLSRoute, status.parents (Accepted, ResolvedRefs) for the parents of
-//     this controller. The status rules (allowedRoutes, hostname
+//     HTTPRoute, GRPCRoute, TLSRoute, TCPRoute and UDPRoute, status.parents
+//     (Accepted, ResolvedRefs) for the parents of this controller. The status rules (allowedRoutes, hostname
 //     intersection, ReferenceGrant, backend and certificate resolution) are pure functions of
 //     a snapshot of the objects (status.go), tested as tables.
 //   - Node (every node, node.go): watches Gateways, HTTPRoutes, GRPCRoutes,
-//     TLSRoutes, ReferenceGrants, Secrets, Services and EndpointSlices; from the same Compute
+//     TLSRoutes, TCPRoutes, UDPRoutes, ReferenceGrants, Secrets, Services and
+//     EndpointSlices; from the same Compute
 //     builds, per data port, the routing Table (routes.go) of the listeners
 //     behind it, opens and closes data ports to match, announces itself on
 //     its Node, and serves (dataplane.go) straight to ready endpoints of the
@@ -135,6 +137,47 @@
 // covers, no valid backend, no ready endpoint) is closed without a byte
 // written: the client's handshake ends with EOF.
 //
+// # TCP and UDP listeners, TCPRoutes and UDPRoutes
+//
+// A listener of protocol TCP takes TCPRoutes, one of protocol UDP
+// UDPRoutes (gateway.networking.k8s.io/v1, standard channel in v1.6.3);
+// supportedKinds is that kind alone and allowedRoutes.kinds naming another
+// is ResolvedRefs=False (InvalidRouteKinds). Both route kinds go through the
+// HTTPRoute rules as the route with their parents and backendRefs
+// (tcpAsHTTP, udpAsHTTP): attachment by sectionName and port, allowedRoutes
+// namespaces (NotAllowedByListeners when no listener takes the kind or the
+// namespace, NoMatchingParent when none matches the parentRef),
+// ReferenceGrants that must name TCPRoute or UDPRoute, ResolvedRefs
+// (BackendNotFound, RefNotPermitted, InvalidKind); their status goes to
+// their own kind. Nothing in a TCP or UDP listener or route tells two routes
+// apart, so every route that attaches is Accepted and counts in
+// attachedRoutes, and the listener serves only the oldest (creationTimestamp,
+// then "namespace/name"), as the spec's conflict rule says; the suite checks
+// exactly that. A TCP listener shares its port with no other listener
+// (ProtocolConflict with HTTP, HTTPS or TLS on it, the spec's rule); a UDP
+// listener may share its port number with one over TCP: the Gateway's
+// Service then has a TCP and a UDP port of that number, each with its own
+// data port, and its EndpointSlice carries each with its protocol, so the
+// service proxy DNATs UDP as for any UDP LoadBalancer Service (and clears
+// the UDP conntrack entries its endpoint changes make stale).
+//
+// A TCP data port is the same listener as the others (SplitPassthrough
+// takes its connections from the HTTP server while the snapshot says the
+// port is a TCP listener's): each connection goes to a ready endpoint of a
+// backend of the route, picked by weight, and is spliced as a passthrough
+// connection is (tcproute.go). A UDP data port is a UDPRelay (udproute.go):
+// a session per client address, with its own socket connected to one
+// endpoint picked as for TCP; the client's datagrams go out on it, the
+// endpoint's answers go back to that client from the address it sent to
+// (IP_PKTINFO: the DNATed node address, so conntrack un-NATs the reply).
+// A session ends after UDPIdleTimeout without a datagram either way, or
+// when the current snapshot no longer serves its endpoint (the client's
+// next datagram picks again); at most UDPMaxSessions per data port, past
+// which a new client's datagrams are dropped, as a full conntrack table
+// drops them. No route, an invalid backend picked by weight (TCPRouteRule's
+// doc: its share of connections is rejected), no ready endpoint: a TCP
+// connection is closed without a byte, a UDP datagram is dropped.
+//
 // # Filters
 //
 // A rule's filters are applied in the data plane (routes.go builds them
@@ -162,7 +205,9 @@
 // controlplane.go the server half; routes.go the routing Table; dataplane.go
 // the HTTP handler and TLS termination; mirror.go and cors.go the
 // RequestMirror and CORS filters; tlsroute.go TLSRoutes, the
-// ClientHello and the passthrough splice; node.go the node half.
+// ClientHello and the passthrough splice; tcproute.go TCPRoutes and the
+// endpoint a TCP or UDP listener picks; udproute.go UDPRoutes and the
+// UDPRelay; node.go the node half.
 //
 // # Not done yet (issue 32)
 //
@@ -171,10 +216,9 @@
 // certificate validation, per-port TLS options, HTTP/2 over TLS),
 // GRPCRoute over HTTPS (the data port offers only http/1.1 in ALPN);
 // mirroring a request body without Content-Length or over 1 MiB (so most
-// gRPC calls: such requests are not mirrored); TCPRoute, UDPRoute (UDP and TCP
-// listeners are UnsupportedProtocol today); the PROXY protocol or any other
-// way for a passthrough backend to see the client's address (it sees the
-// node's); listener isolation between listeners sharing a
+// gRPC calls: such requests are not mirrored); the PROXY protocol or any other
+// way for a passthrough, TCP or UDP backend to see the client's address (it
+// sees the node's); listener isolation between listeners sharing a
 // port (their attachments are merged into one table); the HTTPRoute
 // filter ExternalAuth, retries, destination-port
 // matching (HTTPRouteDestinationPortMatching); HTTPRoute backend protocols
@@ -192,7 +236,9 @@
 // scripts/gateway-conformance.sh runs the upstream suite: unmodified, its
 // GATEWAY-HTTP setup passes (the base Gateway with only HTTPS listeners is
 // Accepted and Programmed) and so do the profile's 36 core tests, and the
-// GATEWAY-GRPC profile's 14, and the GATEWAY-TLS profile's 19. Of
+// GATEWAY-GRPC profile's 14, the GATEWAY-TLS profile's 19, and the
+// GATEWAY-TCP (8 TCPRoute tests) and GATEWAY-UDP (9 UDPRoute tests)
+// profiles' core tests. Of
 // GATEWAY-HTTP's extended features these pass and are claimed:
 // HTTPRouteQueryParamMatching, HTTPRouteMethodMatching,
 // HTTPRouteResponseHeaderModification,

@@ -33,12 +33,12 @@ import (
 
 const kindGRPC = "GRPCRoute"
 
-// routeKind is the kind a route given to the rules stands for: GRPCRoutes
-// and TLSRoutes come as HTTPRoutes whose TypeMeta says their kind
-// (grpcAsHTTP, tlsAsHTTP).
+// routeKind is the kind a route given to the rules stands for: GRPCRoutes,
+// TLSRoutes, TCPRoutes and UDPRoutes come as HTTPRoutes whose TypeMeta says
+// their kind (grpcAsHTTP, tlsAsHTTP, tcpAsHTTP, udpAsHTTP).
 func routeKind(rt *gatewayv1.HTTPRoute) string {
 	switch rt.Kind {
-	case kindGRPC, kindTLS:
+	case kindGRPC, kindTLS, kindTCP, kindUDP:
 		return rt.Kind
 	}
 	return kindHTTP

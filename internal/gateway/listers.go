@@ -24,6 +24,8 @@ type listers struct {
 	routes   gwlisters.HTTPRouteLister
 	grpc     gwlisters.GRPCRouteLister
 	tls      gwlisters.TLSRouteLister
+	tcp      gwlisters.TCPRouteLister
+	udp      gwlisters.UDPRouteLister
 	grants   gwlisters.ReferenceGrantLister
 	svcs     corelisters.ServiceLister
 	secrets  corelisters.SecretLister
@@ -35,9 +37,11 @@ type listers struct {
 func newListers(kube informers.SharedInformerFactory, gw gwinformers.SharedInformerFactory) listers {
 	v1 := gw.Gateway().V1()
 	return listers{
-		classes: v1.GatewayClasses().Lister(), gateways: v1.Gateways().Lister(), routes: v1.HTTPRoutes().Lister(), grpc: v1.GRPCRoutes().Lister(), tls: v1.TLSRoutes().Lister(), grants: v1.ReferenceGrants().Lister(),
+		classes: v1.GatewayClasses().Lister(), gateways: v1.Gateways().Lister(), routes: v1.HTTPRoutes().Lister(), grpc: v1.GRPCRoutes().Lister(), tls: v1.TLSRoutes().Lister(),
+		tcp: v1.TCPRoutes().Lister(), udp: v1.UDPRoutes().Lister(), grants: v1.ReferenceGrants().Lister(),
 		svcs: kube.Core().V1().Services().Lister(), secrets: kube.Core().V1().Secrets().Lister(), nss: kube.Core().V1().Namespaces().Lister(), slices: kube.Discovery().V1().EndpointSlices().Lister(),
-		infs: []cache.SharedIndexInformer{v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(), v1.GRPCRoutes().Informer(), v1.TLSRoutes().Informer(), v1.ReferenceGrants().Informer(),
+		infs: []cache.SharedIndexInformer{v1.GatewayClasses().Informer(), v1.Gateways().Informer(), v1.HTTPRoutes().Informer(), v1.GRPCRoutes().Informer(), v1.TLSRoutes().Informer(),
+			v1.TCPRoutes().Informer(), v1.UDPRoutes().Informer(), v1.ReferenceGrants().Informer(),
 			kube.Core().V1().Services().Informer(), kube.Core().V1().Secrets().Informer(), kube.Core().V1().Namespaces().Informer(), kube.Discovery().V1().EndpointSlices().Informer()},
 	}
 }
@@ -84,6 +88,14 @@ func (l listers) world() (World, []*corev1.Service, error) {
 		return w, nil, err
 	}
 	slices.SortFunc(w.TLSRoutes, func(a, b *gatewayv1.TLSRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
+	if w.TCPRoutes, err = l.tcp.List(labels.Everything()); err != nil {
+		return w, nil, err
+	}
+	slices.SortFunc(w.TCPRoutes, func(a, b *gatewayv1.TCPRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
+	if w.UDPRoutes, err = l.udp.List(labels.Everything()); err != nil {
+		return w, nil, err
+	}
+	slices.SortFunc(w.UDPRoutes, func(a, b *gatewayv1.UDPRoute) int { return compareKey(a.ObjectMeta, b.ObjectMeta) })
 	if w.Grants, err = l.grants.List(labels.Everything()); err != nil {
 		return w, nil, err
 	}

@@ -50,7 +50,7 @@ func (m *mirrorer) send(r *http.Request, act *Action, endpoints map[BackendKey][
 		if mr.Backend.Invalid || !mr.Sampled(rand.Int32N(mr.Denominator)) {
 			continue
 		}
-		if eps := endpoints[BackendKey{mr.Backend.Service, mr.Backend.Port}]; len(eps) > 0 {
+		if eps := endpoints[mr.Backend.Key()]; len(eps) > 0 {
 			targets = append(targets, eps[rand.IntN(len(eps))])
 		}
 	}

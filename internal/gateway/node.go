@@ -36,13 +36,19 @@ type NodeConfig struct {
 	// node (as a hostNetwork proxy), where the service proxy's DNAT sends
 	// LB-IP:port.
 	Listen func(port int32) (net.Listener, error)
-	// DialUpstream, when set, opens connections to endpoints (tests).
+	// ListenPacket opens a UDP listener's data port; the default listens on
+	// every address of the node.
+	ListenPacket func(port int32) (net.PacketConn, error)
+	// DialUpstream, when set, opens connections to endpoints (tests); UDP
+	// sessions dial network "udp".
 	DialUpstream Dialer
 	Logger       *slog.Logger
 }
 
-// Node is a node's data plane: one HTTP server per data port of the
-// Gateways' Services, answering from the current Snapshot.
+// Node is a node's data plane: one HTTP server per TCP data port of the
+// Gateways' Services (which splices the connections of TLS passthrough and
+// TCP listeners itself) and one UDPRelay per UDP data port, answering from
+// the current Snapshot.
 type Node struct {
 	cfg  NodeConfig
 	log  *slog.Logger
@@ -52,8 +58,9 @@ type Node struct {
 	loop *ctrlloop.Kicked
 	snap atomic.Pointer[Snapshot]
 
-	mu      sync.Mutex // guards servers
+	mu      sync.Mutex // guards servers and relays
 	servers map[int32]*http.Server
+	relays  map[int32]*UDPRelay
 }
 
 // NewNode prepares a node's data plane; Run starts it.
@@ -67,7 +74,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Listen == nil {
 		cfg.Listen = func(port int32) (net.Listener, error) { return net.Listen("tcp", ":"+strconv.Itoa(int(port))) }
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "gateway"), loop: ctrlloop.NewKicked(), servers: map[int32]*http.Server{}}
+	if cfg.ListenPacket == nil {
+		cfg.ListenPacket = func(port int32) (net.PacketConn, error) { return net.ListenPacket("udp", ":"+strconv.Itoa(int(port))) }
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("component", "gateway"), loop: ctrlloop.NewKicked(), servers: map[int32]*http.Server{}, relays: map[int32]*UDPRelay{}}
 	n.kube = informers.NewSharedInformerFactory(cfg.Client, 0)
 	n.gw = gwinformers.NewSharedInformerFactory(cfg.Gateway, 0)
 	n.listers = newListers(n.kube, n.gw)
@@ -135,21 +145,33 @@ func (n *Node) sync() error {
 	res := Compute(w)
 	attached := map[int32][]Attachment{}
 	ports := map[int32]int32{}
+	udpPorts := map[int32]bool{}
 	secure := map[int32][]ServerCert{}
-	passthrough := map[int32]bool{}
+	passthrough, tcp := map[int32]bool{}, map[int32]bool{}
 	for _, g := range w.Gateways {
 		svc := w.Services[types.NamespacedName{Namespace: g.Namespace, Name: ServiceName(g.Name)}]
 		if svc == nil || svc.Labels[GatewayNameLabel] != g.Name {
 			continue // the control plane has not made it yet
 		}
 		for _, l := range g.Spec.Listeners {
+			proto := corev1.ProtocolTCP
+			if l.Protocol == gatewayv1.UDPProtocolType {
+				proto = corev1.ProtocolUDP
+			}
 			for _, p := range svc.Spec.Ports {
-				if p.Port == int32(l.Port) && p.Protocol == corev1.ProtocolTCP {
+				if p.Port == int32(l.Port) && p.Protocol == proto {
 					dp := p.TargetPort.IntVal
-					ports[dp] = p.Port
+					if proto == corev1.ProtocolUDP {
+						udpPorts[dp] = true
+					} else {
+						ports[dp] = p.Port
+					}
 					lk := ListenerKey{types.NamespacedName{Namespace: g.Namespace, Name: g.Name}, l.Name}
 					attached[dp] = append(attached[dp], res.Attached[lk]...)
 					switch l.Protocol {
+					case gatewayv1.TCPProtocolType:
+						// Spliced even when no listener on it is valid.
+						tcp[dp] = true
 					case gatewayv1.TLSProtocolType:
 						// Spliced even when no listener on it is valid:
 						// a client's connection is then closed, never
@@ -184,8 +206,41 @@ func (n *Node) sync() error {
 			bySvc[k] = append(bySvc[k], s)
 		}
 	}
-	n.snap.Store(&Snapshot{Tables: tables, Ports: ports, TLS: secure, Passthrough: passthrough, Endpoints: ResolveEndpoints(tables, w.Services, bySvc)})
-	return n.serve(ports)
+	n.snap.Store(&Snapshot{Tables: tables, Ports: ports, TLS: secure, Passthrough: passthrough, TCP: tcp, UDP: udpPorts,
+		Endpoints: ResolveEndpoints(tables, w.Services, bySvc)})
+	return errors.Join(n.serve(ports), n.serveUDP(udpPorts))
+}
+
+// serveUDP opens the UDP data ports that are new and closes those that are gone.
+func (n *Node) serveUDP(ports map[int32]bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var errs []error
+	for dp, r := range n.relays {
+		if !ports[dp] {
+			r.Close()
+			delete(n.relays, dp)
+		}
+	}
+	for dp := range ports {
+		if _, ok := n.relays[dp]; ok {
+			continue
+		}
+		pc, err := n.cfg.ListenPacket(dp)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listening on UDP data port %d: %w", dp, err))
+			continue
+		}
+		r := NewUDPRelay(UDPRelayConfig{Conn: pc, DataPort: dp, Load: n.snap.Load, Dial: n.cfg.DialUpstream, Logger: n.log})
+		n.relays[dp] = r
+		go func() {
+			if err := r.Serve(); err != nil {
+				n.log.Error("UDP data port stopped", "port", dp, "err", err)
+			}
+		}()
+		n.log.Debug("serving UDP data port", "port", dp)
+	}
+	return errors.Join(errs...)
 }
 
 // serve opens the data ports that are new and closes those that are gone.
@@ -231,5 +286,9 @@ func (n *Node) closeAll() {
 	for dp, srv := range n.servers {
 		srv.Close()
 		delete(n.servers, dp)
+	}
+	for dp, r := range n.relays {
+		r.Close()
+		delete(n.relays, dp)
 	}
 }

@@ -123,7 +123,13 @@ type Backend struct {
 	// RequestHeaders and ResponseHeaders are the backendRef's own header
 	// filters, applied after the rule's when this backend is picked.
 	RequestHeaders, ResponseHeaders *gatewayv1.HTTPHeaderFilter
+	// UDP is set for a UDPRoute's backend: its endpoints are the
+	// Service's UDP port of that number.
+	UDP bool
 }
+
+// Key names the Service port whose endpoints the backend is served by.
+func (b Backend) Key() BackendKey { return BackendKey{Service: b.Service, Port: b.Port, UDP: b.UDP} }
 
 // Action is what a matched rule does.
 type Action struct {
@@ -276,7 +282,7 @@ func BuildTable(w World, attached []Attachment) (*Table, []error) {
 			}
 			for _, br := range rule.BackendRefs {
 				b := Backend{Service: types.NamespacedName{Namespace: string(deref(br.Namespace, gatewayv1.Namespace(rt.Namespace))), Name: string(br.Name)},
-					Port: int32(deref(br.Port, 0)), Weight: deref(br.Weight, 1)}
+					Port: int32(deref(br.Port, 0)), Weight: deref(br.Weight, 1), UDP: routeKind(rt) == kindUDP}
 				b.Invalid = checkBackend(w, routeKind(rt), rt.Namespace, br.BackendObjectReference) != nil
 				for _, f := range br.Filters {
 					switch f.Type {

@@ -38,6 +38,8 @@ type World struct {
 	HTTPRoutes []*gatewayv1.HTTPRoute
 	GRPCRoutes []*gatewayv1.GRPCRoute
 	TLSRoutes  []*gatewayv1.TLSRoute
+	TCPRoutes  []*gatewayv1.TCPRoute
+	UDPRoutes  []*gatewayv1.UDPRoute
 	Grants     []*gatewayv1.ReferenceGrant
 	Services   map[types.NamespacedName]*corev1.Service
 	// Secrets holds the Secrets HTTPS listeners' certificateRefs may name.
@@ -73,6 +75,9 @@ type Result struct {
 	GRPCParents map[types.NamespacedName][]gatewayv1.RouteParentStatus
 	// TLSParents is the same for each TLSRoute.
 	TLSParents map[types.NamespacedName][]gatewayv1.RouteParentStatus
+	// TCPParents and UDPParents are the same for each TCPRoute and UDPRoute.
+	TCPParents map[types.NamespacedName][]gatewayv1.RouteParentStatus
+	UDPParents map[types.NamespacedName][]gatewayv1.RouteParentStatus
 	// Attached lists, per valid listener, the routes attached to it: what
 	// the data plane serves.
 	Attached map[ListenerKey][]Attachment
@@ -102,8 +107,9 @@ func cond(typ string, ok bool, reason, msg string, gen int64) metav1.Condition {
 }
 
 // checkListeners validates a Gateway's listeners. HTTP, HTTPS (tls.mode
-// Terminate) and TLS (tls.mode Passthrough) are served; other protocols are
-// UnsupportedProtocol, as the spec asks of an implementation that lacks them.
+// Terminate), TLS (tls.mode Passthrough), TCP and UDP are served; other
+// protocols are UnsupportedProtocol, as the spec asks of an implementation
+// that lacks them.
 func checkListeners(w World, gw *gatewayv1.Gateway) []listenerCheck {
 	gen := gw.Generation
 	out := make([]listenerCheck, len(gw.Spec.Listeners))
@@ -111,14 +117,16 @@ func checkListeners(w World, gw *gatewayv1.Gateway) []listenerCheck {
 		c := &out[i]
 		c.conflict = cond(string(gatewayv1.ListenerConditionConflicted), false, string(gatewayv1.ListenerReasonNoConflicts), "", gen)
 		c.resolved = cond(string(gatewayv1.ListenerConditionResolvedRefs), true, string(gatewayv1.ListenerReasonResolvedRefs), "", gen)
-		if l.Protocol != gatewayv1.HTTPProtocolType && l.Protocol != gatewayv1.HTTPSProtocolType && l.Protocol != gatewayv1.TLSProtocolType {
+		if !slices.Contains([]gatewayv1.ProtocolType{gatewayv1.HTTPProtocolType, gatewayv1.HTTPSProtocolType, gatewayv1.TLSProtocolType,
+			gatewayv1.TCPProtocolType, gatewayv1.UDPProtocolType}, l.Protocol) {
 			c.accepted = cond(string(gatewayv1.ListenerConditionAccepted), false, string(gatewayv1.ListenerReasonUnsupportedProtocol),
 				fmt.Sprintf("protocol %q is not supported (yet) by %s", l.Protocol, ControllerName), gen)
 			continue
 		}
 		c.accepted = cond(string(gatewayv1.ListenerConditionAccepted), true, string(gatewayv1.ListenerReasonAccepted), "", gen)
 		// HTTP and HTTPS listeners take HTTPRoutes and GRPCRoutes (gRPC
-		// over h2c on HTTP listeners); TLS listeners take TLSRoutes.
+		// over h2c on HTTP listeners); TLS listeners take TLSRoutes, TCP
+		// listeners TCPRoutes and UDP listeners UDPRoutes.
 		served := []gatewayv1.RouteGroupKind{{Group: ptr(gatewayv1.Group(groupGateway)), Kind: kindHTTP},
 			{Group: ptr(gatewayv1.Group(groupGateway)), Kind: kindGRPC}}
 		switch l.Protocol {
@@ -141,6 +149,10 @@ func checkListeners(w World, gw *gatewayv1.Gateway) []listenerCheck {
 					fmt.Sprintf("listener %q: tls.mode: %q is not supported on a TLS listener by %s (Passthrough is)", l.Name, mode, ControllerName), gen)
 				continue // no route kind is supported on it (supportedKinds empty)
 			}
+		case gatewayv1.TCPProtocolType:
+			served = []gatewayv1.RouteGroupKind{{Group: ptr(gatewayv1.Group(groupGateway)), Kind: kindTCP}}
+		case gatewayv1.UDPProtocolType:
+			served = []gatewayv1.RouteGroupKind{{Group: ptr(gatewayv1.Group(groupGateway)), Kind: kindUDP}}
 		}
 		if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
 			c.kinds = served
@@ -163,11 +175,14 @@ func checkListeners(w World, gw *gatewayv1.Gateway) []listenerCheck {
 	// spec lets an implementation pick; refusing both keeps either from
 	// shadowing the other by the order of the list).
 	// Listeners of different protocols on one port conflict too: one data
-	// port either terminates TLS or it does not.
+	// port either terminates TLS or it does not, and a TCP listener shares
+	// its port with no other (the spec's rule). A UDP listener and one over
+	// TCP on the same port are distinct: the Service has a port of each
+	// protocol, and each its own data port.
 	for i, a := range gw.Spec.Listeners {
 		for j, b := range gw.Spec.Listeners {
 			switch {
-			case i == j || a.Port != b.Port:
+			case i == j || a.Port != b.Port || (a.Protocol == gatewayv1.UDPProtocolType) != (b.Protocol == gatewayv1.UDPProtocolType):
 			case a.Protocol != b.Protocol:
 				out[i].conflict = cond(string(gatewayv1.ListenerConditionConflicted), true, string(gatewayv1.ListenerReasonProtocolConflict),
 					fmt.Sprintf("listener %q uses port %d with protocol %s", b.Name, b.Port, b.Protocol), gen)
@@ -189,6 +204,8 @@ func Compute(w World) Result {
 
 		GRPCParents: map[types.NamespacedName][]gatewayv1.RouteParentStatus{},
 		TLSParents:  map[types.NamespacedName][]gatewayv1.RouteParentStatus{},
+		TCPParents:  map[types.NamespacedName][]gatewayv1.RouteParentStatus{},
+		UDPParents:  map[types.NamespacedName][]gatewayv1.RouteParentStatus{},
 		Attached:    map[ListenerKey][]Attachment{},
 
 		Certificates: map[ListenerKey][]*tls.Certificate{},
@@ -230,6 +247,12 @@ func Compute(w World) Result {
 	for _, t := range w.TLSRoutes {
 		routes = append(routes, tlsAsHTTP(t))
 	}
+	for _, t := range w.TCPRoutes {
+		routes = append(routes, tcpAsHTTP(t))
+	}
+	for _, u := range w.UDPRoutes {
+		routes = append(routes, udpAsHTTP(u))
+	}
 	for _, rt := range routes {
 		rkey := types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}
 		parents := r.Parents
@@ -238,6 +261,10 @@ func Compute(w World) Result {
 			parents = r.GRPCParents
 		case kindTLS:
 			parents = r.TLSParents
+		case kindTCP:
+			parents = r.TCPParents
+		case kindUDP:
+			parents = r.UDPParents
 		}
 		resolved := resolveRefs(w, rt)
 		for _, pr := range rt.Spec.ParentRefs {

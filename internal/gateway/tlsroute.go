@@ -195,7 +195,9 @@ func (p *parser) u16() int {
 // SplitPassthrough wraps a data port's listener: a connection accepted while
 // the snapshot says the port is a TLS passthrough listener's is routed by
 // its server name and spliced to a backend here (never handed to the HTTP
-// server); any other connection is returned as it is. Closing the listener
+// server), one accepted while it says the port is a TCP listener's is
+// spliced to its route's backend (serveTCP); any other connection is
+// returned as it is. Closing the listener
 // closes the connections it is splicing, so a closed data port leaves none
 // behind.
 func SplitPassthrough(ln net.Listener, dataPort int32, load func() *Snapshot, dial Dialer, log *slog.Logger) net.Listener {
@@ -224,7 +226,13 @@ func (l *passthroughListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !l.load().Passthrough[l.port] {
+		s := l.load()
+		serve, what := l.serve, "passthrough"
+		switch {
+		case s.Passthrough[l.port]:
+		case s.TCP[l.port]:
+			serve, what = l.serveTCP, "TCP"
+		default:
 			return c, nil
 		}
 		if !l.track(c) {
@@ -233,8 +241,8 @@ func (l *passthroughListener) Accept() (net.Conn, error) {
 		}
 		go func() {
 			defer l.untrack(c)
-			if err := l.serve(c); err != nil {
-				l.log.Debug("passthrough connection refused", "port", l.port, "client", c.RemoteAddr().String(), "err", err)
+			if err := serve(c); err != nil {
+				l.log.Debug(what+" connection refused", "port", l.port, "client", c.RemoteAddr().String(), "err", err)
 			}
 		}()
 	}
@@ -285,28 +293,9 @@ func (l *passthroughListener) serve(c net.Conn) error {
 	if err != nil {
 		return err
 	}
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
-		return errors.New("the data port is closed")
+	if err := l.spliceTo(c, ep, hello); err != nil {
+		return fmt.Errorf("server name %q: %w", name, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-	up, err := l.dial(ctx, "tcp", ep)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("dialing %s for server name %q: %w", ep, name, err)
-	}
-	if !l.track(up) {
-		up.Close()
-		return errors.New("the data port is closed")
-	}
-	defer l.untrack(up)
-	defer up.Close()
-	if _, err := up.Write(hello); err != nil {
-		return fmt.Errorf("writing the ClientHello to %s: %w", ep, err)
-	}
-	splice(c, up)
 	return nil
 }
 
@@ -322,19 +311,7 @@ func PassthroughEndpoint(s *Snapshot, dataPort int32, serverName string, pick fu
 	if act == nil {
 		return "", fmt.Errorf("no TLSRoute serves server name %q", serverName)
 	}
-	total := act.TotalWeight()
-	if total == 0 {
-		return "", fmt.Errorf("TLSRoute %s has no backend with weight", act.Route)
-	}
-	b, ok := act.Pick(pick(total))
-	if !ok {
-		return "", fmt.Errorf("TLSRoute %s: the backend picked is not valid", act.Route)
-	}
-	eps := s.Endpoints[BackendKey{b.Service, b.Port}]
-	if len(eps) == 0 {
-		return "", fmt.Errorf("Service %s port %d has no ready endpoint", b.Service, b.Port)
-	}
-	return eps[pick(len(eps))], nil
+	return endpointOf(s, act, pick)
 }
 
 // splice copies both ways until both directions end; the end of one
@@ -357,4 +334,8 @@ func splice(a, b net.Conn) {
 	go one(a, b)
 	go one(b, a)
 	wg.Wait()
+}
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
 }
