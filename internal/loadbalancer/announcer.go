@@ -291,7 +291,7 @@ func (a *Announcer) renew(ctx context.Context) {
 // A Service's addresses (one of each family on a dual-stack Service) are
 // announced by one node, elected by the first of them, as MetalLB does, so
 // both families of a Service reach it through the same node.
-func (a *Announcer) desired() (map[netip.Addr]*corev1.Service, error) {
+func (a *Announcer) desired(alive func(node string) bool) (map[netip.Addr]*corev1.Service, error) {
 	svcs, err := a.services.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -324,7 +324,7 @@ func (a *Announcer) desired() (map[netip.Addr]*corev1.Service, error) {
 		if err != nil {
 			return nil, err
 		}
-		if Elect(ips[0], Candidates(svc, nodes, eps, a.live.alive)) != a.cfg.NodeName {
+		if Elect(ips[0], Candidates(svc, nodes, eps, alive)) != a.cfg.NodeName {
 			continue
 		}
 		for _, ip := range ips {
@@ -343,7 +343,8 @@ func resolution(ip netip.Addr) string {
 }
 
 func (a *Announcer) reconcile(ctx context.Context, resp Responder) {
-	if !a.live.alive(a.cfg.NodeName) {
+	alive := a.live.at(a.live.now())
+	if !alive(a.cfg.NodeName) {
 		// Our own renewals are not coming back: our view of the peers is
 		// stale. Keep answering for what we have until we see ourselves.
 		a.mu.Lock()
@@ -354,7 +355,7 @@ func (a *Announcer) reconcile(ctx context.Context, resp Responder) {
 		a.mu.Unlock()
 		return
 	}
-	want, err := a.desired()
+	want, err := a.desired(alive)
 	if err != nil {
 		a.log.Warn("computing announcements", "err", err)
 		return

@@ -172,3 +172,23 @@ func TestLiveness(t *testing.T) {
 		t.Error("a deleted lease is alive")
 	}
 }
+
+// One reconcile judges every node at one instant: its own lease expiring
+// between "am I current?" and "who are the candidates?" must not make it
+// drop itself from the candidates after passing the first check (stop 45's
+// rehearsal, load 60: node1 stopped announcing and nobody took over).
+func TestLivenessAtOneInstant(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)}
+	l := newLiveness("me", 4*time.Second, clock.now)
+	l.observe(lease("me", "1", clock.t))
+	l.observe(lease("peer", "2", clock.t))
+	clock.t = clock.t.Add(4 * time.Second) // the last instant "me" is current
+	alive := l.at(clock.now())
+	clock.t = clock.t.Add(time.Millisecond) // the reconcile goes on; the lease expires
+	if !alive("me") || !alive("peer") {
+		t.Errorf("judged at one instant: alive(me) = %v, alive(peer) = %v; want both", alive("me"), alive("peer"))
+	}
+	if l.alive("me") {
+		t.Error("after the instant, own view still counts as current")
+	}
+}

@@ -103,18 +103,28 @@ func (l *liveness) forget(cm *corev1.ConfigMap) {
 
 // alive reports whether node's announcer is alive as far as this observer
 // can tell; for the observer itself, whether its own view is current.
-func (l *liveness) alive(node string) bool {
+func (l *liveness) alive(node string) bool { return l.aliveAt(node, l.now()) }
+
+// at is alive judged at one instant: a decision that asks about several
+// nodes (itself among them) must not see its own lease expire halfway, or it
+// passes the check that it is current and then drops itself from the
+// candidates, and nobody announces.
+func (l *liveness) at(now time.Time) func(node string) bool {
+	return func(node string) bool { return l.aliveAt(node, now) }
+}
+
+func (l *liveness) aliveAt(node string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	self, selfOK := l.seen[l.self]
 	if node == l.self {
-		return selfOK && l.now().Sub(self.at) <= l.duration
+		return selfOK && now.Sub(self.at) <= l.duration
 	}
 	s, ok := l.seen[node]
 	if !ok {
 		return false
 	}
-	ref := l.now()
+	ref := now
 	if selfOK && self.at.Before(ref) {
 		ref = self.at
 	}
