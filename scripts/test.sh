@@ -174,15 +174,8 @@ unitpkgs=$(go list ./... | grep -vxF -f <(echo "$labpkgs"))
 go test -race -count=1 -timeout 30m -v $unitpkgs 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 status=${PIPESTATUS[0]}
 phase "go test (lab tier)"
-# Three packages at a time (go test -p; GOMAXPROCS, 2, by default): a lab
-# package mostly waits for its lab (the machine's load stayed at 2-6 through
-# this tier with two), and the labs are independent. The longest packages
-# (their times in the last runs: the tour about 8 minutes, reliability 6,
-# provision 3, proxy 2.5) go first so that none of them starts last.
-long_first=$(for p in tour reliability provision proxy podnet trace; do grep -x ".*/test/$p" <<<"$labpkgs" || true; done)
-labpkgs=$(printf '%s\n' "$long_first" "$labpkgs" | awk 'NF && !seen[$0]++')
 # shellcheck disable=SC2086
-MINIKIT_BINARY=$bindir/minikit go test -p "${LAB_PROCS:-3}" -count=1 -timeout 40m -v $labpkgs 2>&1 | tee -a "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
+MINIKIT_BINARY=$bindir/minikit go test -count=1 -timeout 40m -v $labpkgs 2>&1 | tee -a "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 passed=$(grep -cE '^\s*--- PASS' "$log" || true)
 failed=$(grep -cE '^\s*--- FAIL' "$log" || true)
