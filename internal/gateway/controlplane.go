@@ -187,56 +187,32 @@ func (s *ControlPlane) sync(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	for _, rt := range w.HTTPRoutes {
-		next := rt.DeepCopy()
-		next.Status.Parents = routeParents(rt.Status.Parents, res.Parents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
-		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
-			continue
-		}
-		if _, err := s.cfg.Gateway.GatewayV1().HTTPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating status of HTTPRoute %s/%s: %w", rt.Namespace, rt.Name, err))
-		}
-	}
-	for _, rt := range w.GRPCRoutes {
-		next := rt.DeepCopy()
-		next.Status.Parents = routeParents(rt.Status.Parents, res.GRPCParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
-		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
-			continue
-		}
-		if _, err := s.cfg.Gateway.GatewayV1().GRPCRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating status of GRPCRoute %s/%s: %w", rt.Namespace, rt.Name, err))
-		}
-	}
-	for _, rt := range w.TLSRoutes {
-		next := rt.DeepCopy()
-		next.Status.Parents = routeParents(rt.Status.Parents, res.TLSParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
-		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
-			continue
-		}
-		if _, err := s.cfg.Gateway.GatewayV1().TLSRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating status of TLSRoute %s/%s: %w", rt.Namespace, rt.Name, err))
-		}
-	}
-	for _, rt := range w.TCPRoutes {
-		next := rt.DeepCopy()
-		next.Status.Parents = routeParents(rt.Status.Parents, res.TCPParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
-		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
-			continue
-		}
-		if _, err := s.cfg.Gateway.GatewayV1().TCPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating status of TCPRoute %s/%s: %w", rt.Namespace, rt.Name, err))
-		}
-	}
-	for _, rt := range w.UDPRoutes {
-		next := rt.DeepCopy()
-		next.Status.Parents = routeParents(rt.Status.Parents, res.UDPParents[types.NamespacedName{Namespace: rt.Namespace, Name: rt.Name}])
-		if apiequality.Semantic.DeepEqual(rt.Status, next.Status) {
-			continue
-		}
-		if _, err := s.cfg.Gateway.GatewayV1().UDPRoutes(rt.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("updating status of UDPRoute %s/%s: %w", rt.Namespace, rt.Name, err))
-		}
-	}
+	gw := s.cfg.Gateway.GatewayV1()
+	errs = append(errs, syncRouteStatus(ctx, "HTTPRoute", w.HTTPRoutes, res.Parents, (*gatewayv1.HTTPRoute).DeepCopy,
+		func(r *gatewayv1.HTTPRoute) *gatewayv1.RouteStatus { return &r.Status.RouteStatus },
+		func(ctx context.Context, r *gatewayv1.HTTPRoute) (*gatewayv1.HTTPRoute, error) {
+			return gw.HTTPRoutes(r.Namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		})...)
+	errs = append(errs, syncRouteStatus(ctx, "GRPCRoute", w.GRPCRoutes, res.GRPCParents, (*gatewayv1.GRPCRoute).DeepCopy,
+		func(r *gatewayv1.GRPCRoute) *gatewayv1.RouteStatus { return &r.Status.RouteStatus },
+		func(ctx context.Context, r *gatewayv1.GRPCRoute) (*gatewayv1.GRPCRoute, error) {
+			return gw.GRPCRoutes(r.Namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		})...)
+	errs = append(errs, syncRouteStatus(ctx, "TLSRoute", w.TLSRoutes, res.TLSParents, (*gatewayv1.TLSRoute).DeepCopy,
+		func(r *gatewayv1.TLSRoute) *gatewayv1.RouteStatus { return &r.Status.RouteStatus },
+		func(ctx context.Context, r *gatewayv1.TLSRoute) (*gatewayv1.TLSRoute, error) {
+			return gw.TLSRoutes(r.Namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		})...)
+	errs = append(errs, syncRouteStatus(ctx, "TCPRoute", w.TCPRoutes, res.TCPParents, (*gatewayv1.TCPRoute).DeepCopy,
+		func(r *gatewayv1.TCPRoute) *gatewayv1.RouteStatus { return &r.Status.RouteStatus },
+		func(ctx context.Context, r *gatewayv1.TCPRoute) (*gatewayv1.TCPRoute, error) {
+			return gw.TCPRoutes(r.Namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		})...)
+	errs = append(errs, syncRouteStatus(ctx, "UDPRoute", w.UDPRoutes, res.UDPParents, (*gatewayv1.UDPRoute).DeepCopy,
+		func(r *gatewayv1.UDPRoute) *gatewayv1.RouteStatus { return &r.Status.RouteStatus },
+		func(ctx context.Context, r *gatewayv1.UDPRoute) (*gatewayv1.UDPRoute, error) {
+			return gw.UDPRoutes(r.Namespace).UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		})...)
 	return errors.Join(errs...)
 }
 
@@ -596,6 +572,25 @@ func (s *ControlPlane) syncGatewayStatus(ctx context.Context, g *gatewayv1.Gatew
 		return fmt.Errorf("updating status of Gateway %s/%s: %w", g.Namespace, g.Name, err)
 	}
 	return nil
+}
+
+// syncRouteStatus writes status.parents of each route of one kind from the
+// computed parents (routeParents keeps other controllers' entries), where it
+// changed. The five route kinds differ only in their Go types.
+func syncRouteStatus[R metav1.Object](ctx context.Context, kind string, routes []R, parents map[types.NamespacedName][]gatewayv1.RouteParentStatus,
+	deepCopy func(R) R, status func(R) *gatewayv1.RouteStatus, update func(context.Context, R) (R, error)) []error {
+	var errs []error
+	for _, rt := range routes {
+		next := deepCopy(rt)
+		status(next).Parents = routeParents(status(rt).Parents, parents[types.NamespacedName{Namespace: rt.GetNamespace(), Name: rt.GetName()}])
+		if apiequality.Semantic.DeepEqual(status(rt), status(next)) {
+			continue
+		}
+		if _, err := update(ctx, next); err != nil {
+			errs = append(errs, fmt.Errorf("updating status of %s %s/%s: %w", kind, rt.GetNamespace(), rt.GetName(), err))
+		}
+	}
+	return errs
 }
 
 // routeParents is a route's status.parents with this controller's entries
