@@ -54,35 +54,16 @@ if ! command -v "$NGINX" >/dev/null || ! command -v "$HAPROXY" >/dev/null || ! c
 fi
 for t in "$NGINX" "$HAPROXY" "$WRK" "$GO" openssl curl ss; do command -v "$t" >/dev/null || die "missing tool: $t"; done
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${PIDS[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+RES=$DIR/gateway-results
+. scripts/benchlib.sh
 
 ALL_PORTS="$BE_PORTS $NGX_PORT $NGX_TLS_PORT $HAP_PORT $HAP_TLS_PORT $MK_PORT $MK_TLS_PORT"
-port_busy() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
-wait_port() { local i; for i in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 for p in $ALL_PORTS; do port_busy "$p" && die "127.0.0.1:$p is in use (a previous run still up?)"; done
 
-mkdir -p "$DIR"/gateway-results || die "cannot create $DIR"
-RES=$DIR/gateway-results
+mkdir -p "$RES" || die "cannot create $DIR"
 B=$DIR/bench-gateway
 "$GO" build -o "$B" ./scripts/bench-gateway || die "go build ./scripts/bench-gateway failed"
-if [ ! -s "$DIR/cafe.crt" ]; then
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$DIR/cafe.key" -out "$DIR/cafe.crt" -days 365 \
-    -subj "/CN=$HOST_HDR" -addext "subjectAltName=DNS:$HOST_HDR" >/dev/null 2>&1 || die "openssl req failed"
-fi
-eps() { local s= p; for p in "$@"; do s="${s:+$s,}127.0.0.1:$p"; done; echo "$s"; }
-set -- $BE_PORTS
-CAFE=(-tea "$(eps "$1" "$2" "$3")" -coffee "$(eps "$1" "$2")" -cert "$DIR/cafe.crt" -key "$DIR/cafe.key")
+cafe_args $BE_PORTS
 
 confs=$("$B" render -dir "$DIR" -nginx "127.0.0.1:$NGX_PORT,127.0.0.1:$NGX_TLS_PORT" -haproxy "127.0.0.1:$HAP_PORT,127.0.0.1:$HAP_TLS_PORT" "${CAFE[@]}") || die "render failed"
 NGX_CONF=$(echo "$confs" | sed -n 1p); HAP_CONF=$(echo "$confs" | sed -n 2p)
@@ -124,27 +105,8 @@ for s in $SIDES; do
   code=$(status "${BASE[$s]}/tea" other.example.com); [ "$code" = 404 ] || die "$s answered Host other.example.com with $code, want 404"
 done
 
-HZ=$(getconf CLK_TCK)
-tree() { local p c; for p in "$@"; do [ -d "/proc/$p" ] || continue; echo "$p"; c=$(cat /proc/"$p"/task/*/children 2>/dev/null); [ -n "$c" ] && tree $c; done; }
-ticks() { local t=0 p v; for p in "$@"; do v=$(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null) && t=$((t + ${v:-0})); done; echo "$t"; }
 side_pids() { case "$1" in nginx) tree "$NGX_PID" ;; haproxy) tree "$HAP_PID" ;; minikit) echo "$MK_PID" ;; direct) echo "" ;; esac; }
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
-# wrk_run SIDE URL SECONDS LABEL -> "rps p50 p90 p99 errors cpu% backends_cpu%"
-wrk_run() {
-  local side=$1 url=$2 secs=$3 out=$RES/$4.txt pids t0 b0 t1 b1
-  pids=$(side_pids "$side"); t0=$(ticks $pids); b0=$(ticks $BE_PIDS)
-  "$WRK" -t"$THREADS" -c"$CONNS" -d"${secs}s" --latency -H "Host: $HOST_HDR" "$url" >"$out" 2>&1
-  t1=$(ticks $pids); b1=$(ticks $BE_PIDS)
-  awk -v d=$((t1 - t0)) -v bd=$((b1 - b0)) -v hz="$HZ" -v s="$secs" '
-    function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /m$/) return v * 60000; if (v ~ /s$/) return v * 1000; return v }
-    /^ +50%/ { p50 = ms($2) } /^ +90%/ { p90 = ms($2) } /^ +99%/ { p99 = ms($2) }
-    /^Requests\/sec:/ { rps = $2 }
-    /Non-2xx or 3xx responses:/ { err += $NF }
-    /Socket errors:/ { for (i = 3; i <= NF; i++) if ($i ~ /^[0-9]+,?$/) err += $i + 0 }
-    END { if (rps == "") rps = 0; printf "%.0f %.3f %.3f %.3f %d %.0f %.0f\n", rps, p50, p90, p99, err, d/hz/s*100, bd/hz/s*100 }' "$out"
-}
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if (NR==0) {print "NA"; exit} if (NR%2) print a[(NR+1)/2]; else printf "%.10g\n", (a[NR/2]+a[NR/2+1])/2 }'; }
-spread() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if (NR<2||a[1]==0) {print "NA"; exit} printf "%.0f%%\n", (a[NR]-a[1])/a[1]*100 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.3f", a/b; else print "NA" }'; }
 # order R: the sides rotated by R, so each goes first, second and third in turn.
 order() { local a=($SIDES) n=3 k; for k in 0 1 2; do printf '%s ' "${a[$(((k + $1) % n))]}"; done; }

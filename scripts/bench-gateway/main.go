@@ -30,7 +30,6 @@ import (
 	"io"
 	"log"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -47,6 +46,7 @@ import (
 	"time"
 
 	"github.com/minikit/minikit/internal/gateway"
+	"github.com/minikit/minikit/scripts/hellobackend"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -62,7 +62,7 @@ func main() {
 	}
 	switch os.Args[1] {
 	case "backend":
-		backend(os.Args[2:])
+		hellobackend.Run(os.Args[2:], "127.0.0.1:18381")
 	case "proxy":
 		runProxy(os.Args[2:])
 	case "render":
@@ -74,22 +74,6 @@ func main() {
 	default:
 		log.Fatalf("unknown command %q", os.Args[1])
 	}
-}
-
-func backend(args []string) {
-	fs := flag.NewFlagSet("backend", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:18381", "listen address")
-	name := fs.String("name", "backend", "server name")
-	fs.Parse(args)
-	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Type", "text/plain")
-		h.Set("Cache-Control", "no-cache")
-		fmt.Fprintf(w, "Server address: %s\nServer name: %s\nDate: %s\nURI: %s\nRequest ID: %016x%016x\n",
-			*addr, *name, time.Now().Format("02/Jan/2006:15:04:05 -0700"), r.URL.RequestURI(), rand.Uint64(), rand.Uint64())
-	})
-	srv := &http.Server{Addr: *addr, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	log.Fatal(srv.ListenAndServe())
 }
 
 // cafeFlags are the endpoints and certificate every proxy is configured with.
