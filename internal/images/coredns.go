@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // runCoreDNS is the CoreDNS binary as the coredns/coredns image runs it (and
@@ -70,8 +70,10 @@ func runCoreDNS(ctx context.Context, c *container, args []string) error {
 			go func() {
 				for {
 					// CoreDNS checks every interval plus up to half as much jitter.
-					if !sleepContext(watchCtx, interval+time.Duration(rand.Int64N(int64(interval/2)+1))) {
+					select {
+					case <-watchCtx.Done():
 						return
+					case <-time.After(wait.Jitter(interval, 0.5)):
 					}
 					t, b, err := read()
 					if err != nil {
@@ -103,17 +105,6 @@ func runCoreDNS(ctx context.Context, c *container, args []string) error {
 			}
 			fmt.Fprintf(c.stdout, "[INFO] Reloading complete\n")
 		}
-	}
-}
-
-func sleepContext(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
