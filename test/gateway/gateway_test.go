@@ -19,6 +19,7 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
@@ -149,4 +150,34 @@ func echoBasicPod(name string, labels map[string]string, env ...corev1.EnvVar) *
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{NodeName: "node2", Containers: []corev1.Container{{Name: "echo",
 			Image: "registry.k8s.io/gateway-api/echo-basic:v1.5.1", Env: env}}}}
+}
+
+// programmedAddress is the Gateway's first status address once it is
+// Programmed, or why not yet.
+func programmedAddress(ctx context.Context, gw gwclient.Interface, name string) (string, error) {
+	g, err := gw.GatewayV1().Gateways("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if c := apimeta.FindStatusCondition(g.Status.Conditions, "Programmed"); c == nil || c.Status != metav1.ConditionTrue {
+		return "", fmt.Errorf("Programmed %+v", c)
+	}
+	if len(g.Status.Addresses) == 0 {
+		return "", fmt.Errorf("no address")
+	}
+	return g.Status.Addresses[0].Value, nil
+}
+
+// acceptedAndResolved says why a route's one parent is not yet Accepted and
+// ResolvedRefs (nil when it is).
+func acceptedAndResolved(ps []gatewayv1.RouteParentStatus) error {
+	if len(ps) != 1 {
+		return fmt.Errorf("status.parents %+v", ps)
+	}
+	for _, typ := range []string{"Accepted", "ResolvedRefs"} {
+		if c := apimeta.FindStatusCondition(ps[0].Conditions, typ); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("%s %+v", typ, c)
+		}
+	}
+	return nil
 }

@@ -64,17 +64,11 @@ func TestGatewayGRPCFromTheClientHost(t *testing.T) {
 	}
 	var addr netip.Addr
 	testutil.Eventually(t, 120*time.Second, "Gateway rpc Programmed with an address", func() error {
-		g, err := gw.GatewayV1().Gateways("default").Get(ctx, "rpc", metav1.GetOptions{})
+		a, err := programmedAddress(ctx, gw, "rpc")
 		if err != nil {
 			return err
 		}
-		if p := meta(g.Status.Conditions, "Programmed"); p == nil || p.Status != metav1.ConditionTrue {
-			return fmt.Errorf("Programmed %+v", p)
-		}
-		if len(g.Status.Addresses) == 0 {
-			return fmt.Errorf("no address")
-		}
-		addr, err = netip.ParseAddr(g.Status.Addresses[0].Value)
+		addr, err = netip.ParseAddr(a)
 		return err
 	})
 	testutil.Eventually(t, 60*time.Second, "GRPCRoute echo Accepted and ResolvedRefs", func() error {
@@ -82,15 +76,7 @@ func TestGatewayGRPCFromTheClientHost(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(r.Status.Parents) != 1 {
-			return fmt.Errorf("parents %+v", r.Status.Parents)
-		}
-		for _, typ := range []string{"Accepted", "ResolvedRefs"} {
-			if c := meta(r.Status.Parents[0].Conditions, typ); c == nil || c.Status != metav1.ConditionTrue {
-				return fmt.Errorf("%s %+v", typ, c)
-			}
-		}
-		return nil
+		return acceptedAndResolved(r.Status.Parents)
 	})
 	dir := t.TempDir()
 	req := filepath.Join(dir, "req")

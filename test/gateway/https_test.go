@@ -22,6 +22,7 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -125,7 +126,7 @@ func TestGatewayHTTPSFromTheClientHost(t *testing.T) {
 		}
 		for _, ls := range g.Status.Listeners {
 			if ls.Name == name {
-				if c := meta(ls.Conditions, typ); c != nil {
+				if c := apimeta.FindStatusCondition(ls.Conditions, typ); c != nil {
 					return string(c.Status) + "/" + c.Reason, c.Message, nil
 				}
 			}
@@ -150,19 +151,9 @@ func TestGatewayHTTPSFromTheClientHost(t *testing.T) {
 	waitListener("tea", "Programmed", "False/Invalid")
 	waitListener("cafe", "Programmed", "True/Programmed")
 	var addr string
-	testutil.Eventually(t, 120*time.Second, "Gateway cafe Programmed with an address", func() error {
-		g, err := gw.GatewayV1().Gateways("default").Get(ctx, "cafe", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if c := meta(g.Status.Conditions, "Programmed"); c == nil || c.Status != metav1.ConditionTrue {
-			return fmt.Errorf("Programmed %+v", c)
-		}
-		if len(g.Status.Addresses) == 0 {
-			return fmt.Errorf("no address")
-		}
-		addr = g.Status.Addresses[0].Value
-		return nil
+	testutil.Eventually(t, 120*time.Second, "Gateway cafe Programmed with an address", func() (err error) {
+		addr, err = programmedAddress(ctx, gw, "cafe")
+		return err
 	})
 	// curl verifies the server's certificate against one file: the listener's own.
 	curlHTTPS := func(name, ca string) (string, error) {
@@ -230,13 +221,4 @@ func TestGatewayHTTPSFromTheClientHost(t *testing.T) {
 		_, err := curlHTTPS("cafe.example.com", "renewed.pem")
 		return err
 	})
-}
-
-func meta(cs []metav1.Condition, typ string) *metav1.Condition {
-	for i := range cs {
-		if cs[i].Type == typ {
-			return &cs[i]
-		}
-	}
-	return nil
 }

@@ -135,34 +135,19 @@ func TestTCPAndUDPListenersFromTheClientHost(t *testing.T) {
 		return nil
 	})
 
-	accepted := func(ps []gatewayv1.RouteParentStatus) error {
-		if len(ps) != 1 {
-			return fmt.Errorf("status.parents %+v", ps)
-		}
-		for _, typ := range []string{"Accepted", "ResolvedRefs"} {
-			ok := false
-			for _, cnd := range ps[0].Conditions {
-				ok = ok || (cnd.Type == typ && cnd.Status == metav1.ConditionTrue)
-			}
-			if !ok {
-				return fmt.Errorf("%s not True: %+v", typ, ps[0].Conditions)
-			}
-		}
-		return nil
-	}
 	testutil.Eventually(t, 30*time.Second, "TCPRoute echo and UDPRoute dns Accepted", func() error {
 		tr, err := gw.GatewayV1().TCPRoutes("default").Get(ctx, "echo", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if err := accepted(tr.Status.Parents); err != nil {
+		if err := acceptedAndResolved(tr.Status.Parents); err != nil {
 			return fmt.Errorf("TCPRoute echo: %w", err)
 		}
 		ur, err := gw.GatewayV1().UDPRoutes("default").Get(ctx, "dns", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if err := accepted(ur.Status.Parents); err != nil {
+		if err := acceptedAndResolved(ur.Status.Parents); err != nil {
 			return fmt.Errorf("UDPRoute dns: %w", err)
 		}
 		return nil

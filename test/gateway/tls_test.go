@@ -15,6 +15,7 @@ import (
 	"github.com/minikit/minikit/test/testenv"
 
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -89,15 +90,7 @@ func TestGatewayTLSPassthroughFromTheClientHost(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if len(rt.Status.Parents) != 1 {
-				return fmt.Errorf("parents %+v", rt.Status.Parents)
-			}
-			for _, typ := range []string{"Accepted", "ResolvedRefs"} {
-				if c := meta(rt.Status.Parents[0].Conditions, typ); c == nil || c.Status != metav1.ConditionTrue {
-					return fmt.Errorf("%s %+v", typ, c)
-				}
-			}
-			return nil
+			return acceptedAndResolved(rt.Status.Parents)
 		})
 	}
 	var addr string
@@ -106,7 +99,7 @@ func TestGatewayTLSPassthroughFromTheClientHost(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c := meta(g.Status.Conditions, "Programmed"); c == nil || c.Status != metav1.ConditionTrue {
+		if c := apimeta.FindStatusCondition(g.Status.Conditions, "Programmed"); c == nil || c.Status != metav1.ConditionTrue {
 			return fmt.Errorf("Programmed %+v", c)
 		}
 		if len(g.Status.Listeners) != 1 || g.Status.Listeners[0].AttachedRoutes != 2 ||
