@@ -40,8 +40,8 @@ func tcpAsHTTP(t *gatewayv1.TCPRoute) *gatewayv1.HTTPRoute {
 	return rt
 }
 
-// l4Rule is the HTTPRoute rule (matching everything) of a TCPRoute's or
-// UDPRoute's rule.
+// l4Rule is the HTTPRoute rule (matching everything) of a TLSRoute's,
+// TCPRoute's or UDPRoute's rule: its name and backends.
 func l4Rule(name *gatewayv1.SectionName, refs []gatewayv1.BackendRef) gatewayv1.HTTPRouteRule {
 	hr := gatewayv1.HTTPRouteRule{Name: name}
 	for _, b := range refs {

@@ -49,11 +49,7 @@ func tlsMode(l gatewayv1.Listener) gatewayv1.TLSModeType {
 func tlsAsHTTP(t *gatewayv1.TLSRoute) *gatewayv1.HTTPRoute {
 	rt := routeAsHTTP(kindTLS, t.ObjectMeta, t.Spec.CommonRouteSpec, t.Spec.Hostnames)
 	for _, r := range t.Spec.Rules {
-		hr := gatewayv1.HTTPRouteRule{Name: r.Name}
-		for _, b := range r.BackendRefs {
-			hr.BackendRefs = append(hr.BackendRefs, gatewayv1.HTTPBackendRef{BackendRef: b})
-		}
-		rt.Spec.Rules = append(rt.Spec.Rules, hr)
+		rt.Spec.Rules = append(rt.Spec.Rules, l4Rule(r.Name, r.BackendRefs))
 	}
 	return rt
 }
