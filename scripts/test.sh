@@ -12,7 +12,11 @@ cd "$(dirname "$0")/.."
 # Each phase's time, printed at the end (phase NAME starts NAME and ends the one before).
 phases=() sidephases=() phase_name='' phase_start=$SECONDS
 phase() {
-  [ -z "$phase_name" ] || phases+=("$(printf '%-44s %5ds' "$phase_name" $((SECONDS - phase_start)))")
+  if [ -n "$phase_name" ]; then
+    phases+=("$(printf '%-44s %5ds' "$phase_name" $((SECONDS - phase_start)))")
+    # Also as each phase ends: a run stopped from outside still shows where its time went.
+    echo "== phase done at ${SECONDS}s: ${phases[-1]}"
+  fi
   phase_name=$1 phase_start=$SECONDS
 }
 print_phases() {
@@ -34,31 +38,22 @@ trap 'rm -f "$log"; rm -rf "$bindir"' EXIT
 status=0
 phase "go vet"
 go vet ./...
-# The upstream binaries, built before the tests (cached in /var/cache/minikit/e2e; cold,
-# about 20-30 minutes on 2 cores for e2e.test, then about 3 for kube-proxy in the same
-# tree): test/upstreamproxy runs upstream kube-proxy next to minikit's proxy, the
-# conformance runs below run e2e.test.
-phase "build e2e.test and ginkgo"
-./scripts/build-e2e.sh >/dev/null
-phase "build upstream kube-proxy"
-./scripts/build-upstream-proxy.sh >/dev/null
 # One minikit binary for the lab tier (test/testenv and pkg/minikittest take
 # $MINIKIT_BINARY) and the upstream runs, built from this tree as each package
 # would build it: linking it costs about 12 CPU-seconds, once instead of once
 # per package.
 phase "build minikit"
 go build -o "$bindir/minikit" ./cmd/minikit
-# Kubernetes' own specs, unmodified, against a lab (scripts/conformance.sh; the
-# first run builds upstream e2e.test, about 20-30 minutes cold on 2 cores, cached
-# in /var/cache/minikit/e2e): the 47 [sig-network] [Conformance] specs and the
+# Kubernetes' own specs, unmodified, against a lab (scripts/conformance.sh; e2e.test
+# built below): the 47 [sig-network] [Conformance] specs and the
 # upstream NetworkPolicy specs (Netpol), but the three [Feature:SCTPConnectivity]
 # ones: this kernel has no SCTP (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails
 # with EPROTONOSUPPORT), so their agnhost porter pods can never serve.
 # Then the 47 conformance specs once more in a lab whose proxies run in nftables mode,
 # and the API machinery specs (server-side apply and field validation, then
 # CustomResourceDefinitions), each set in a lab of its own.
-# The upstream runs start in the background, each in its own lab, before the unit
-# tier and beside it: a suite's time goes to waiting for pods and polling, not
+# The upstream runs start in the background, each in its own lab, as soon as e2e.test is built,
+# beside the unit tier: a suite's time goes to waiting for pods and polling, not
 # to the CPU (the 47 specs took 121 s with the machine's load at 26, against
 # 120-150 s idle), so they cost the test command little more than the unit tier
 # takes anyway. Each one's own time is printed with the phases; their results
@@ -161,17 +156,50 @@ if [ "${CONFORMANCE:-1}" != 0 ]; then
   # lab installs), the features the GatewayClass says it supports.
   background gateway env MINIKIT="$bindir/minikit" ./scripts/gateway-conformance.sh --profiles GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP,GATEWAY-UDP \
     --report-dir "$log.gateway.report"
-  run_background &
 fi
-# The unit and kernel tiers with the race detector (test/README.md), then the
-# lab tier (test/*: the real binary, built without it, driven from the test
-# process) without: the race detector there only slows the harness and makes
-# each test binary slower to link.
-phase "go test -race (unit, kernel tiers; upstream suites beside it)"
+# The upstream binaries (cached in /var/cache/minikit/e2e): test/upstreamproxy runs upstream
+# kube-proxy next to minikit's proxy, the conformance runs below run e2e.test. They build in
+# the background, beside the unit tier, after go vet: vet has compiled minikit's
+# dependencies by then, and the 1,348 packages e2e.test shares with them are not compiled
+# again (scripts/upstream-tree.sh); kube-proxy then shares all but 48 of its packages with
+# e2e.test. Cold, about 10 minutes for both on 2 cores beside the unit tier. The upstream
+# suites start as soon as e2e.test is built. The lab tier's test/upstreamproxy runs
+# scripts/build-upstream-proxy.sh, which waits for this build (one lock for both).
+# upstream_builds: e2e.test and ginkgo (when the suites run), then kube-proxy, each one's
+# seconds in $log.build-*.secs and exit status in $log.builds.rc; then the suites.
+upstream_builds() {
+  local t0=$SECONDS rc=0
+  if [ "${CONFORMANCE:-1}" != 0 ]; then
+    ./scripts/build-e2e.sh >/dev/null || rc=$?
+    echo $((SECONDS - t0)) > "$log.build-e2e.secs"
+  fi
+  t0=$SECONDS
+  [ "$rc" != 0 ] || ./scripts/build-upstream-proxy.sh >/dev/null || rc=$?
+  echo $((SECONDS - t0)) > "$log.build-kube-proxy.secs"
+  echo "$rc" > "$log.builds.rc"
+  if [ "$rc" = 0 ] && [ "${#jobs_started[@]}" != 0 ]; then run_background; fi
+}
+upstream_builds &
+# The unit and kernel tiers, then the lab tier (test/*: the real binary, driven
+# from the test process). RACE=1 runs the unit and kernel tiers (and
+# examples/controller-test) with the race detector, as a change to concurrent
+# code should be checked locally; CI runs without it: built cold, its
+# instrumented copy of every package the unit tier imports (1,740 with the
+# standard library) took 1,218 s here on 2 cores and 1,246 CPU-seconds, a
+# fifth of CI's 90 minutes, and the tests it runs take about twice as long.
+race=()
+[ "${RACE:-0}" = 0 ] || race=(-race)
+phase "go test${race[*]:+ ${race[*]}} (unit, kernel tiers; upstream suites beside it)"
 labpkgs=$(go list ./test/... | grep -v '/test/layout$')
 unitpkgs=$(go list ./... | grep -vxF -f <(echo "$labpkgs"))
+# go test starts packages in the order they are named, two at a time (-p, the
+# cores): the lab tier's longest ones first (their times in the last runs), so
+# that the short ones fill in beside them instead of one long one ending alone.
+longest=(provision tour netpol reliability topology proxy loadbalancer dns pods trace dualstack rollout lab ui)
+labpkgs=$(for p in "${longest[@]}"; do echo "github.com/minikit/minikit/test/$p"; done | grep -xF -f <(echo "$labpkgs")
+  echo "$labpkgs" | grep -vxF -f <(printf 'github.com/minikit/minikit/test/%s\n' "${longest[@]}"))
 # shellcheck disable=SC2086 # package lists are word lists
-go test -race -count=1 -timeout 30m -v $unitpkgs 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
+go test "${race[@]}" -count=1 -timeout 30m -v $unitpkgs 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 status=${PIPESTATUS[0]}
 phase "go test (lab tier)"
 # shellcheck disable=SC2086
@@ -199,7 +227,7 @@ fi
 # repository) that uses pkg/minikittest as a user would: StartAPI with its CRD
 # and a controller-runtime manager, StartLab proving the Service answers by name.
 phase "examples/controller-test"
-if ! (cd examples/controller-test && go vet ./... && go test -race -count=1 -timeout 15m -v ./...) > "$log.example" 2>&1; then
+if ! (cd examples/controller-test && go vet ./... && go test "${race[@]}" -count=1 -timeout 15m -v ./...) > "$log.example" 2>&1; then
   cat "$log.example"
   status=1
 elif grep -E '^\s*--- SKIP' "$log.example"; then
@@ -220,12 +248,20 @@ if ! ./scripts/fuzz.sh "${fuzz[@]}" > "$log.fuzz" 2>&1; then
 fi
 sed -n '/== fuzz summary/,$p' "$log.fuzz"
 rm -f "$log.fuzz"
-# The upstream suites started before the unit tier (long done by now).
+# The upstream builds and suites started before the unit tier (long done by now).
 phase "upstream suites: waiting for the rest"
 wait
+for name in e2e kube-proxy; do
+  [ -f "$log.build-$name.secs" ] && sidephases+=("$(printf '%-42s %5ds' "build upstream $name (side by side)" "$(cat "$log.build-$name.secs")")")
+done
+if [ "$(cat "$log.builds.rc" 2>/dev/null)" != 0 ]; then
+  echo "===== the upstream builds failed (their output is above); the upstream suites did not run"
+  status=1
+fi
 declare -A label=([conf-iptables]="upstream conformance" [conf-nftables]="in nftables mode" [apim]="API machinery and sig-auth"
   [dualstack]="dual-stack (iptables, then nftables)" [ipv6]="IPv6-only (iptables, then nftables)" [gateway]="Gateway API" [signet]="the rest of [sig-network]")
 for name in "${jobs_started[@]}"; do
+  [ -f "$log.$name.rc" ] || continue # not run: the builds failed (said above)
   sidephases+=("$(printf '%-42s %5ds' "upstream $name (side by side)" "$(cat "$log.$name.secs")")")
   if [ "$(cat "$log.$name.rc")" != 0 ]; then
     echo "===== $name failed:"
@@ -237,6 +273,7 @@ for name in "${jobs_started[@]}"; do
   conf_summary="$conf_summary; ${label[$name]}: $(grep -E '^[0-9]+ passed, ' "$log.$name.out" | paste -sd/ -)"
   rm -rf "$log.$name.out" "$log.$name.rc" "$log.$name.secs" "$log.$name.report"
 done
+rm -f "$log".build-*.secs "$log.builds.rc"
 print_phases
 echo "${passed} passed, ${failed} failed, ${skipped} skipped${conf_summary}"
 exit "$status"
