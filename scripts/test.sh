@@ -177,6 +177,7 @@ upstream_builds() {
   [ "$rc" != 0 ] || ./scripts/build-upstream-proxy.sh >/dev/null || rc=$?
   echo $((SECONDS - t0)) > "$log.build-kube-proxy.secs"
   echo "$rc" > "$log.builds.rc"
+  [ "$rc" = 0 ] || echo "===== the upstream builds failed (exit $rc): the upstream suites will not run" >&2
   if [ "$rc" = 0 ] && [ "${#jobs_started[@]}" != 0 ]; then run_background; fi
 }
 upstream_builds &

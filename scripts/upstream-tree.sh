@@ -32,8 +32,10 @@ prepare_upstream_tree() {
     <( (cd "$repo" && GOFLAGS= go list -deps -test -f "$deps" ./...) | LC_ALL=C sort -u) |
     while read -r path here there; do
       # v0.0.0: a k8s.io module replaced by its published v0.X.Y above, the same as minikit's.
-      [ "$here" != "$there" ] && [ "$here" != v0.0.0 ] &&
-        [ "$(printf '%s\n%s\n' "$here" "$there" | sort -V | tail -1)" = "$there" ] && echo "-require=$path@$there"
+      if [ "$here" != "$there" ] && [ "$here" != v0.0.0 ] &&
+        [ "$(printf '%s\n%s\n' "$here" "$there" | sort -V | tail -1)" = "$there" ]; then
+        echo "-require=$path@$there"
+      fi
     done)
   if [ -n "$raise" ]; then
     echo "raising in the upstream tree to minikit's versions:" ${raise//-require=/} >&2
