@@ -211,8 +211,16 @@ unitpkgs=$(go list ./... | grep -vxF -f <(echo "$labpkgs"))
 longest=(provision tour netpol reliability topology proxy loadbalancer dns pods trace dualstack rollout lab ui)
 labpkgs=$(for p in "${longest[@]}"; do echo "github.com/minikit/minikit/test/$p"; done | grep -xF -f <(echo "$labpkgs")
   echo "$labpkgs" | grep -vxF -f <(printf 'github.com/minikit/minikit/test/%s\n' "${longest[@]}"))
+# Its compiler runs at the lowest priority (nice 19), its test binaries at the normal one
+# (go test -exec, back to nice 0: root may raise a priority). The upstream suites run beside
+# it, mostly waiting on their labs (the rest of [sig-network] alone kept this machine 30%
+# busy, 84 specs in 900 s) but against deadlines: one spec gives a terminating pod 100 s for
+# fifteen kubectl execs, and in CI (stop 46, four suites and the unit tier at one priority)
+# they took longer and it failed. A lab's processes, kubectl and the pods now get the CPU
+# when they wake, the compiler what is left; measured here, that spec took 59 s idle,
+# 65 s beside a cold compile at the same priority, 60 s beside it at nice 19.
 # shellcheck disable=SC2086 # package lists are word lists
-go_test_race -count=1 -timeout 30m -v $unitpkgs 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
+(renice -n 19 -p "$BASHPID" >/dev/null && go_test_race -exec 'nice -n -19' -count=1 -timeout 30m -v $unitpkgs) 2>&1 | tee "$log" | grep -E '^(=== RUN|--- (FAIL|SKIP)|FAIL|ok|panic)' | grep -v '^=== RUN' || true
 status=${PIPESTATUS[0]}
 phase "go test (lab tier)"
 # shellcheck disable=SC2086
