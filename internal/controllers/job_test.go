@@ -231,7 +231,15 @@ func TestJobActiveDeadline(t *testing.T) {
 	tc.createNode("node1", true, nil)
 	tc.startControllers(Config{})
 	tc.createJob(testJob("slow", func(j *batchv1.Job) { j.Spec.ActiveDeadlineSeconds = ptrTo[int64](1) }))
-	tc.waitJobPods("slow", 1)
+	// The job starts its pod. Not waited for as active: a second later the
+	// deadline deletes it, and on a loaded machine it can be terminating when
+	// first seen (stop 47's rehearsal: "slow-g7f4x[Pending,terminating]").
+	testutil.Eventually(t, waitTimeout, "the job's pod created", func() error {
+		if all := tc.pods("default", "batch.kubernetes.io/job-name=slow"); len(all) != 1 {
+			return errors.New(podNames(all))
+		}
+		return nil
+	})
 	j := tc.waitJobCondition("slow", batchv1.JobFailed, batchv1.JobReasonDeadlineExceeded)
 	if j.Status.Active != 0 {
 		t.Errorf("active = %d after the deadline", j.Status.Active)
